@@ -1,0 +1,282 @@
+"""Run configuration: attrs classes with defaults, a TOML file over them, ``--set`` over that.
+
+Unknown keys and bad values fail with the key, the value and what is allowed.
+The algorithm's own hyperparameters are an attrs class supplied by its plugin,
+so ``algorithm.lr`` is checked just like ``learner.publish_every``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from . import PROTOCOL_VERSION
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message says which and what is allowed."""
+
+
+def _positive(inst, attribute, value):
+    if value <= 0:
+        raise ConfigError(f"{attribute.name}={value!r}: must be > 0")
+
+
+def _non_negative(inst, attribute, value):
+    if value < 0:
+        raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
+
+
+@attrs.define
+class EnvConfig:
+    #: gymnasium id ("CartPole-v1"), "module:Env-v0", or a name an env plugin registers
+    id: str = "CartPole-v1"
+    #: keyword arguments for the env constructor
+    kwargs: dict = attrs.field(factory=dict)
+    #: environments stepped in one worker process, their policy calls batched
+    num_envs: int = attrs.field(default=4, validator=_positive)
+
+
+@attrs.define
+class WorkerConfig:
+    #: transitions per sample message (more = fewer, bigger messages)
+    batch_size: int = attrs.field(default=128, validator=_positive)
+    #: longest time a partial batch waits before it is sent
+    max_batch_delay_s: float = attrs.field(default=0.5, validator=_positive)
+    heartbeat_interval_s: float = attrs.field(default=2.0, validator=_positive)
+    #: sample messages held while the broker is unreachable; the oldest go first
+    outbox_limit: int = attrs.field(default=2000, validator=_positive)
+    torch_threads: int = attrs.field(default=1, validator=_positive)
+
+
+@attrs.define
+class LearnerConfig:
+    #: publish weights (a new model version) every this many updates
+    publish_every: int = attrs.field(default=50, validator=_positive)
+    #: accept samples from the last this many model versions (async mode)
+    max_staleness: int = attrs.field(default=3, validator=_non_negative)
+    #: write a checkpoint every this many updates (0: only on quicksave and exit)
+    checkpoint_every: int = attrs.field(default=2000, validator=_non_negative)
+    #: checkpoints kept (the best/ and quicksave ones are not counted)
+    keep_checkpoints: int = attrs.field(default=3, validator=_positive)
+    #: include the replay buffer in checkpoints (bigger, but resumes exactly)
+    checkpoint_replay: bool = True
+    metrics_interval_s: float = attrs.field(default=1.0, validator=_positive)
+    #: a worker with no heartbeat for this long is marked offline
+    worker_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    #: reject samples from workers that never published a birth message
+    require_announce: bool = True
+    device: str = "cpu"
+    torch_threads: int = attrs.field(default=1, validator=_positive)
+    max_payload_mb: float = attrs.field(default=64.0, validator=_positive)
+
+
+@attrs.define
+class TrainConfig:
+    """Settings of ``mqttrl train`` (single-machine mode) and of evaluation."""
+
+    workers: int = attrs.field(default=2, validator=_positive)
+    seed: int = 0
+    #: stop when the greedy evaluation mean reaches this (None: never)
+    target_return: float | None = 475.0
+    eval_episodes: int = attrs.field(default=20, validator=_positive)
+    #: seconds between greedy evaluations
+    eval_every_s: float = attrs.field(default=10.0, validator=_positive)
+    #: budget; 0 means unlimited
+    max_seconds: float = attrs.field(default=600.0, validator=_non_negative)
+    max_env_steps: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.define
+class AlgorithmSection:
+    name: str = "dqn"
+    #: the plugin's own hyperparameter object (an attrs instance)
+    params: Any = None
+
+
+@attrs.define
+class RunConfig:
+    run: str = "cartpole"
+    env: EnvConfig = attrs.field(factory=EnvConfig)
+    algorithm: AlgorithmSection = attrs.field(factory=AlgorithmSection)
+    worker: WorkerConfig = attrs.field(factory=WorkerConfig)
+    learner: LearnerConfig = attrs.field(factory=LearnerConfig)
+    train: TrainConfig = attrs.field(factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        d = attrs.asdict(self, recurse=True)
+        d["protocol"] = PROTOCOL_VERSION
+        return d
+
+
+_SECTIONS = {"env": EnvConfig, "worker": WorkerConfig, "learner": LearnerConfig, "train": TrainConfig}
+
+
+def _allowed(cls) -> str:
+    return ", ".join(f.name for f in attrs.fields(cls))
+
+
+def _coerce(path: str, value: Any, typ: Any) -> Any:
+    """Check ``value`` against a field's annotated type; ints may widen to floats."""
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(typ)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(path, value, a)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{path}={value!r}: bad value")
+    if typ is Any:
+        return value
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected true or false")
+    if typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected an integer")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path}={value!r}: expected a number")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected a string")
+    if typ in (dict,) or origin is dict:
+        if isinstance(value, dict):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected a table")
+    if origin in (list, tuple) or typ in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            return (origin or typ)(value)
+        raise ConfigError(f"{path}={value!r}: expected a list")
+    if typing.get_origin(typ) is typing.Literal:
+        choices = typing.get_args(typ)
+        if value in choices:
+            return value
+        raise ConfigError(f"{path}={value!r}: allowed values are {', '.join(map(repr, choices))}")
+    return value
+
+
+def build(cls: type, data: Mapping[str, Any], path: str) -> Any:
+    """Instantiate attrs class ``cls`` from a mapping, naming any bad key or value."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a table, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in attrs.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {path}.{key}; allowed keys in [{path}]: {_allowed(cls)}")
+        kwargs[key] = _coerce(f"{path}.{key}", value, hints.get(key, Any))
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{path}.{e}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=value``; the value is read as TOML, else taken as a string."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected section.key=value, e.g. --set algorithm.lr=0.0005")
+    key, raw = item.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {item!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return parts, value
+
+
+def _deep_set(d: dict, parts: list[str], value: Any) -> None:
+    for p in parts[:-1]:
+        nxt = d.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"cannot set {'.'.join(parts)}: {p} is not a table")
+        d = nxt
+    d[parts[-1]] = value
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: list[str] = (),
+    params_class: Callable[[str], type] | None = None,
+) -> RunConfig:
+    """Defaults, then the TOML file, then ``--set`` overrides.
+
+    ``params_class(name)`` returns the attrs class of an algorithm's
+    hyperparameters (looked up through the plugins).
+    """
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p} is not valid TOML: {e}") from None
+    for item in overrides:
+        parts, value = parse_override(item)
+        _deep_set(data, parts, value)
+    return from_dict(data, params_class)
+
+
+def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | None = None) -> RunConfig:
+    """Build a :class:`RunConfig` from plain data (a TOML file or a received config)."""
+    data = dict(data)
+    data.pop("protocol", None)
+    top_allowed = {"run", "algorithm", *_SECTIONS}
+    for key in data:
+        if key not in top_allowed:
+            raise ConfigError(f"unknown section or key {key!r}; allowed: {', '.join(sorted(top_allowed))}")
+    run = data.get("run", RunConfig.run if isinstance(RunConfig.run, str) else "cartpole")
+    if not isinstance(run, str):
+        raise ConfigError(f"run={run!r}: expected a string")
+    from .topics import check_name
+
+    try:
+        check_name("run", run)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    sections = {name: build(cls, data.get(name, {}), name) for name, cls in _SECTIONS.items()}
+    algo = dict(data.get("algorithm", {}))
+    if not isinstance(algo, dict):
+        raise ConfigError("algorithm: expected a table")
+    name = algo.pop("name", "dqn")
+    nested = algo.pop("params", None)  # the to_dict() form nests hyperparameters
+    if isinstance(nested, dict):
+        algo = {**nested, **algo}
+    if not isinstance(name, str):
+        raise ConfigError(f"algorithm.name={name!r}: expected a string")
+    params = None
+    if params_class is not None:
+        params = build(params_class(name), algo, "algorithm")
+    elif algo:
+        params = algo
+    return RunConfig(run=run, algorithm=AlgorithmSection(name=name, params=params), **sections)
+
+
+def write_resolved(config: RunConfig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    tmp.replace(path)

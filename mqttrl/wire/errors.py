@@ -1,0 +1,81 @@
+"""Rejections: why a received payload was refused, counted by reason."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+#: The reasons a payload can be rejected. Metrics report counts under these keys.
+REASONS = (
+    "garbage",  # not our format at all (bad magic, not JSON, ...)
+    "truncated",  # shorter than its header says
+    "protocol_version",  # a protocol version this node does not speak
+    "bad_header",  # header present but malformed
+    "wrong_run",  # header names another run
+    "sender_mismatch",  # header worker differs from the topic's worker
+    "unknown_sender",  # worker never announced itself (no birth message)
+    "missing_field",
+    "unknown_field",
+    "dtype",
+    "shape",
+    "non_finite",  # NaN or inf in a float field
+    "out_of_range",  # e.g. action index outside the action space
+    "oversize",
+    "stale_version",  # model version older than the staleness window
+    "future_version",  # model version the learner never published
+    "wrong_round",  # synchronous mode: sample for another round
+    "duplicate",  # sequence number already seen
+    "checksum",
+    "bad_value",
+)
+
+
+class Rejected(Exception):
+    """A payload was refused. ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, detail: str):
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RejectionCounter:
+    """Thread-safe counts of rejections by reason, with rate-limited logging.
+
+    Logging every bad message would let a flood of garbage fill the disk, so
+    each reason logs at most once per ``log_every`` seconds, with the count of
+    the ones it skipped.
+    """
+
+    def __init__(self, logger: logging.Logger, log_every: float = 5.0):
+        self._log = logger
+        self._every = log_every
+        self._counts: Counter[str] = Counter()
+        self._last_log: dict[str, float] = {}
+        self._skipped: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, rejection: Rejected, source: str = "") -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._counts[rejection.reason] += 1
+            last = self._last_log.get(rejection.reason, -1e18)
+            if now - last < self._every:
+                self._skipped[rejection.reason] += 1
+                return
+            skipped = self._skipped.pop(rejection.reason, 0)
+            self._last_log[rejection.reason] = now
+        more = f" (+{skipped} more since last report)" if skipped else ""
+        self._log.warning("rejected %s: %s%s", source or "payload", rejection, more)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())

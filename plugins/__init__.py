@@ -1,0 +1,1 @@
+"""mqttrl's built-in plugins, registered through the ``mqttrl`` entry point group like any third-party plugin."""
