@@ -1,0 +1,209 @@
+"""Command line: ``mqttrl`` (train, learner, worker, plugins, quicksave) and the node scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .transport import BrokerSettings
+
+EPILOG_TRAIN = """examples:
+  mqttrl train configs/cartpole_dqn.toml
+  mqttrl train configs/cartpole_dqn.toml --workers 4 --set algorithm.lr=0.001
+  mqttrl train configs/cartpole_dqn.toml --broker mqtt://gpu-box:1883
+"""
+
+
+def _broker_args(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_argument_group("broker connection")
+    g.add_argument("--broker", required=required, metavar="URL",
+                   help="broker URL, mqtt://host:1883 or mqtts://host:8883 (user:pass@ allowed)")
+    g.add_argument("--username", default=os.environ.get("MQTTRL_USERNAME"), help="broker user (env MQTTRL_USERNAME)")
+    g.add_argument("--password", default=os.environ.get("MQTTRL_PASSWORD"), help="broker password (env MQTTRL_PASSWORD)")
+    g.add_argument("--tls-ca", help="CA certificate file; enables TLS")
+    g.add_argument("--tls-cert", help="client certificate file (TLS client auth)")
+    g.add_argument("--tls-key", help="client key file (TLS client auth)")
+    g.add_argument("--tls-insecure", action="store_true", help="do not verify the broker's host name (test setups only)")
+    g.add_argument("--mqtt-protocol", default="auto", choices=["auto", "5", "3.1.1"],
+                   help="MQTT version; auto tries 5 then falls back to 3.1.1")
+
+
+def _settings(args: argparse.Namespace, url: str | None = None) -> BrokerSettings:
+    return BrokerSettings(
+        url=url or args.broker,
+        username=args.username,
+        password=args.password,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_insecure=args.tls_insecure,
+        protocol=args.mqtt_protocol,
+    )
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def _load(config: str | None, overrides: list[str]):
+    from .config import ConfigError, from_dict, load_config
+    from .plugins import UnknownPluginError, get_registry
+
+    registry = get_registry()
+    try:
+        if config and config.endswith(".json"):
+            data = json.loads(Path(config).read_text())
+            cfg = from_dict(data, lambda n: registry.algorithm(n).params)
+            if overrides:
+                from .config import _deep_set, parse_override
+
+                for item in overrides:
+                    _deep_set(data, *parse_override(item))
+                cfg = from_dict(data, lambda n: registry.algorithm(n).params)
+            return cfg
+        return load_config(config, overrides, lambda n: registry.algorithm(n).params)
+    except (ConfigError, UnknownPluginError) as e:
+        raise SystemExit(f"config error: {e}") from None
+
+
+# ---- learner -------------------------------------------------------------------
+def learner_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(
+        prog="mqttrl-learner",
+        description="Run the learner of a run: trains on samples from workers and publishes weights (retained).",
+    )
+    p.add_argument("--config", required=True, help="run config (TOML, or the config.json of a run directory)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value, e.g. --set learner.publish_every=100 (repeatable)")
+    p.add_argument("--run-dir", help="where checkpoints and logs go (default runs/<run>)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    p.add_argument("--max-seconds", type=float, help="stop after this long (checkpoints first)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(p, required=False)
+    return p
+
+
+def learner_main(argv: list[str] | None = None) -> None:
+    args = learner_parser().parse_args(argv)
+    _run_learner(args)
+
+
+def _run_learner(args: argparse.Namespace) -> None:
+    _logging(args.verbose)
+    from .learner import run_learner
+
+    cfg = _load(args.config, args.overrides)
+    run_dir = Path(args.run_dir or f"runs/{cfg.run}")
+    run_learner(cfg, _settings(args, args.broker or "mqtt://127.0.0.1:1883"), run_dir, resume=args.resume, max_seconds=args.max_seconds)
+
+
+# ---- worker --------------------------------------------------------------------
+def worker_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(
+        prog="mqttrl-worker",
+        description="Run a worker: reads the run's config and weights from the broker, plays, streams samples.",
+        epilog="example: mqttrl-worker --broker mqtt://learner-host:1883 --run cartpole",
+    )
+    p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
+    p.add_argument("--name", help="worker name, unique in the run (default <host>-<pid>)")
+    p.add_argument("--index", type=int, default=0, help="worker index, spreads exploration (Ape-X epsilon ladder)")
+    p.add_argument("--num-envs", type=int, help="envs in this process (default: the run config's env.num_envs)")
+    p.add_argument("--seed", type=int, help="env seed (default derived from run seed and index)")
+    p.add_argument("--wait-timeout", type=float, help="give up if no config/weights arrive in this many seconds")
+    p.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(p, required=True)
+    return p
+
+
+def worker_main(argv: list[str] | None = None) -> None:
+    args = worker_parser().parse_args(argv)
+    _run_worker(args)
+
+
+def _run_worker(args: argparse.Namespace) -> None:
+    _logging(args.verbose)
+    from .worker import run_worker
+
+    try:
+        run_worker(
+            _settings(args), args.run, name=args.name, index=args.index, num_envs=args.num_envs,
+            seed=args.seed, wait_timeout=args.wait_timeout,
+        )
+    except TimeoutError as e:
+        raise SystemExit(f"mqttrl-worker: {e}") from None
+
+
+# ---- mqttrl ----------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mqttrl", description="Distributed reinforcement learning over MQTT.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", help="train on this machine: embedded broker, learner, workers, evaluation",
+                       description="Train on one machine. Starts an embedded broker unless --broker is given, "
+                       "then the learner and --workers worker processes; shows progress; evaluates greedily; "
+                       "stops at the config's target or budget, or on Ctrl-C.",
+                       epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("config", help="run config (TOML)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value (repeatable)")
+    t.add_argument("--workers", type=int, help="worker processes (default: train.workers)")
+    t.add_argument("--seed", type=int, help="run seed (default: train.seed)")
+    t.add_argument("--run-dir", help="run directory (default runs/<run>-<timestamp>)")
+    t.add_argument("--embedded-broker", default="auto", choices=["auto", "mosquitto", "amqtt"],
+                   help="embedded broker kind when no --broker is given")
+    t.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
+    t.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(t, required=False)
+
+    learner_parser(sub.add_parser("learner", help="run a learner (same as mqttrl-learner)"))
+    worker_parser(sub.add_parser("worker", help="run a worker (same as mqttrl-worker)"))
+    sub.add_parser("plugins", help="print installed plugins and what they register (JSON)")
+
+    args = parser.parse_args(argv)
+    if args.command == "plugins":
+        from .plugins import plugins_report
+
+        print(json.dumps(plugins_report(), indent=2))
+    elif args.command == "learner":
+        _run_learner(args)
+    elif args.command == "worker":
+        _run_worker(args)
+    elif args.command == "train":
+        _logging(args.verbose)
+        from .train import train
+
+        overrides = list(args.overrides)
+        if args.workers is not None:
+            overrides.append(f"train.workers={args.workers}")
+        if args.seed is not None:
+            overrides.append(f"train.seed={args.seed}")
+        cfg = _load(args.config, overrides)
+        summary = train(
+            cfg,
+            broker=_settings(args, args.broker) if args.broker else None,
+            broker_args=_forward_broker_args(args),
+            run_dir=Path(args.run_dir) if args.run_dir else None,
+            embedded=args.embedded_broker,
+            progress=not args.no_progress,
+        )
+        sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else 3)
+
+
+def _forward_broker_args(args: argparse.Namespace) -> list[str]:
+    out = []
+    for flag in ("username", "password", "tls_ca", "tls_cert", "tls_key"):
+        v = getattr(args, flag)
+        if v:
+            out += [f"--{flag.replace('_', '-')}", v]
+    if args.tls_insecure:
+        out.append("--tls-insecure")
+    out += ["--mqtt-protocol", args.mqtt_protocol]
+    return out

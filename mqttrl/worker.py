@@ -1,0 +1,281 @@
+"""The worker node: plays the game and streams experience.
+
+Started with only a broker URL and a run name: it reads the run's config and
+newest weights from their retained messages, builds the envs and the
+algorithm's actor, then steps. New weights are applied between steps (model and
+version swap together). Samples go out in batches through a bounded outbox,
+so a broker outage never stops the game loop. Spawn-safe: nothing here relies
+on fork, so it runs the same on a Windows game PC.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from . import PROTOCOL_VERSION, __version__
+from .algorithm import ActorContext
+from .config import RunConfig, from_dict
+from .envs import make_env
+from .plugins import get_registry
+from .rollout import EnvSet
+from .topics import Topics, check_name
+from .transport import BrokerSettings, Message, MqttNode, Outgoing
+from .wire import Rejected, RejectionCounter, decode_json, decode_weights, encode_batch, encode_json
+
+log = logging.getLogger("mqttrl.worker")
+
+
+class WorkerNode:
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        run: str,
+        name: str | None = None,
+        index: int = 0,
+        num_envs: int | None = None,
+        seed: int | None = None,
+        wait_timeout: float | None = None,
+    ):
+        self.topics = Topics(run)
+        self.name = check_name("worker", name or f"{socket.gethostname()}-{os.getpid()}")
+        self.index = index
+        self.num_envs_override = num_envs
+        self.seed_override = seed
+        self.wait_timeout = wait_timeout
+        self.rejections = RejectionCounter(log)
+        self._stop = threading.Event()
+        self.version = -1
+        self.seq = 0
+        self.env_steps = 0
+        self.episodes = 0
+        self.learner_online = False
+        self.pause = False
+        self.config: RunConfig | None = None
+        self.actor = None
+        self._pending_weights = None
+        self.node = MqttNode(
+            broker,
+            client_id=f"mqttrl-worker-{run}-{self.name}",
+            persistent=False,
+            subscriptions=[
+                (self.topics.config, 1),
+                (self.topics.weights, 1),
+                (self.topics.flow, 1),
+                (self.topics.learner_state, 1),
+            ],
+            will=Outgoing(self.topics.worker_state(self.name), self._state("offline", "connection lost"), 1, True, "state"),
+            birth=lambda: [Outgoing(self.topics.worker_state(self.name), self._state("online"), 1, True, "state")],
+            inbox_limit=1000,
+            outbox_limit=2000,
+        )
+
+    def _state(self, status: str, reason: str = "") -> bytes:
+        return encode_json(
+            {
+                "status": status,
+                "reason": reason,
+                "worker": self.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "index": self.index,
+                "num_envs": self.num_envs_override,
+                "mqttrl": __version__,
+                "protocol": PROTOCOL_VERSION,
+                "time": time.time(),
+            }
+        )
+
+    # ---- inbox ----------------------------------------------------------------
+    def _handle(self, msg: Message) -> None:
+        try:
+            kind, _ = self.topics.parse(msg.topic)
+        except ValueError:
+            return
+        try:
+            if kind == "config":
+                if self.config is None:
+                    self._on_config(decode_json(msg.payload, {"run": str}))
+            elif kind == "weights":
+                w = decode_weights(msg.payload)
+                if w.run != self.topics.run:
+                    raise Rejected("wrong_run", f"weights for run {w.run!r}")
+                if self.version < 0 or w.version > self.version or w.version < self.version - 1000:
+                    self._pending_weights = w  # applied between steps; newest wins
+            elif kind == "flow":
+                self.pause = bool(decode_json(msg.payload).get("pause", False))
+            elif kind == "learner_state":
+                if msg.payload:
+                    st = decode_json(msg.payload, {"status": str})
+                    online = st["status"] == "online"
+                    if online != self.learner_online:
+                        log.info("learner is %s", st["status"])
+                    self.learner_online = online
+        except Rejected as r:
+            self.rejections.add(r, kind)
+
+    def _on_config(self, data: dict) -> None:
+        registry = get_registry()
+        algo_name = data.get("algorithm", {}).get("name")
+        self.config = from_dict(data, lambda name: registry.algorithm(name).params)
+        self.info = registry.algorithm(algo_name)
+        log.info("run %s: env %s, algorithm %s", self.config.run, self.config.env.id, algo_name)
+
+    def _drain(self, timeout: float = 0.0) -> None:
+        try:
+            msg = self.node.inbox.get(timeout=timeout) if timeout else self.node.inbox.get_nowait()
+            self._handle(msg)
+            while True:
+                self._handle(self.node.inbox.get_nowait())
+        except queue.Empty:
+            pass
+
+    def _wait_for(self, what: str, ready) -> None:
+        start = time.monotonic()
+        last_note = start
+        while not ready() and not self._stop.is_set():
+            self._drain(timeout=0.2)
+            now = time.monotonic()
+            if now - last_note > 10:
+                last_note = now
+                log.warning(
+                    "still waiting for the %s of run %r (retained on %s); is a learner running for this run on this broker?",
+                    what, self.topics.run, self.topics.config if what == "config" else self.topics.weights,
+                )
+            if self.wait_timeout and now - start > self.wait_timeout:
+                raise TimeoutError(f"no {what} for run {self.topics.run!r} after {self.wait_timeout:.0f}s; start the learner first")
+
+    # ---- main loop ------------------------------------------------------------
+    def stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def _apply_weights(self) -> None:
+        w = self._pending_weights
+        self._pending_weights = None
+        if w is None:
+            return
+        if w.algorithm != self.config.algorithm.name:
+            self.rejections.add(Rejected("bad_value", f"weights for {w.algorithm!r}, run uses {self.config.algorithm.name!r}"), "weights")
+            return
+        if self.actor.pending():  # a batch never mixes model versions
+            self._send_batch()
+        self.actor.load_weights(w.tensors, w.info)
+        self.version = w.version
+
+    def _send_batch(self) -> None:
+        arrays = self.actor.take()
+        if not arrays:
+            return
+        payload = encode_batch(self.topics.run, self.name, self.seq, self.version, arrays)
+        self.seq += 1
+        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
+
+    def _heartbeat(self) -> None:
+        hb = {
+            "worker": self.name,
+            "model_version": self.version,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "seq": self.seq,
+            "outbox": self.node.outbox_size,
+            "dropped": dict(self.node.dropped),
+            "rejected": self.rejections.snapshot(),
+            "paused": self.pause and self.learner_online,
+            "time": time.time(),
+        }
+        self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
+
+    def run(self, max_env_steps: int | None = None) -> None:
+        import torch
+
+        self.node.start(wait=None)
+        self._wait_for("config", lambda: self.config is not None)
+        if self._stop.is_set():
+            return self._shutdown()
+        cfg = self.config
+        torch.set_num_threads(cfg.worker.torch_threads)
+        num_envs = self.num_envs_override or cfg.env.num_envs
+        seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + self.index * 97
+        registry = get_registry()
+        make = lambda: make_env(cfg.env.id, cfg.env.kwargs, registry)  # noqa: E731
+        envs = EnvSet(make, num_envs, seed)
+        ctx = ActorContext(
+            num_envs=num_envs,
+            first_env_index=self.index * num_envs,
+            total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
+            seed=seed,
+        )
+        self.actor = self.info.make_actor(cfg.algorithm.params, envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
+        self._wait_for("weights", lambda: self._pending_weights is not None or self.version >= 0)
+        if self._stop.is_set():
+            envs.close()
+            return self._shutdown()
+        self._apply_weights()
+        log.info("worker %s stepping %d envs from model version %d", self.name, num_envs, self.version)
+        hb_every = cfg.worker.heartbeat_interval_s
+        next_hb = 0.0
+        batch_started = None
+        episodes_topic = self.topics.episodes(self.name)
+        while not self._stop.is_set():
+            self._drain()
+            if self._pending_weights is not None:
+                self._apply_weights()
+            now = time.monotonic()
+            if now >= next_hb:
+                next_hb = now + hb_every
+                self._heartbeat()
+            if self.pause and self.learner_online:
+                self._drain(timeout=0.01)  # the learner is behind: wait for it
+                continue
+            actions, extras = self.actor.act(envs.obs)
+            obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
+            self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
+            self.env_steps += num_envs
+            for e in ended:
+                self.episodes += 1
+                self.node.publish(
+                    episodes_topic,
+                    encode_json(
+                        {
+                            "worker": self.name,
+                            "env": e.env_index,
+                            "return": e.episode_return,
+                            "length": e.length,
+                            "terminated": e.terminated,
+                            "model_version": self.version,
+                            "env_steps": self.env_steps,
+                            "time": time.time(),
+                        }
+                    ),
+                    qos=1,
+                    kind="episodes",
+                )
+            pending = self.actor.pending()
+            if pending and batch_started is None:
+                batch_started = now
+            if pending >= cfg.worker.batch_size or (pending and now - batch_started > cfg.worker.max_batch_delay_s):
+                self._send_batch()
+                batch_started = None
+            if max_env_steps and self.env_steps >= max_env_steps:
+                break
+        if self.actor.pending():
+            self._send_batch()
+        envs.close()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self.node.stop(final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", "stopped"), 1, True, "state")])
+        log.info("worker %s stopped after %d env steps, %d episodes", self.name, self.env_steps, self.episodes)
+
+
+def run_worker(broker: BrokerSettings, run: str, **kwargs) -> None:
+    node = WorkerNode(broker, run, **kwargs)
+    signal.signal(signal.SIGTERM, node.stop)
+    signal.signal(signal.SIGINT, node.stop)
+    node.run()
