@@ -46,6 +46,8 @@ class WorkerStatus:
     env_steps: int = 0
     episodes: int = 0
     last_seq: int = -1
+    #: first sequence number received in this learner process (shows what a restart recovered)
+    first_seq: int = -1
     samples: int = 0
     missing: int = 0
     info: dict = attrs.Factory(dict)
@@ -220,6 +222,8 @@ class LearnerNode:
         if status.last_seq >= 0 and batch.seq > status.last_seq + 1:
             status.missing += batch.seq - status.last_seq - 1
         status.last_seq = batch.seq
+        if status.first_seq < 0:
+            status.first_seq = batch.seq
         status.samples += batch.count
         status.last_seen = time.time()
         status.online = True
@@ -322,6 +326,8 @@ class LearnerNode:
                     "env_steps": w.env_steps,
                     "samples": w.samples,
                     "missing_batches": w.missing,
+                    "first_seq": w.first_seq,
+                    "last_seq": w.last_seq,
                 }
                 for w in self.workers.values()
             },
