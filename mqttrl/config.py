@@ -258,13 +258,16 @@ def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | Non
     except ValueError as e:
         raise ConfigError(str(e)) from None
     sections = {name: build(cls, data.get(name, {}), name) for name, cls in _SECTIONS.items()}
-    algo = dict(data.get("algorithm", {}))
-    if not isinstance(algo, dict):
-        raise ConfigError("algorithm: expected a table")
+    algo = data.get("algorithm", {})
+    if not isinstance(algo, Mapping):  # e.g. --set algorithm=dqn instead of algorithm.name=dqn
+        raise ConfigError(f"algorithm={algo!r}: expected a table, e.g. --set algorithm.name=dqn")
+    algo = dict(algo)
     name = algo.pop("name", "dqn")
     nested = algo.pop("params", None)  # the to_dict() form nests hyperparameters
-    if isinstance(nested, dict):
+    if isinstance(nested, Mapping):
         algo = {**nested, **algo}
+    elif nested is not None:
+        raise ConfigError(f"algorithm.params={nested!r}: expected a table")
     if not isinstance(name, str):
         raise ConfigError(f"algorithm.name={name!r}: expected a string")
     params = None

@@ -200,6 +200,9 @@ class LearnerNode:
                 self._on_command(name, msg.payload)
         except Rejected as r:
             self.rejections.add(r, f"{kind} from {name}")
+        except Exception as exc:  # never let one message take the node down
+            log.exception("handling a message on %s failed", msg.topic)
+            self.rejections.add(Rejected("internal_error", f"{type(exc).__name__}: {exc}"), f"{kind} from {name}")
 
     def _on_samples(self, worker: str, payload: bytes) -> None:
         batch = decode_batch(payload, max_bytes=int(self.lc.max_payload_mb * 1024 * 1024))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 
 ROOT = "mqttrl"
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def check_name(kind: str, value: str) -> str:
     """Validate a run, worker or command name: no MQTT wildcards or separators."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):  # fullmatch: "$" would let a trailing newline through
         raise ValueError(
             f"invalid {kind} name {value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
         )

@@ -119,6 +119,9 @@ class WorkerNode:
                     self.learner_online = online
         except Rejected as r:
             self.rejections.add(r, kind)
+        except Exception as exc:  # never let one message take the node down
+            log.exception("handling a message on %s failed", msg.topic)
+            self.rejections.add(Rejected("internal_error", f"{type(exc).__name__}: {exc}"), kind)
 
     def _on_config(self, data: dict) -> None:
         registry = get_registry()

@@ -35,7 +35,7 @@ def decode_json(payload: bytes, required: dict[str, type | tuple[type, ...]] | N
         raise Rejected("oversize", f"{len(payload)} bytes, limit {max_bytes}")
     try:
         obj = json.loads(bytes(payload), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested JSON
         raise Rejected("garbage", f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise Rejected("bad_header", "JSON message is not an object")

@@ -29,6 +29,7 @@ REASONS = (
     "duplicate",  # sequence number already seen
     "checksum",
     "bad_value",
+    "internal_error",  # a handler raised unexpectedly: a bug, logged with its traceback
 )
 
 

@@ -153,6 +153,13 @@ def _int(header: dict, key: str, lo: int = 0, hi: int = 2**62) -> int:
     return v
 
 
+def _finite(x: int | float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
 def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024) -> SampleBatch:
     """Decode and bounds-check a batch. Raises :class:`Rejected` with a reason."""
     n = len(payload)
@@ -171,7 +178,7 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         raise Rejected("truncated", f"header needs {hlen} bytes, payload has {n - _PREFIX.size}")
     try:
         header = json.loads(bytes(payload[_PREFIX.size : _PREFIX.size + hlen]))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested JSON
         raise Rejected("bad_header", f"header is not JSON ({exc})") from None
     if not isinstance(header, dict):
         raise Rejected("bad_header", "header is not an object")
@@ -182,7 +189,7 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
     version = _int(header, "model_version")
     count = _int(header, "count", 0, 2**31)
     sent_at = header.get("sent_at", 0.0)
-    if not isinstance(sent_at, (int, float)) or isinstance(sent_at, bool) or not math.isfinite(sent_at):
+    if not isinstance(sent_at, (int, float)) or isinstance(sent_at, bool) or not _finite(sent_at):
         raise Rejected("bad_header", "sent_at must be a finite number")
     entries = header.get("arrays")
     if not isinstance(entries, list) or not entries or len(entries) > 64:
@@ -202,7 +209,7 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         name, dtype, shape, off = e.get("name"), e.get("dtype"), e.get("shape"), e.get("offset")
         if not isinstance(name, str) or not name or len(name) > 64 or name in arrays:
             raise Rejected("bad_header", f"bad or duplicate array name {name!r}")
-        if dtype not in ALLOWED_DTYPES:
+        if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:  # a list/dict is unhashable
             raise Rejected("dtype", f"{name}: dtype {dtype!r} not allowed on the wire")
         if (
             not isinstance(shape, list)

@@ -74,7 +74,7 @@ def _metadata(payload: bytes) -> dict[str, str]:
         raise Rejected("garbage", "not a safetensors payload (bad header length)")
     try:
         header = json.loads(bytes(payload[8 : 8 + hlen]))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: deeply nested JSON
         raise Rejected("garbage", "safetensors header is not JSON") from None
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     if not isinstance(meta, dict):
@@ -96,7 +96,7 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         published_at = float(meta.get("published_at", "0"))
         info = json.loads(meta.get("info", "{}"))
         algorithm, run, digest = meta["algorithm"], meta["run"], meta["checksum"]
-    except (KeyError, ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError, RecursionError) as exc:
         raise Rejected("bad_header", f"weights metadata incomplete ({exc})") from None
     if version < 0 or not isinstance(info, dict):
         raise Rejected("bad_header", "negative version or bad info")

@@ -1,0 +1,90 @@
+"""`mqttrl train` as a user runs it, and a worker riding through a broker outage."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import Proc, REPO, node_env, script
+from test_e2e_dqn import start_learner, start_worker, write_config
+from watch import Watcher
+
+pytestmark = pytest.mark.e2e
+
+
+def run_train(tmp_path, *args, timeout=300):
+    run_dir = tmp_path / "run"
+    argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir), "--no-progress", *args]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=node_env())
+    return out, run_dir
+
+
+def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
+    out, run_dir = run_train(
+        tmp_path, "--set", "train.max_seconds=45", "--set", "train.eval_every_s=8", "--set", "train.target_return=10000"
+    )
+    assert out.returncode == 3, out.stdout + out.stderr  # budget hit, target not reached: exit 3
+    assert "embedded mosquitto broker" in out.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "time budget"
+    assert summary["solved"] is False
+    assert summary["env_steps"] > 5000 and summary["updates"] > 100
+    assert summary["evaluations"] >= 2
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["train"]["max_seconds"] == 45.0 and config["algorithm"]["name"] == "dqn"
+    with open(run_dir / "episodes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == summary["episodes"] and {r["worker"] for r in rows} == {"w0", "w1"}
+    with open(run_dir / "evaluations.csv") as f:
+        evals = list(csv.DictReader(f))
+    assert len(evals) == summary["evaluations"] and all(int(e["episodes"]) == 20 for e in evals)
+    assert (run_dir / "best" / "weights.safetensors").exists()
+    assert (run_dir / "checkpoints" / "latest").exists()
+    assert "not solved" in out.stdout
+
+
+def test_train_falls_back_to_amqtt(tmp_path):
+    """amqtt speaks only MQTT 3.1.1: the whole run must work over it."""
+    out, run_dir = run_train(
+        tmp_path, "--embedded-broker", "amqtt", "--workers", "1", "--set", "train.max_seconds=30",
+        "--set", "train.target_return=10000",
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "embedded amqtt broker" in out.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] > 1000 and summary["updates"] > 0, summary
+    assert "MQTT 3.1.1" in (run_dir / "logs" / "learner.log").read_text()
+
+
+def test_train_rejects_bad_config_with_a_clear_message(tmp_path):
+    out, _ = run_train(tmp_path, "--set", "learner.publish_evry=5", timeout=60)
+    assert out.returncode != 0
+    assert "unknown key learner.publish_evry" in out.stderr and "publish_every" in out.stderr
+
+
+def test_worker_keeps_stepping_through_a_broker_outage(tmp_path, mosquitto):
+    run = "e2e-outage"
+    cfg = write_config(tmp_path, run)
+    watch = Watcher(mosquitto.port, run)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run")
+    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", 0)
+    try:
+        watch.wait(lambda w: w.latest.get("updates", 0) > 50, 120, "training under way")
+        steps_before = watch.heartbeats["w0"]["env_steps"]
+        watch.close()
+        mosquitto.restart(down_for=4)
+        watch = Watcher(mosquitto.port, run)
+        # the worker stepped while the broker was down (its counter moved on by more than the outage's idle)
+        watch.wait(lambda w: w.heartbeats["w0"]["env_steps"] > steps_before + 2000, 60, "worker heartbeats after the outage")
+        assert w0.p.poll() is None and learner.p.poll() is None
+        assert "reconnect" in w0.text().lower() or "disconnected" in w0.text().lower()
+        updates = watch.latest.get("updates", 0)
+        watch.wait(lambda w: w.latest["updates"] > updates + 50, 60, "training after the outage")
+    finally:
+        w0.terminate()
+        learner.terminate(60)
+        watch.close()

@@ -1,0 +1,290 @@
+"""Plugins: the ``mqttrl plugins`` report, MQTTRL_LOAD_PLUGINS, and a third-party
+package built and installed on the fly, then used by a real learner and worker."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Proc, node_env, script
+
+CORRIDOR_DIST = "mqttrl-corridor"
+CORRIDOR_VERSION = "0.3.1"
+CORRIDOR_ENV = "corridor/Corridor-v0"
+
+CORRIDOR_MODULE = '''
+"""A third-party mqttrl plugin: a corridor env and a renamed copy of DQN."""
+
+import attrs
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.hookspecs import hookimpl
+
+MAX_STEPS = 50
+
+
+class Corridor(gym.Env):
+    """Walk right to the end of a corridor; observation is (position, steps left)."""
+
+    def __init__(self, length: int = 6):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.pos = 0
+        self.t = 0
+
+    def _obs(self):
+        return np.array([self.pos / self.length, 1.0 - self.t / MAX_STEPS], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.t = 0, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.pos = max(0, min(self.length, self.pos + (1 if int(action) == 1 else -1)))
+        terminated = self.pos == self.length
+        truncated = self.t >= MAX_STEPS and not terminated
+        return self._obs(), (1.0 if terminated else -0.01), terminated, truncated, {}
+
+
+def make_corridor(**kwargs):
+    return Corridor(**kwargs)
+
+
+@hookimpl
+def mqttrl_register_envs(register):
+    register("corridor/Corridor-v0", make_corridor, "a 1-D corridor, Box(2,) float32 obs, 2 actions, 50 steps")
+
+
+@hookimpl
+def mqttrl_register_algorithms(register):
+    # a third-party algorithm: DQN under another name, registered as an AlgorithmInfo
+    from mqttrl_plugins import dqn
+
+    infos = []
+    dqn.mqttrl_register_algorithms(register=infos.append)
+    register(attrs.evolve(infos[0], name="corridor_dqn", description="DQN, renamed by a third-party plugin"))
+'''
+
+CORRIDOR_PYPROJECT = f'''
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{CORRIDOR_DIST}"
+version = "{CORRIDOR_VERSION}"
+description = "test plugin for mqttrl"
+requires-python = ">=3.11"
+
+[project.entry-points.mqttrl]
+corridor = "mqttrl_corridor"
+
+[tool.setuptools]
+py-modules = ["mqttrl_corridor"]
+'''
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.fixture(scope="module")
+def corridor_site(tmp_path_factory) -> Path:
+    """Build and install the corridor plugin package into a private directory (once per module)."""
+    root = tmp_path_factory.mktemp("corridor")
+    pkg = root / "src"
+    pkg.mkdir()
+    (pkg / "pyproject.toml").write_text(CORRIDOR_PYPROJECT)
+    (pkg / "mqttrl_corridor.py").write_text(textwrap.dedent(CORRIDOR_MODULE))
+    site = root / "site"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "--quiet", "--target", str(site), str(pkg)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, f"pip install failed:\n{r.stdout}\n{r.stderr}"
+    assert (site / "mqttrl_corridor.py").exists()
+    assert list(site.glob("mqttrl_corridor-*.dist-info/entry_points.txt"))
+    return site
+
+
+def plugins_json(**env: str) -> list[dict]:
+    r = subprocess.run([script("mqttrl"), "plugins"], capture_output=True, text=True, env=node_env(**env), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def by_name(report: list[dict]) -> dict[str, dict]:
+    return {p["name"]: p for p in report}
+
+
+def test_plugins_lists_builtins():
+    env = node_env()
+    env.pop("MQTTRL_LOAD_PLUGINS", None)
+    r = subprocess.run([script("mqttrl"), "plugins"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    report = by_name(json.loads(r.stdout))
+    import mqttrl
+
+    dqn, gym_envs = report["dqn"], report["gym_envs"]
+    for p in (dqn, gym_envs):
+        assert p["distribution"] == "mqttrl"
+        assert p["version"] == mqttrl.__version__
+        assert "error" not in p
+    assert dqn["module"] == "mqttrl_plugins.dqn"
+    assert dqn["algorithms"] == ["dqn"]
+    assert "envs" not in dqn
+    assert gym_envs["module"] == "mqttrl_plugins.gym_envs"
+    assert gym_envs["envs"] == ["gym/"]
+    assert "algorithms" not in gym_envs
+
+
+def test_load_plugins_env_var_limits_loading():
+    report = plugins_json(MQTTRL_LOAD_PLUGINS="gym_envs")
+    assert [p["name"] for p in report] == ["gym_envs"]
+    report = plugins_json(MQTTRL_LOAD_PLUGINS=" dqn , ")
+    assert [p["name"] for p in report] == ["dqn"]
+    assert plugins_json(MQTTRL_LOAD_PLUGINS="") == []
+
+
+def test_third_party_plugin_is_listed(corridor_site):
+    report = by_name(plugins_json(PYTHONPATH=str(corridor_site)))
+    assert {"dqn", "gym_envs", "corridor"} <= set(report)
+    c = report["corridor"]
+    assert "error" not in c, c
+    assert canon(c["distribution"]) == canon(CORRIDOR_DIST)
+    assert c["version"] == CORRIDOR_VERSION
+    assert c["module"] == "mqttrl_corridor"
+    assert c["envs"] == [CORRIDOR_ENV]
+    assert c["algorithms"] == ["corridor_dqn"]
+    # the built-ins still come from mqttrl
+    assert report["dqn"]["distribution"] == "mqttrl"
+    # and the filter applies to third-party plugins too
+    only = plugins_json(PYTHONPATH=str(corridor_site), MQTTRL_LOAD_PLUGINS="corridor")
+    assert [p["name"] for p in only] == ["corridor"]
+
+
+def test_third_party_env_and_algorithm_resolve_in_process(corridor_site, monkeypatch):
+    """The registry picks the plugin up when its directory is importable (no subprocess)."""
+    code = textwrap.dedent(
+        f"""
+        import json
+        from mqttrl.envs import make_env
+        from mqttrl.plugins import get_registry
+        from mqttrl.config import load_config
+        reg = get_registry()
+        env = make_env({CORRIDOR_ENV!r}, {{"length": 2}})
+        obs, _ = env.reset(seed=0)
+        steps, done = 0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(1)
+            steps += 1
+            done = term or trunc
+        cfg = load_config(None, ["algorithm.name=corridor_dqn", "algorithm.lr=0.01"], lambda n: reg.algorithm(n).params)
+        print(json.dumps({{"shape": list(env.observation_space.shape), "dtype": str(env.observation_space.dtype),
+                          "n": int(env.action_space.n), "steps": steps, "term": bool(term),
+                          "algo": reg.algorithm("corridor_dqn").name, "mode": reg.algorithm("corridor_dqn").mode,
+                          "lr": cfg.algorithm.params.lr, "plugin": reg.envs[{CORRIDOR_ENV!r}].plugin}}))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=node_env(PYTHONPATH=str(corridor_site), MQTTRL_LOAD_PLUGINS="corridor"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out == {"shape": [2], "dtype": "float32", "n": 2, "steps": 2, "term": True, "algo": "corridor_dqn",
+                   "mode": "async", "lr": 0.01, "plugin": "corridor"}
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:  # a line being written
+            pass
+    return lines
+
+
+@pytest.mark.e2e
+def test_third_party_env_end_to_end(corridor_site, mosquitto, tmp_path):
+    run = "corridor-e2e"
+    config = tmp_path / "corridor.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            run = "{run}"
+
+            [env]
+            id = "{CORRIDOR_ENV}"
+            num_envs = 2
+
+            [algorithm]
+            name = "dqn"
+            hidden = [16]
+            batch_size = 16
+            buffer_size = 2000
+            learning_starts = 32
+
+            [worker]
+            batch_size = 16
+            max_batch_delay_s = 0.2
+
+            [learner]
+            publish_every = 10
+            checkpoint_every = 0
+            metrics_interval_s = 0.5
+            """
+        )
+    )
+    run_dir = tmp_path / "run"
+    env = node_env(PYTHONPATH=str(corridor_site))
+    env.pop("MQTTRL_LOAD_PLUGINS", None)
+    learner = Proc(
+        [script("mqttrl-learner"), "--config", str(config), "--broker", mosquitto.url, "--run-dir", str(run_dir),
+         "--max-seconds", "25"],
+        tmp_path / "learner.log", env=env,
+    )
+    worker = Proc([script("mqttrl-worker"), "--broker", mosquitto.url, "--run", run, "--name", "w0"],
+                  tmp_path / "worker.log", env=env)
+    metrics_path = run_dir / "learner_metrics.jsonl"
+    seen = None
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            assert learner.p.poll() is None, f"learner exited early:\n{learner.text()}"
+            assert worker.p.poll() is None, f"worker exited early:\n{worker.text()}"
+            for m in read_metrics(metrics_path):
+                w0 = m.get("workers", {}).get("w0")
+                if m.get("samples", 0) > 0 and w0 and w0.get("samples", 0) > 0:
+                    seen = m
+                    break
+            if seen:
+                break
+            time.sleep(0.25)
+    finally:
+        worker.terminate()
+        learner.terminate()
+    assert seen is not None, (
+        f"no samples from w0 reached the learner\n--- learner\n{learner.text()[-3000:]}\n--- worker\n{worker.text()[-3000:]}"
+    )
+    assert seen["workers"]["w0"]["samples"] <= seen["samples"]
+    lines = read_metrics(metrics_path)
+    assert all(m["rejected"] == {} for m in lines), [m["rejected"] for m in lines if m["rejected"]]
+    assert lines[-1]["samples"] >= seen["samples"]
+    assert "Traceback" not in learner.text() and "Traceback" not in worker.text()
+    # the run config the learner published names the plugin env
+    resolved = list(run_dir.glob("*.json"))
+    assert any(CORRIDOR_ENV in p.read_text() for p in resolved), [p.name for p in resolved]
