@@ -8,8 +8,10 @@ An algorithm is described by an :class:`AlgorithmInfo` and has two halves:
   a training step is due, trains, exports weights and checkpoints its state.
 
 Mode ``"async"`` (Ape-X style) accepts samples from any worker at any time
-within a staleness window; mode ``"sync"`` (PPO style) trains one round per
-model version.
+within a staleness window; the node calls ``train_step`` while ``train_due``.
+Mode ``"sync"`` (PPO style) trains one round per model version: each live worker
+sends one batch (its share) made with version v; when all have (or the round
+times out) the node calls ``train_round`` and publishes v+1.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ class Actor(Protocol):
         """Take one vector step's transitions (``next_obs`` is the final obs where an episode ended)."""
 
     def pending(self) -> int:
-        """Transitions ready to send."""
+        """Transitions ready to send. In sync mode this stays 0 until the actor's whole
+        share of the round is collected; the worker then sends it and blocks in
+        ``sync()`` until the next model version arrives."""
 
     def take(self) -> Tensors:
         """Remove and return the ready transitions as arrays matching the sample spec."""
@@ -76,7 +80,12 @@ class Learner(Protocol):
         """True when samples arrive faster than training keeps up (flow control)."""
 
     def train_step(self) -> dict[str, float]:
-        """Run one update; returns scalar metrics."""
+        """Async mode: run one update; returns scalar metrics."""
+
+    def train_round(self, batches: list[SampleBatch]) -> dict[str, float]:
+        """Sync mode: train on one round (every batch was produced with the current
+        model version, at most one batch per worker); returns scalar metrics. The node
+        publishes the next model version right after."""
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
         """Policy parameters for workers, as numpy arrays, plus JSON-able info."""

@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import Proc, node_env, script
@@ -152,9 +153,9 @@ def test_plugins_lists_builtins():
 
 def test_load_plugins_env_var_limits_loading():
     report = plugins_json(MQTTRL_LOAD_PLUGINS="gym_envs")
-    assert [p["name"] for p in report] == ["gym_envs"]
-    report = plugins_json(MQTTRL_LOAD_PLUGINS=" dqn , ")
-    assert [p["name"] for p in report] == ["dqn"]
+    assert [p["name"] for p in report] == ["gym_envs"]  # dqn is installed but not loaded
+    assert report[0]["envs"] == ["gym/"]
+    assert plugins_json(MQTTRL_LOAD_PLUGINS=" gym_envs , nonexistent,") == report
     assert plugins_json(MQTTRL_LOAD_PLUGINS="") == []
 
 
@@ -170,40 +171,65 @@ def test_third_party_plugin_is_listed(corridor_site):
     assert c["algorithms"] == ["corridor_dqn"]
     # the built-ins still come from mqttrl
     assert report["dqn"]["distribution"] == "mqttrl"
-    # and the filter applies to third-party plugins too
-    only = plugins_json(PYTHONPATH=str(corridor_site), MQTTRL_LOAD_PLUGINS="corridor")
-    assert [p["name"] for p in only] == ["corridor"]
 
 
-def test_third_party_env_and_algorithm_resolve_in_process(corridor_site, monkeypatch):
-    """The registry picks the plugin up when its directory is importable (no subprocess)."""
-    code = textwrap.dedent(
-        f"""
-        import json
-        from mqttrl.envs import make_env
-        from mqttrl.plugins import get_registry
-        from mqttrl.config import load_config
-        reg = get_registry()
-        env = make_env({CORRIDOR_ENV!r}, {{"length": 2}})
-        obs, _ = env.reset(seed=0)
-        steps, done = 0, False
-        while not done:
-            obs, r, term, trunc, _ = env.step(1)
-            steps += 1
-            done = term or trunc
-        cfg = load_config(None, ["algorithm.name=corridor_dqn", "algorithm.lr=0.01"], lambda n: reg.algorithm(n).params)
-        print(json.dumps({{"shape": list(env.observation_space.shape), "dtype": str(env.observation_space.dtype),
-                          "n": int(env.action_space.n), "steps": steps, "term": bool(term),
-                          "algo": reg.algorithm("corridor_dqn").name, "mode": reg.algorithm("corridor_dqn").mode,
-                          "lr": cfg.algorithm.params.lr, "plugin": reg.envs[{CORRIDOR_ENV!r}].plugin}}))
-        """
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env=node_env(PYTHONPATH=str(corridor_site), MQTTRL_LOAD_PLUGINS="corridor"))
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out == {"shape": [2], "dtype": "float32", "n": 2, "steps": 2, "term": True, "algo": "corridor_dqn",
-                   "mode": "async", "lr": 0.01, "plugin": "corridor"}
+@pytest.fixture
+def registry_with(corridor_site, monkeypatch):
+    """get_registry() in this process, with the corridor site importable and a plugin filter."""
+    from mqttrl.plugins import get_registry
+
+    def load(wanted: str | None):
+        if wanted is None:
+            monkeypatch.delenv("MQTTRL_LOAD_PLUGINS", raising=False)
+        else:
+            monkeypatch.setenv("MQTTRL_LOAD_PLUGINS", wanted)
+        get_registry.cache_clear()
+        return get_registry()
+
+    monkeypatch.syspath_prepend(str(corridor_site))
+    yield load
+    get_registry.cache_clear()
+    sys.modules.pop("mqttrl_corridor", None)
+
+
+def test_third_party_env_and_algorithm_resolve(registry_with):
+    from mqttrl.config import load_config
+    from mqttrl.envs import make_env
+
+    reg = registry_with("corridor")
+    assert [p["name"] for p in reg.plugins] == ["corridor"]  # the filter applies to third-party plugins too
+    assert set(reg.envs) == {CORRIDOR_ENV} and set(reg.algorithms) == {"corridor_dqn"}
+    assert reg.envs[CORRIDOR_ENV].plugin == "corridor"
+
+    env = make_env(CORRIDOR_ENV, {"length": 2}, reg)
+    assert env.observation_space.shape == (2,) and env.observation_space.dtype == np.float32
+    assert env.action_space.n == 2
+    env.reset(seed=0)
+    steps, term = 0, False
+    while not term:
+        _, _, term, trunc, _ = env.step(1)
+        steps += 1
+        assert not trunc
+    assert steps == 2
+    env.reset(seed=0)
+    results = [env.step(0) for _ in range(50)]  # walking left never ends: capped at 50 steps
+    assert [r[3] for r in results] == [False] * 49 + [True]
+
+    algo = reg.algorithm("corridor_dqn")
+    assert algo.mode == "async"
+    cfg = load_config(None, ["algorithm.name=corridor_dqn", "algorithm.lr=0.01"], lambda n: reg.algorithm(n).params)
+    assert cfg.algorithm.name == "corridor_dqn" and cfg.algorithm.params.lr == 0.01
+    spec = algo.sample_spec(cfg.algorithm.params, env.observation_space, env.action_space)
+    assert spec.fields  # the renamed algorithm works on the plugin's spaces
+
+    # with gym_envs only, neither is known, and the error lists what is installed
+    from mqttrl.plugins import UnknownPluginError
+
+    reg = registry_with("gym_envs")
+    with pytest.raises(UnknownPluginError, match="gym/"):
+        make_env(CORRIDOR_ENV, {}, reg)
+    with pytest.raises(UnknownPluginError, match="corridor_dqn"):
+        reg.algorithm("corridor_dqn")
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -245,6 +271,9 @@ def test_third_party_env_end_to_end(corridor_site, mosquitto, tmp_path):
             [learner]
             publish_every = 10
             checkpoint_every = 0
+            checkpoint_replay = false
+            # updates are fast here: accept samples however many versions behind
+            max_staleness = 100000
             metrics_interval_s = 0.5
             """
         )
