@@ -53,6 +53,8 @@ class WorkerConfig:
     #: sample messages held while the broker is unreachable; the oldest go first
     outbox_limit: int = attrs.field(default=2000, validator=_positive)
     torch_threads: int = attrs.field(default=1, validator=_positive)
+    #: sync mode: how long a worker waits for the next model version before raising a timeout error
+    sync_timeout_s: float = attrs.field(default=60.0, validator=_positive)
 
 
 @attrs.define
@@ -75,6 +77,8 @@ class LearnerConfig:
     device: str = "cpu"
     torch_threads: int = attrs.field(default=1, validator=_positive)
     max_payload_mb: float = attrs.field(default=64.0, validator=_positive)
+    #: sync mode: a round waits this long for every live worker's share, then trains without the missing ones
+    round_timeout_s: float = attrs.field(default=30.0, validator=_positive)
 
 
 @attrs.define

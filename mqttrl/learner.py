@@ -53,6 +53,17 @@ class WorkerStatus:
     info: dict = attrs.Factory(dict)
 
 
+@attrs.define
+class Round:
+    """Sync mode: the round of one model version: who owes a share, who delivered."""
+
+    version: int
+    started: float
+    members: set = attrs.Factory(set)
+    batches: dict = attrs.Factory(dict)
+    dropped: set = attrs.Factory(set)
+
+
 class LearnerNode:
     def __init__(self, config: RunConfig, broker: BrokerSettings, run_dir: Path, resume: bool = False):
         self.config = config
@@ -85,6 +96,10 @@ class LearnerNode:
         self._last_publish_update = 0
         self._last_ckpt_update = 0
         self.resumed_from: str | None = None
+        self.sync = self.info.mode == "sync"
+        self.round = Round(version=0, started=time.monotonic())
+        self.rounds_completed = 0
+        self.rounds_short = 0  # rounds that trained without some member (death or timeout)
         if resume:
             self._resume()
         write_resolved(config, self.run_dir / "config.json")
@@ -183,6 +198,9 @@ class LearnerNode:
         payload = encode_weights(self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
         self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")
         self._last_publish_update = self.algo.updates
+        if self.sync:  # every live worker owes a share of the new version
+            members = {w.name for w in self.workers.values() if w.online}
+            self.round = Round(version=self.version, started=time.monotonic(), members=members)
 
     def _handle(self, msg: Message) -> None:
         try:
@@ -217,10 +235,14 @@ class LearnerNode:
             status = self.workers[worker] = WorkerStatus(name=worker, last_seen=time.time())
         if batch.model_version > self.version:
             raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
-        if self.info.mode == "async" and self.version - batch.model_version > self.lc.max_staleness:
+        if not self.sync and self.version - batch.model_version > self.lc.max_staleness:
             raise Rejected("stale_version", f"version {batch.model_version} is older than {self.version} - {self.lc.max_staleness}")
+        if self.sync and batch.model_version != self.round.version:
+            raise Rejected("wrong_round", f"batch made with version {batch.model_version}, the open round is {self.round.version}")
         if batch.seq <= status.last_seq:
             raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {status.last_seq})")
+        if self.sync and worker in self.round.batches:
+            raise Rejected("duplicate", f"worker {worker!r} already sent its share of round {self.round.version}")
         self.spec.validate(batch.arrays, batch.count)
         if status.last_seq >= 0 and batch.seq > status.last_seq + 1:
             status.missing += batch.seq - status.last_seq - 1
@@ -230,7 +252,12 @@ class LearnerNode:
         status.samples += batch.count
         status.last_seen = time.time()
         status.online = True
-        self.algo.add(batch)
+        if self.sync:
+            self.round.batches[worker] = batch
+            if not self.round.members and not self.round.batches.keys() - {worker}:
+                self.round.members.add(worker)  # the first worker of a fresh run opens the round
+        else:
+            self.algo.add(batch)
         self.samples_total += batch.count
         self.batches_total += 1
 
@@ -261,6 +288,7 @@ class LearnerNode:
             if status.online:
                 log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
             status.online = False
+            self._drop_from_round(worker)
 
     def _on_command(self, command: str, payload: bytes) -> None:
         cmd = decode_json(payload) if payload else {}
@@ -335,6 +363,14 @@ class LearnerNode:
                 for w in self.workers.values()
             },
             "train": self._last_train_metrics,
+            "round": {
+                "version": self.round.version,
+                "members": sorted(self.round.members),
+                "delivered": sorted(self.round.batches),
+                "age_s": round(time.monotonic() - self.round.started, 2),
+                "completed": self.rounds_completed,
+                "short": self.rounds_short,
+            } if self.sync else None,
             "uptime_s": now - self.started,
         }
         window.update(t=now, updates=self.algo.updates, samples=self.samples_total)
@@ -345,7 +381,40 @@ class LearnerNode:
         for w in self.workers.values():
             if w.online and w.last_seen and now - w.last_seen > self.lc.worker_timeout_s:
                 w.online = False
+                self._drop_from_round(w.name)
                 log.warning("worker %s silent for %.0fs; marked offline", w.name, now - w.last_seen)
+
+    def _drop_from_round(self, worker: str) -> None:
+        if worker in self.round.members and worker not in self.round.batches:
+            self.round.members.discard(worker)
+            self.round.dropped.add(worker)
+            log.warning("round %d goes on without %s (offline)", self.round.version, worker)
+
+    def _maybe_complete_round(self) -> bool:
+        """Sync mode: train when every member delivered, or when the round timed out."""
+        r = self.round
+        waiting = r.members - r.batches.keys()
+        if not r.batches:
+            if time.monotonic() - r.started > self.lc.round_timeout_s:
+                r.started = time.monotonic()
+                r.members = {w.name for w in self.workers.values() if w.online}
+                log.warning("round %d: no worker delivered a share in %.0fs; still waiting (workers online: %s)",
+                            r.version, self.lc.round_timeout_s, sorted(r.members) or "none")
+            return False
+        if waiting:
+            if time.monotonic() - r.started < self.lc.round_timeout_s:
+                return False
+            log.warning("round %d timed out after %.0fs; training without %s", r.version, self.lc.round_timeout_s, sorted(waiting))
+        if waiting or r.dropped:
+            self.rounds_short += 1
+        batches = [r.batches[w] for w in sorted(r.batches)]
+        self._last_train_metrics = self.algo.train_round(batches)
+        self._last_train_metrics["round_workers"] = len(batches)
+        self.rounds_completed += 1
+        self.publish_weights()
+        if self.lc.checkpoint_every and self.algo.updates - self._last_ckpt_update >= self.lc.checkpoint_every:
+            self.save_checkpoint()
+        return True
 
     def _update_flow(self) -> None:
         behind = bool(self.algo.behind())
@@ -376,14 +445,17 @@ class LearnerNode:
                 except queue.Empty:
                     pass
                 trained = False
-                if self.algo.train_due():
+                if self.sync:
+                    trained = self._maybe_complete_round()
+                elif self.algo.train_due():
                     self._last_train_metrics = self.algo.train_step()
                     trained = True
                     if self.algo.updates - self._last_publish_update >= self.lc.publish_every:
                         self.publish_weights()
                     if self.lc.checkpoint_every and self.algo.updates - self._last_ckpt_update >= self.lc.checkpoint_every:
                         self.save_checkpoint()
-                self._update_flow()
+                if not self.sync:
+                    self._update_flow()
                 if not trained and not drained:
                     try:
                         self._handle(self.node.inbox.get(timeout=0.02))

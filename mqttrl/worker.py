@@ -32,6 +32,10 @@ from .wire import Rejected, RejectionCounter, decode_json, decode_weights, encod
 log = logging.getLogger("mqttrl.worker")
 
 
+class SyncTimeout(TimeoutError):
+    """Sync mode: the learner published no new model version in time."""
+
+
 class WorkerNode:
     def __init__(
         self,
@@ -171,6 +175,14 @@ class WorkerNode:
         self.actor.load_weights(w.tensors, w.info)
         self.version = w.version
 
+    def _wait_next_version(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync(self.config.worker.sync_timeout_s)
+                return
+            except SyncTimeout as e:
+                log.error("%s", e)
+
     def _send_batch(self) -> None:
         arrays = self.actor.take()
         if not arrays:
@@ -178,6 +190,33 @@ class WorkerNode:
         payload = encode_batch(self.topics.run, self.name, self.seq, self.version, arrays)
         self.seq += 1
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
+
+    def sync(self, timeout: float) -> None:
+        """Sync mode: block until a model version newer than the one we sent a share for.
+
+        Keeps heartbeating (the learner must not think we died) and raises
+        :class:`SyncTimeout` with what to check when nothing arrives in time.
+        """
+        sent_version = self.version
+        deadline = time.monotonic() + timeout
+        next_hb = time.monotonic() + self.config.worker.heartbeat_interval_s
+        while not self._stop.is_set():
+            if self._pending_weights is not None and self._pending_weights.version > sent_version:
+                self._apply_weights()
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                state = "online" if self.learner_online else "offline"
+                raise SyncTimeout(
+                    f"no model version after {sent_version} within {timeout:.0f}s for run {self.topics.run!r} "
+                    f"(learner state: {state}). Check that the learner is running and connected to this broker "
+                    f"(mosquitto_sub -v -t '{self.topics.learner_state}'), and its log for stalled rounds; "
+                    f"raise worker.sync_timeout_s if rounds are legitimately slow. Still waiting."
+                )
+            if now >= next_hb:
+                next_hb = now + self.config.worker.heartbeat_interval_s
+                self._heartbeat()
+            self._drain(timeout=0.05)
 
     def _heartbeat(self) -> None:
         hb = {
@@ -225,9 +264,14 @@ class WorkerNode:
         next_hb = 0.0
         batch_started = None
         episodes_topic = self.topics.episodes(self.name)
+        sync_mode = self.info.mode == "sync"
         while not self._stop.is_set():
             self._drain()
             if self._pending_weights is not None:
+                if sync_mode:  # a round finished without us: our partial share is of an old version
+                    discard = getattr(self.actor, "discard", None)
+                    if discard is not None:
+                        discard()
                 self._apply_weights()
             now = time.monotonic()
             if now >= next_hb:
@@ -260,6 +304,12 @@ class WorkerNode:
                     kind="episodes",
                 )
             pending = self.actor.pending()
+            if sync_mode:
+                if pending:  # our whole share of this round: send it, wait for the next version
+                    self._send_batch()
+                    self._wait_next_version()
+                    next_hb = 0.0
+                continue
             if pending and batch_started is None:
                 batch_started = now
             if pending >= cfg.worker.batch_size or (pending and now - batch_started > cfg.worker.max_batch_delay_s):
