@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 
@@ -22,8 +23,10 @@ class CheckpointError(RuntimeError):
     pass
 
 
-def write_checkpoint(directory: Path, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
-    """Write atomically to ``directory`` (replacing an existing one)."""
+def write_checkpoint(
+    directory: Path, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], files: Mapping[str, bytes] | None = None
+) -> Path:
+    """Write atomically to ``directory`` (replacing an existing one); ``files`` are extra files to include."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.parent / f".tmp-{directory.name}-{os.getpid()}-{time.monotonic_ns()}"
@@ -31,6 +34,8 @@ def write_checkpoint(directory: Path, tensors: Mapping[str, np.ndarray], meta: M
     try:
         save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp / "state.safetensors"))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        for name, data in (files or {}).items():
+            (tmp / name).write_bytes(data)
         for f in tmp.iterdir():  # make the data durable before the rename publishes it
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -52,7 +57,7 @@ def read_checkpoint(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, A
     try:
         meta = json.loads((directory / "meta.json").read_text())
         tensors = load_file(str(directory / "state.safetensors"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a corrupt state file
         raise CheckpointError(f"cannot read checkpoint {directory}: {exc}") from None
     return tensors, meta
 
@@ -70,9 +75,9 @@ class CheckpointStore:
         self._prune()
         return path
 
-    def save_named(self, name: str, tensors, meta) -> Path:
+    def save_named(self, name: str, tensors, meta, files: Mapping[str, bytes] | None = None) -> Path:
         """Quicksaves and best models; kept regardless of ``keep`` and also made ``latest``."""
-        path = write_checkpoint(self.root / name, tensors, meta)
+        path = write_checkpoint(self.root / name, tensors, meta, files)
         self._set_latest(name)
         return path
 

@@ -141,6 +141,55 @@ def _run_worker(args: argparse.Namespace) -> None:
         raise SystemExit(f"mqttrl-worker: {e}") from None
 
 
+# ---- telemetry -----------------------------------------------------------------
+def telemetry_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(
+        prog="mqttrl-telemetry",
+        description="Watch a run: aggregate episode stats and learner metrics, write them to storages "
+        "(InfluxDB, CSV + PNG files), and ask the learner to save each new best model.",
+        epilog="examples:\n  mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage files --storage-opt files.dir=telemetry\n"
+        "  INFLUXDB_URL=http://db:8086 INFLUXDB_TOKEN=... INFLUXDB_ORG=me INFLUXDB_BUCKET=rl \\\n"
+        "    mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage influxdb --storage files",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--storage", action="append", default=[], metavar="NAME",
+                   help="storage plugin to write to (repeatable; default: files). See `mqttrl plugins`")
+    p.add_argument("--storage-opt", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="storage option, e.g. files.dir=telemetry or influxdb.bucket=rl (repeatable)")
+    p.add_argument("--window", type=int, default=20, help="episodes in the moving averages (default 20)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between aggregate points (default 2)")
+    p.add_argument("--no-best-quicksave", action="store_true", help="do not ask the learner to save new best models")
+    p.add_argument("--max-seconds", type=float, help="stop after this long")
+    p.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(p, required=True)
+    return p
+
+
+def telemetry_main(argv: list[str] | None = None) -> None:
+    _run_telemetry(telemetry_parser().parse_args(argv))
+
+
+def _run_telemetry(args: argparse.Namespace) -> None:
+    _logging(args.verbose)
+    from .plugins import UnknownPluginError
+    from .telemetry import TelemetrySettings, make_storages, run_telemetry
+
+    options: dict[str, dict] = {}
+    for item in args.storage_opt:
+        key, sep, value = item.partition("=")
+        name, dot, opt = key.partition(".")
+        if not sep or not dot:
+            raise SystemExit(f"--storage-opt {item!r}: expected NAME.KEY=VALUE, e.g. files.dir=telemetry")
+        options.setdefault(name, {})[opt] = value
+    try:
+        storages = make_storages(args.storage or ["files"], options)
+    except UnknownPluginError as e:
+        raise SystemExit(f"mqttrl-telemetry: {e}") from None
+    settings = TelemetrySettings(window=args.window, interval_s=args.interval, quicksave_best=not args.no_best_quicksave)
+    run_telemetry(_settings(args), args.run, storages, settings, max_seconds=args.max_seconds)
+
+
 # ---- mqttrl ----------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mqttrl", description="Distributed reinforcement learning over MQTT.")
@@ -165,13 +214,45 @@ def main(argv: list[str] | None = None) -> None:
 
     learner_parser(sub.add_parser("learner", help="run a learner (same as mqttrl-learner)"))
     worker_parser(sub.add_parser("worker", help="run a worker (same as mqttrl-worker)"))
+    telemetry_parser(sub.add_parser("telemetry", help="run telemetry (same as mqttrl-telemetry)"))
     sub.add_parser("plugins", help="print installed plugins and what they register (JSON)")
+    q = sub.add_parser("quicksave", help="ask a running learner for a checkpoint and print where it went")
+    q.add_argument("--run", required=True)
+    q.add_argument("--name", help="checkpoint name (default quicksave-<updates>; 'best' writes checkpoints/best)")
+    q.add_argument("--timeout", type=float, default=30.0)
+    _broker_args(q, required=False)
+    st = sub.add_parser("status", help="live table of the learner and workers of a run")
+    st.add_argument("--run", required=True)
+    st.add_argument("--once", type=float, metavar="SECONDS", help="listen this long, print one table and exit")
+    st.add_argument("--json", action="store_true", help="with --once: print JSON rows instead of a table")
+    _broker_args(st, required=False)
 
     args = parser.parse_args(argv)
     if args.command == "plugins":
         from .plugins import plugins_report
 
         print(json.dumps(plugins_report(), indent=2))
+    elif args.command == "telemetry":
+        _run_telemetry(args)
+    elif args.command == "quicksave":
+        from .status import quicksave
+
+        try:
+            reply = quicksave(_settings(args, args.broker or "mqtt://127.0.0.1:1883"), args.run, args.timeout, args.name)
+        except TimeoutError as e:
+            raise SystemExit(f"mqttrl quicksave: {e}") from None
+        print(f"checkpoint written to {reply['path']} (model version {reply.get('model_version')}, {reply.get('updates')} updates)")
+    elif args.command == "status":
+        from .status import watch_status
+
+        view = watch_status(_settings(args, args.broker or "mqtt://127.0.0.1:1883"), args.run, args.once)
+        if args.once is not None:
+            if args.json:
+                print(json.dumps(view.rows(), indent=1, default=str))
+            else:
+                from rich.console import Console
+
+                Console().print(view.table())
     elif args.command == "learner":
         _run_learner(args)
     elif args.command == "worker":

@@ -95,6 +95,10 @@ class TrainConfig:
     #: budget; 0 means unlimited
     max_seconds: float = attrs.field(default=600.0, validator=_non_negative)
     max_env_steps: int = attrs.field(default=0, validator=_non_negative)
+    #: run a telemetry process (CSV + PNG curves in <run dir>/telemetry, best-model quicksaves)
+    telemetry: bool = True
+    #: storage plugins telemetry writes to (influxdb reads INFLUXDB_URL/TOKEN/ORG/BUCKET)
+    telemetry_storages: list = attrs.field(factory=lambda: ["files"])
 
 
 @attrs.define

@@ -9,6 +9,7 @@ control and writes checkpoints. The MQTT client's callbacks only enqueue.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -16,7 +17,7 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ class LearnerNode:
         self._last_publish_update = 0
         self._last_ckpt_update = 0
         self.resumed_from: str | None = None
+        #: the last published weights by version, so a best-model save can write the exact model that was judged
+        self._recent_weights: OrderedDict[int, bytes] = OrderedDict()
         self.sync = self.info.mode == "sync"
         self.round = Round(version=0, started=time.monotonic())
         self.rounds_completed = 0
@@ -196,6 +199,9 @@ class LearnerNode:
         self.version += 1
         tensors, info = self.algo.export_weights()
         payload = encode_weights(self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
+        self._recent_weights[self.version] = payload
+        while len(self._recent_weights) > 32:
+            self._recent_weights.popitem(last=False)
         self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")
         self._last_publish_update = self.algo.updates
         if self.sync:  # every live worker owes a share of the new version
@@ -295,7 +301,7 @@ class LearnerNode:
         if command == "quicksave":
             name = cmd.get("name")
             if name == "best":
-                path = self.save_checkpoint("best", extra={"best": {k: cmd[k] for k in cmd if k in ("mean_return", "model_version")}})
+                path = self._save_best(cmd)
             else:
                 path = self.save_checkpoint(f"quicksave-{self.algo.updates:010d}")
             log.info("quicksave -> %s", path)
@@ -306,7 +312,25 @@ class LearnerNode:
             raise Rejected("bad_value", f"unknown command {command!r}; known: quicksave")
 
     # ---- checkpoints -----------------------------------------------------------
-    def save_checkpoint(self, name: str | None = None, extra: dict | None = None) -> Path:
+    def _save_best(self, cmd: dict) -> Path:
+        """``checkpoints/best/``: the learner's full state plus the exact weights of the judged version."""
+        asked = cmd.get("model_version")
+        version = asked if isinstance(asked, int) and asked in self._recent_weights else self.version
+        info = {
+            "model_version": version,
+            "requested_version": asked,
+            "mean_return": cmd.get("mean_return"),
+            "window": cmd.get("window"),
+            "saved_at_version": self.version,
+            "time": time.time(),
+        }
+        files = {"best.json": json.dumps(info, indent=1).encode()}
+        payload = self._recent_weights.get(version)
+        if payload is not None:
+            files["weights.safetensors"] = payload
+        return self.save_checkpoint("best", extra={"best": info}, files=files)
+
+    def save_checkpoint(self, name: str | None = None, extra: dict | None = None, files: dict[str, bytes] | None = None) -> Path:
         tensors, algo_meta = self.algo.state_dict(include_replay=self.lc.checkpoint_replay)
         all_tensors = {f"algo/{k}": v for k, v in tensors.items()}
         rng_meta, rng_tensors = rng_state()
@@ -328,7 +352,7 @@ class LearnerNode:
         self._last_ckpt_update = self.algo.updates
         if name is None:
             return self.checkpoints.save_periodic(self.algo.updates, all_tensors, meta)
-        return self.checkpoints.save_named(name, all_tensors, meta)
+        return self.checkpoints.save_named(name, all_tensors, meta, files)
 
     # ---- metrics, liveness, flow ------------------------------------------------
     def _metrics(self, window: dict) -> dict:

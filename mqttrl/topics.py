@@ -72,6 +72,10 @@ class Topics:
     def command(self, command: str) -> str:
         return f"{self.base}/cmd/learner/{check_name('command', command)}"
 
+    def reply(self, request_id: str) -> str:
+        """Where a node answers a command that asked for a reply."""
+        return f"{self.base}/reply/{check_name('request id', request_id)}"
+
     # subscription filters
     @property
     def all_samples(self) -> str:
@@ -118,7 +122,7 @@ class Topics:
         }
         if tuple(parts) in singles:
             return singles[tuple(parts)], ""
-        if len(parts) == 2 and parts[0] in ("samples", "episodes", "heartbeat", "eval"):
+        if len(parts) == 2 and parts[0] in ("samples", "episodes", "heartbeat", "eval", "reply"):
             return parts[0], parts[1]
         if len(parts) == 3 and parts[:2] == ["state", "workers"]:
             return "worker_state", parts[2]

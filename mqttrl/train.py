@@ -142,6 +142,18 @@ def train(
         Child(f"w{i}", py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn, logs / f"worker-w{i}.log", env)
         for i in range(tc.workers)
     ]
+    children = [learner, *workers]
+    if tc.telemetry:
+        storage_args = []
+        for name in tc.telemetry_storages:
+            storage_args += ["--storage", str(name)]
+        telemetry = Child(
+            "telemetry",
+            py + ["telemetry", "--run", config.run, *storage_args, "--storage-opt", f"files.dir={run_dir / 'telemetry'}"] + conn,
+            logs / "telemetry.log", env,
+        )
+        telemetry.start()
+        children.append(telemetry)
     monitor = Monitor(config, broker, run_dir)
     evaluator = Evaluator(config, run_dir, monitor.on_eval)
     evaluator.start()
@@ -182,7 +194,7 @@ def train(
                 learner.restarts += 1
                 learner.argv = learner.argv + (["--resume"] if "--resume" not in learner.argv else [])
                 learner.start()
-            for w in workers:
+            for w in children[1:]:
                 if not w.alive():
                     w.restarts += 1
                     log.warning("worker %s exited with %s; restarting it (restart %d)", w.name, w.proc.returncode, w.restarts)
@@ -190,7 +202,7 @@ def train(
     finally:
         signal.signal(signal.SIGINT, old_handler)
         display.close()
-        for w in workers:
+        for w in children[1:]:
             w.stop()
         learner.stop(timeout=60)
         evaluator.requests.put(None)
@@ -198,7 +210,7 @@ def train(
         if embedded_broker is not None:
             embedded_broker.stop()
     summary = monitor.summary(stop_reason, time.monotonic() - t_start)
-    summary["worker_restarts"] = {w.name: w.restarts for w in workers}
+    summary["worker_restarts"] = {w.name: w.restarts for w in children[1:]}
     summary["learner_restarts"] = learner.restarts
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -372,6 +372,12 @@ class MqttNode:
             if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:  # paho's inflight window is full: wait for acks
                 time.sleep(0.002)
                 continue
+            if info.rc == mqtt.MQTT_ERR_NO_CONN and msg.qos > 0:
+                # the connection dropped just before on_disconnect ran: paho has kept this
+                # QoS>0 message and resends it after the reconnect, so re-queueing it here
+                # would deliver it twice
+                self._connected.clear()
+                return
             # not connected: put it back at the front and wait for the reconnect
             with self._cv:
                 self._outbox.appendleft(msg)
