@@ -1,0 +1,223 @@
+"""Telemetry against real servers: mosquitto for the run, VictoriaMetrics as the InfluxDB-compatible store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from conftest import Proc, REPO, node_env, script
+from mqttrl.broker import _wait_port, free_port
+from mqttrl.telemetry import TelemetryNode, TelemetrySettings
+from mqttrl.topics import Topics
+from mqttrl.transport import BrokerSettings
+from mqttrl.wire import decode_weights, encode_json
+from mqttrl_plugins.files_storage import FilesStorage
+from mqttrl_plugins.influxdb_storage import InfluxStorage
+
+
+class VictoriaMetrics:
+    """A real VictoriaMetrics (Debian package) on a free port; accepts influxdb-client's v2 writes."""
+
+    def __init__(self, workdir: Path):
+        if not shutil.which("victoria-metrics"):
+            pytest.fail("victoria-metrics is not on PATH: apt-get install victoria-metrics (scripts/test.sh does this)")
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "VictoriaMetrics":
+        self.log = open(self.workdir / "vm.log", "ab")
+        self.proc = subprocess.Popen(
+            ["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}", f"-storageDataPath={self.workdir / 'data'}",
+             "-retentionPeriod=100y", "-search.disableCache"],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        assert _wait_port(self.port, 15), (self.workdir / "vm.log").read_text()[-2000:]
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+            self.log.close()
+        self.proc = None
+
+    def export(self, selector: str) -> list[dict]:
+        """All stored series matching a PromQL selector (after forcing a flush)."""
+        urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=10).read()
+        q = urllib.parse.urlencode({"match[]": selector, "start": "0"})
+        body = urllib.request.urlopen(f"{self.url}/api/v1/export?{q}", timeout=10).read().decode()
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+    def values(self, selector: str) -> list[float]:
+        out = []
+        for series in self.export(selector):
+            out += series["values"]
+        return out
+
+
+@pytest.fixture
+def victoria(tmp_path):
+    d = tmp_path / "vm"
+    d.mkdir()
+    vm = VictoriaMetrics(d).start()
+    yield vm
+    vm.stop()
+
+
+def _publisher(port: int) -> mqtt.Client:
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"fake-nodes-{time.monotonic_ns()}", protocol=mqtt.MQTTv5)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    return c
+
+
+def _start_telemetry(mosquitto, run, storages, **settings):
+    node = TelemetryNode(BrokerSettings(url=mosquitto.url), run, storages, TelemetrySettings(interval_s=0.5, **settings))
+    thread = threading.Thread(target=node.run, daemon=True)
+    thread.start()
+    assert node.node.wait_connected(15)
+    time.sleep(0.3)
+    return node, thread
+
+
+def _wait(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, victoria):
+    run = "tele-vm"
+    tp = Topics(run)
+    files = FilesStorage({"dir": str(tmp_path / "files"), "plot_every_episodes": 10})
+    influx = InfluxStorage({"url": victoria.url, "token": "", "org": "", "bucket": "mqttrl", "flush_interval_s": 0.2})
+    node, thread = _start_telemetry(mosquitto, run, [influx, files], window=5, quicksave_best=False)
+    pub = _publisher(mosquitto.port)
+    returns = [float(10 + 3 * i) for i in range(30)]
+    try:
+        pub.publish(tp.worker_state("w0"), encode_json({"status": "online"}), qos=1, retain=True)
+        for step, r in enumerate(returns):
+            pub.publish(tp.episodes("w0"), encode_json({"return": r, "length": int(r), "model_version": 7, "env_steps": 100 * step}), qos=1).wait_for_publish(5)
+        metrics = {"updates": 1234, "model_version": 9, "samples": 5000, "samples_per_s": 800.0, "updates_per_s": 55.5,
+                   "workers_online": 1, "rejected": {"garbage": 3, "stale_version": 2}, "train": {"loss": 0.25}}
+        pub.publish(tp.learner_metrics, encode_json(metrics), qos=1).wait_for_publish(5)
+        pub.publish(tp.heartbeat("w0"), encode_json({"env_steps": 1000, "model_version": 6, "time": time.time()}), qos=1).wait_for_publish(5)
+        pub.publish(tp.evaluation("train"), encode_json({"mean": 321.5, "std": 1.0, "min": 300.0, "max": 340.0, "model_version": 8, "episodes": 20}), qos=1).wait_for_publish(5)
+        _wait(lambda: node.episodes == 30 and node.learner.get("updates") == 1234, 20, "telemetry to take every message")
+        time.sleep(1.5)  # a few aggregate intervals
+    finally:
+        node.stop()
+        thread.join(30)
+        pub.loop_stop()
+    assert influx.pending == 0 and influx.dropped == 0
+    sel = f'{{run="{run}"'
+    assert sorted(victoria.values(sel + ',worker="w0",__name__="episode_return"}')) == returns
+    assert victoria.values(sel + ',__name__="learner_updates"}')[-1] == 1234
+    assert victoria.values(sel + ',__name__="learner_train_loss"}')[-1] == 0.25
+    assert victoria.values(sel + ',reason="garbage",__name__="rejections_count"}')[-1] == 3
+    assert victoria.values(sel + ',reason="stale_version",__name__="rejections_count"}')[-1] == 2
+    assert victoria.values(sel + ',__name__="eval_mean"}') == [321.5]
+    # moving average over the last 5 episodes, overall and for w0; lag = learner version 9 - worker version 6
+    assert victoria.values(sel + ',worker="all",__name__="episode_stats_mean_return"}')[-1] == pytest.approx(sum(returns[-5:]) / 5)
+    assert victoria.values(sel + ',worker="w0",__name__="worker_version_lag"}')[-1] == 3
+    # the files storage got the same episodes and drew the curves
+    rows = (tmp_path / "files" / "episode.csv").read_text().splitlines()
+    assert len(rows) == 31
+    for png in ("returns.png", "throughput.png"):
+        data = (tmp_path / "files" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_no_point_lost_when_the_database_restarts_mid_run(tmp_path, mosquitto, victoria):
+    run = "tele-restart"
+    tp = Topics(run)
+    influx = InfluxStorage({"url": victoria.url, "token": "", "org": "", "bucket": "mqttrl", "flush_interval_s": 0.2, "timeout_ms": 2000})
+    node, thread = _start_telemetry(mosquitto, run, [influx], quicksave_best=False)
+    pub = _publisher(mosquitto.port)
+    try:
+        for i in range(50):
+            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(5)
+        _wait(lambda: node.episodes == 50 and influx.pending == 0, 20, "first half written")
+        victoria.stop()
+        for i in range(50, 120):
+            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(5)
+        _wait(lambda: node.episodes == 120, 20, "second half received")
+        time.sleep(1.5)
+        assert influx.failures > 0 and influx.pending > 0, "writes should have failed while the database was down"
+        victoria.start()
+        _wait(lambda: influx.pending == 0, 40, "pending points to be written after the restart")
+    finally:
+        node.stop()
+        thread.join(30)
+        pub.loop_stop()
+    assert influx.dropped == 0
+    got = sorted(victoria.values(f'{{run="{run}",worker="w0",__name__="episode_return"}}'))
+    assert got == [float(i) for i in range(120)]
+
+
+@pytest.mark.e2e
+def test_train_with_telemetry_draws_curves_and_saves_best(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir), "--no-progress",
+            "--set", "train.max_seconds=50", "--set", "train.target_return=10000"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=node_env())
+    assert out.returncode == 3, out.stderr[-3000:]
+    tele = run_dir / "telemetry"
+    episodes = (tele / "episode.csv").read_text().splitlines()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(episodes) - 1 >= 0.9 * summary["episodes"] > 0
+    for name in ("learner.csv", "worker.csv", "episode_stats.csv", "eval.csv", "best.csv"):
+        assert len((tele / name).read_text().splitlines()) > 1, name
+    for png in ("returns.png", "throughput.png"):
+        assert (tele / png).read_bytes()[:4] == b"\x89PNG"
+    best = run_dir / "checkpoints" / "best"
+    info = json.loads((best / "best.json").read_text())
+    assert info["mean_return"] > 0 and info["model_version"] >= 1
+    assert decode_weights((best / "weights.safetensors").read_bytes()).version == info["model_version"]
+    assert "best" in json.loads((best / "meta.json").read_text())
+
+
+@pytest.mark.e2e
+def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
+    from test_e2e_dqn import start_learner, start_worker, write_config
+
+    run = "e2e-quicksave"
+    cfg = write_config(tmp_path, run)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run")
+    worker = start_worker(tmp_path, mosquitto.url, run, "w0")
+    try:
+        assert worker.wait_for("stepping", 60), worker.text()[-2000:]
+        out = subprocess.run([script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url],
+                             capture_output=True, text=True, timeout=60, env=node_env())
+        assert out.returncode == 0, out.stderr
+        path = Path(out.stdout.split("checkpoint written to ")[1].split(" (")[0])
+        assert path.is_dir() and (path / "meta.json").exists() and path.parent == tmp_path / "run" / "checkpoints"
+        st = subprocess.run([script("mqttrl"), "status", "--run", run, "--broker", mosquitto.url, "--once", "4", "--json"],
+                            capture_output=True, text=True, timeout=60, env=node_env())
+        rows = {r["node"]: r for r in json.loads(st.stdout)}
+        assert rows["learner"]["status"] == "online" and rows["w0"]["status"] == "online"
+        assert rows["w0"]["steps"] > 0
+    finally:
+        worker.terminate()
+        learner.terminate(60)
+    # with the learner gone, quicksave says what to check instead of hanging
+    out = subprocess.run([script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url, "--timeout", "3"],
+                         capture_output=True, text=True, timeout=60, env=node_env())
+    assert out.returncode != 0 and "offline" in out.stderr and "Check that it is running" in out.stderr
