@@ -4,11 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v mosquitto >/dev/null 2>&1; then
-  echo "installing mosquitto (Debian package) for the integration tests"
+# Real servers the integration tests start on free ports: binary -> Debian package
+missing=()
+for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages for the integration tests: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mosquitto >/dev/null
+  # policy-rc.d may forbid starting services in containers; the tests start their own
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-python3}

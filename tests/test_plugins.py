@@ -130,25 +130,34 @@ def by_name(report: list[dict]) -> dict[str, dict]:
     return {p["name"]: p for p in report}
 
 
-def test_plugins_lists_builtins():
-    env = node_env()
+@pytest.fixture(scope="module")
+def full_report(corridor_site) -> dict[str, dict]:
+    """``mqttrl plugins`` with every plugin loaded and the corridor package importable
+    (run once: each run imports torch, which is slow on a busy machine)."""
+    env = node_env(PYTHONPATH=str(corridor_site))
     env.pop("MQTTRL_LOAD_PLUGINS", None)
-    r = subprocess.run([script("mqttrl"), "plugins"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run([script("mqttrl"), "plugins"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    report = by_name(json.loads(r.stdout))
+    return by_name(json.loads(r.stdout))
+
+
+def test_plugins_lists_builtins(full_report):
     import mqttrl
 
-    dqn, gym_envs = report["dqn"], report["gym_envs"]
-    for p in (dqn, gym_envs):
-        assert p["distribution"] == "mqttrl"
-        assert p["version"] == mqttrl.__version__
-        assert "error" not in p
+    dqn, gym_envs = full_report["dqn"], full_report["gym_envs"]
     assert dqn["module"] == "mqttrl_plugins.dqn"
     assert dqn["algorithms"] == ["dqn"]
     assert "envs" not in dqn
     assert gym_envs["module"] == "mqttrl_plugins.gym_envs"
     assert gym_envs["envs"] == ["gym/"]
     assert "algorithms" not in gym_envs
+    builtins = [p for p in full_report.values() if p["module"].startswith("mqttrl_plugins.")]
+    assert len(builtins) >= 2
+    for p in builtins:  # every built-in comes in through mqttrl's own entry points
+        assert p["distribution"] == "mqttrl", p
+        assert p["version"] == mqttrl.__version__
+        assert "error" not in p, p
+        assert any(p.get(k) for k in ("algorithms", "envs", "storages")), p
 
 
 def test_load_plugins_env_var_limits_loading():
@@ -159,18 +168,15 @@ def test_load_plugins_env_var_limits_loading():
     assert plugins_json(MQTTRL_LOAD_PLUGINS="") == []
 
 
-def test_third_party_plugin_is_listed(corridor_site):
-    report = by_name(plugins_json(PYTHONPATH=str(corridor_site)))
-    assert {"dqn", "gym_envs", "corridor"} <= set(report)
-    c = report["corridor"]
+def test_third_party_plugin_is_listed(full_report):
+    assert {"dqn", "gym_envs", "corridor"} <= set(full_report)
+    c = full_report["corridor"]
     assert "error" not in c, c
     assert canon(c["distribution"]) == canon(CORRIDOR_DIST)
     assert c["version"] == CORRIDOR_VERSION
     assert c["module"] == "mqttrl_corridor"
     assert c["envs"] == [CORRIDOR_ENV]
     assert c["algorithms"] == ["corridor_dqn"]
-    # the built-ins still come from mqttrl
-    assert report["dqn"]["distribution"] == "mqttrl"
 
 
 @pytest.fixture

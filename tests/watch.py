@@ -14,7 +14,7 @@ from mqttrl.wire import decode_batch, decode_weights
 
 
 class Watcher:
-    def __init__(self, url_port: int, run: str):
+    def __init__(self, url_port: int, run: str, username: str | None = None, password: str | None = None):
         self.topics = Topics(run)
         self.weights_versions: list[int] = []
         self.metrics: list[dict] = []
@@ -25,6 +25,8 @@ class Watcher:
         self.episodes: list[dict] = []
         self._lock = threading.Lock()
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{run}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5)
+        if username:
+            self.c.username_pw_set(username, password)
         self.c.on_message = self._on_message
         self.c.on_connect = lambda c, *a: c.subscribe(f"{self.topics.base}/#", 1)
         self.c.connect("127.0.0.1", url_port)
