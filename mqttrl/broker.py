@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -46,6 +47,9 @@ def mosquitto_config(port: int, data_dir: Path | None = None, extra: str = "") -
     ]
     if data_dir is not None:
         lines += ["persistence true", f"persistence_location {data_dir}/", "autosave_interval 5"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            # as root, mosquitto drops to the 'mosquitto' user, which cannot write a root-owned run dir
+            lines.append("user root")
     else:
         lines += ["persistence false"]
     return "\n".join(lines) + "\n" + extra
