@@ -432,6 +432,18 @@ class LearnerNode:
         if waiting or r.dropped:
             self.rounds_short += 1
         batches = [r.batches[w] for w in sorted(r.batches)]
+        record = {
+            "version": r.version,
+            "workers": sorted(r.batches),
+            "batch_versions": sorted({b.model_version for b in batches}),
+            "transitions": sum(b.count for b in batches),
+            "missing": sorted(waiting),
+            "dropped": sorted(r.dropped),
+            "seconds": round(time.monotonic() - r.started, 3),
+            "time": time.time(),
+        }
+        with open(self.run_dir / "rounds.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
         self._last_train_metrics = self.algo.train_round(batches)
         self._last_train_metrics["round_workers"] = len(batches)
         self.rounds_completed += 1
