@@ -221,6 +221,26 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--name", help="checkpoint name (default quicksave-<updates>; 'best' writes checkpoints/best)")
     q.add_argument("--timeout", type=float, default=30.0)
     _broker_args(q, required=False)
+    ev = sub.add_parser("evaluate", help="greedy evaluation of a live run's newest weights",
+                        description="Evaluate the newest weights of a run greedily (no exploration, no samples sent).")
+    ev.add_argument("--run", required=True)
+    ev.add_argument("--episodes", type=int, default=20)
+    ev.add_argument("--every", type=float, default=10.0, help="seconds between evaluations (default 10)")
+    ev.add_argument("--target", type=float, help="exit 0 as soon as the mean return reaches this")
+    ev.add_argument("--max-seconds", type=float, help="give up after this long (exit 3 if a --target was not met)")
+    ev.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(ev, required=False)
+    ws = sub.add_parser("workers", help="run N supervised worker processes on this host (restarts crashed ones)",
+                        description="Start --processes worker processes for a run and restart any that crashes "
+                        "(with backoff if it keeps crashing). Each process steps the run's env.num_envs envs.")
+    ws.add_argument("--run", required=True)
+    ws.add_argument("--processes", type=int, default=2)
+    ws.add_argument("--name-prefix", help="worker names are <prefix>-<i> (default: this host's name)")
+    ws.add_argument("--first-index", type=int, default=0, help="index of the first process (epsilon ladder)")
+    ws.add_argument("--num-envs", type=int, help="envs per process (default: the run config's env.num_envs)")
+    ws.add_argument("--log-dir", default="worker-logs")
+    ws.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(ws, required=True)
     st = sub.add_parser("status", help="live table of the learner and workers of a run")
     st.add_argument("--run", required=True)
     st.add_argument("--once", type=float, metavar="SECONDS", help="listen this long, print one table and exit")
@@ -253,6 +273,19 @@ def main(argv: list[str] | None = None) -> None:
                 from rich.console import Console
 
                 Console().print(view.table())
+    elif args.command == "evaluate":
+        _logging(args.verbose)
+        from .evaluate import run_evaluator
+
+        result = run_evaluator(_settings(args, args.broker or "mqtt://127.0.0.1:1883"), args.run, args.episodes, args.every,
+                               args.target, args.max_seconds)
+        if args.target is not None:
+            if result is None:
+                raise SystemExit(3)
+            print(f"target {args.target} reached by model version {result['model_version']} after {result['wall_s']:.0f}s")
+    elif args.command == "workers":
+        _logging(args.verbose)
+        _run_workers(args)
     elif args.command == "learner":
         _run_learner(args)
     elif args.command == "worker":
@@ -278,9 +311,43 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else 3)
 
 
+def _run_workers(args: argparse.Namespace) -> None:
+    import signal
+    import socket
+    import time
+
+    from .supervisor import Child, Supervisor
+
+    prefix = args.name_prefix or socket.gethostname().split(".")[0]
+    base = [sys.executable, "-m", "mqttrl", "worker", "--run", args.run, "--broker", args.broker] + _forward_broker_args(args)
+    env = dict(os.environ)
+    if args.password:
+        env["MQTTRL_PASSWORD"] = args.password
+    children = []
+    for i in range(args.processes):
+        argv = base + ["--name", f"{prefix}-{i}", "--index", str(args.first_index + i)]
+        if args.num_envs:
+            argv += ["--num-envs", str(args.num_envs)]
+        children.append(Child(f"{prefix}-{i}", argv, Path(args.log_dir) / f"{prefix}-{i}.log", env))
+    sup = Supervisor(children)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    sup.start()
+    logging.getLogger("mqttrl.workers").info("supervising %d worker processes (logs in %s)", len(children), args.log_dir)
+    try:
+        while not stop:
+            for c in sup.check():
+                logging.getLogger("mqttrl.workers").warning("restarted %s (restart %d)", c.name, c.restarts)
+            time.sleep(0.5)
+    finally:
+        sup.stop()
+        print(json.dumps({"restarts": sup.restarts}))
+
+
 def _forward_broker_args(args: argparse.Namespace) -> list[str]:
     out = []
-    for flag in ("username", "password", "tls_ca", "tls_cert", "tls_key"):
+    for flag in ("username", "tls_ca", "tls_cert", "tls_key"):  # the password travels in MQTTRL_PASSWORD
         v = getattr(args, flag)
         if v:
             out += [f"--{flag.replace('_', '-')}", v]

@@ -16,7 +16,6 @@ import logging
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -29,41 +28,12 @@ from .envs import make_env
 from .plugins import get_registry
 from .progress import Progress
 from .rollout import evaluate
+from .supervisor import Child, Supervisor
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
 from .wire import Rejected, decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.train")
-
-
-class Child:
-    """A supervised node process; its output goes to a log file in the run directory."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict):
-        self.name, self.argv, self.log_path, self.env = name, argv, log_path, env
-        self.restarts = 0
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0fs; killing it", self.name, timeout)
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 class Evaluator(threading.Thread):
@@ -134,7 +104,6 @@ def train(
     if broker.password:
         env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
     conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
-    conn = _strip_password(conn)
     py = [sys.executable, "-m", "mqttrl"]
     logs = run_dir / "logs"
     learner = Child("learner", py + ["learner", "--config", str(cfg_path), "--run-dir", str(run_dir)] + conn, logs / "learner.log", env)
@@ -152,14 +121,13 @@ def train(
             py + ["telemetry", "--run", config.run, *storage_args, "--storage-opt", f"files.dir={run_dir / 'telemetry'}"] + conn,
             logs / "telemetry.log", env,
         )
-        telemetry.start()
         children.append(telemetry)
+    supervisor = Supervisor(children[1:])
     monitor = Monitor(config, broker, run_dir)
     evaluator = Evaluator(config, run_dir, monitor.on_eval)
     evaluator.start()
     learner.start()
-    for w in workers:
-        w.start()
+    supervisor.start()
     display = Progress(config, enabled=progress)
     stop_reason = "interrupted"
     interrupted = threading.Event()
@@ -194,41 +162,23 @@ def train(
                 learner.restarts += 1
                 learner.argv = learner.argv + (["--resume"] if "--resume" not in learner.argv else [])
                 learner.start()
-            for w in children[1:]:
-                if not w.alive():
-                    w.restarts += 1
-                    log.warning("worker %s exited with %s; restarting it (restart %d)", w.name, w.proc.returncode, w.restarts)
-                    w.start()
+            supervisor.check()
     finally:
         signal.signal(signal.SIGINT, old_handler)
         display.close()
-        for w in children[1:]:
-            w.stop()
+        supervisor.stop()
         learner.stop(timeout=60)
         evaluator.requests.put(None)
         monitor.stop()
         if embedded_broker is not None:
             embedded_broker.stop()
     summary = monitor.summary(stop_reason, time.monotonic() - t_start)
-    summary["worker_restarts"] = {w.name: w.restarts for w in children[1:]}
+    summary["restarts"] = supervisor.restarts
     summary["learner_restarts"] = learner.restarts
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
     return summary
-
-
-def _strip_password(args: list[str]) -> list[str]:
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == "--password":
-            skip = True
-            continue
-        out.append(a)
-    return out
 
 
 def _print_summary(s: dict) -> None:
