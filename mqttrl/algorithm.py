@@ -97,6 +97,18 @@ class Learner(Protocol):
         """Restore from :meth:`state_dict` output."""
 
 
+class Forward(Protocol):
+    """The network part of a policy: observations in, raw outputs out (Q-values, logits, values).
+
+    Exploration and sampling are not part of it; the actor does those in numpy, so the
+    same actor works with a torch forward, a numpy forward or a remote inference server.
+    """
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None: ...
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]: ...
+
+
 @attrs.frozen
 class AlgorithmInfo:
     name: str
@@ -105,5 +117,11 @@ class AlgorithmInfo:
     params: type
     mode: Literal["async", "sync"]
     sample_spec: Callable[[Any, gym.Space, gym.Space], SampleSpec]
-    make_actor: Callable[[Any, gym.Space, gym.Space, ActorContext], Actor]
+    #: ``make_actor(params, obs_space, act_space, ctx, forward=None)``; without a forward
+    #: the actor builds a local one (torch if importable, else numpy)
+    make_actor: Callable[..., Actor]
+    #: ``make_learner(params, obs_space, act_space, device, seed)``; may import torch
     make_learner: Callable[[Any, gym.Space, gym.Space, str, int], Learner]
+    #: ``make_forward(params, obs_space, act_space, backend)`` with backend "torch" or "numpy";
+    #: None if the algorithm cannot run on an inference server or without torch
+    make_forward: Callable[[Any, gym.Space, gym.Space, str], Forward] | None = None

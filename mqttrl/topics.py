@@ -72,6 +72,31 @@ class Topics:
     def command(self, command: str) -> str:
         return f"{self.base}/cmd/learner/{check_name('command', command)}"
 
+    # central inference (SEED style)
+    #: server name reserved for the shared request topic that every server consumes from
+    POOL = "pool"
+
+    def infer_request(self, server: str = POOL) -> str:
+        """Requests to one server, or to the pool (MQTT 5 shared subscription over all servers)."""
+        return f"{self.base}/infer/{check_name('server', server)}/request"
+
+    def infer_reply(self, worker: str) -> str:
+        return f"{self.base}/infer/{check_name('worker', worker)}/reply"
+
+    def shared_infer_requests(self, group: str = "mqttrl-infer") -> str:
+        """The shared-subscription filter through which the broker spreads pool requests over servers."""
+        return f"$share/{check_name('group', group)}/{self.infer_request(self.POOL)}"
+
+    def inference_state(self, server: str) -> str:
+        return f"{self.base}/state/inference/{check_name('server', server)}"
+
+    @property
+    def all_inference_states(self) -> str:
+        return f"{self.base}/state/inference/+"
+
+    def inference_metrics(self, server: str) -> str:
+        return f"{self.base}/metrics/inference/{check_name('server', server)}"
+
     def reply(self, request_id: str) -> str:
         """Where a node answers a command that asked for a reply."""
         return f"{self.base}/reply/{check_name('request id', request_id)}"
@@ -126,6 +151,12 @@ class Topics:
             return parts[0], parts[1]
         if len(parts) == 3 and parts[:2] == ["state", "workers"]:
             return "worker_state", parts[2]
+        if len(parts) == 3 and parts[:2] == ["state", "inference"]:
+            return "inference_state", parts[2]
+        if len(parts) == 3 and parts[:2] == ["metrics", "inference"]:
+            return "inference_metrics", parts[2]
+        if len(parts) == 3 and parts[0] == "infer" and parts[2] in ("request", "reply"):
+            return f"infer_{parts[2]}", parts[1]
         if len(parts) == 3 and parts[:2] == ["cmd", "learner"]:
             return "command", parts[2]
         raise ValueError(f"unknown topic {topic!r}")
