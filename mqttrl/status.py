@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
-from .wire import Rejected, decode_json, encode_json
+from .wire import Rejected, decode_episodes, decode_json, encode_json
 
 
 class FleetView:
@@ -46,7 +46,7 @@ class FleetView:
                     w["_prev"] = (sent, hb["env_steps"])
                 w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
             elif kind == "episodes":
-                self._w(name)["last_return"] = decode_json(payload, {"return": (int, float)})["return"]
+                self._w(name)["last_return"] = decode_episodes(payload)[-1]["return"]
         except (Rejected, ValueError):
             pass
 

@@ -23,7 +23,7 @@ from .points import Point
 from .plugins import get_registry
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
-from .wire import Rejected, RejectionCounter, decode_json, encode_json
+from .wire import Rejected, RejectionCounter, decode_episodes, decode_json, encode_json
 
 log = logging.getLogger("mqttrl.telemetry")
 
@@ -125,22 +125,25 @@ class TelemetryNode:
         tags = {"run": self.run_name}
         try:
             if kind == "episodes":
-                e = decode_json(payload, {"return": (int, float), "length": int})
                 w = self._worker(name)
-                ret = float(e["return"])
-                w.returns.append(ret)
-                w.lengths.append(e["length"])
-                w.episodes += 1
-                w.last_return = ret
-                self.all_returns.append(ret)
-                self.all_lengths.append(e["length"])
-                self.episodes += 1
-                fields = {"return": ret, "length": int(e["length"])}
-                for k in ("model_version", "env_steps"):
-                    if isinstance(e.get(k), int):
-                        fields[k] = e[k]
-                self._write([Point("episode", {**tags, "worker": name}, fields, now)])
-                self._check_best(now)
+                points = []
+                for e in decode_episodes(payload):
+                    ret = float(e["return"])
+                    w.returns.append(ret)
+                    w.lengths.append(e["length"])
+                    w.episodes += 1
+                    w.last_return = ret
+                    self.all_returns.append(ret)
+                    self.all_lengths.append(e["length"])
+                    self.episodes += 1
+                    fields = {"return": ret, "length": int(e["length"])}
+                    for k in ("model_version", "env_steps"):
+                        if isinstance(e.get(k), int):
+                            fields[k] = e[k]
+                    t = e.get("time")
+                    points.append(Point("episode", {**tags, "worker": name}, fields, t if isinstance(t, (int, float)) and abs(t - now) < 3600 else now))
+                    self._check_best(now)
+                self._write(points)
             elif kind == "learner_metrics":
                 self.learner = decode_json(payload, {"updates": int, "model_version": int})
                 self._write(self._learner_points(now))

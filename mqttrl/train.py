@@ -31,7 +31,7 @@ from .rollout import evaluate
 from .supervisor import Child, Supervisor
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
-from .wire import Rejected, decode_json, decode_weights, encode_json
+from .wire import Rejected, decode_episodes, decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.train")
 
@@ -263,15 +263,15 @@ class Monitor:
     def _handle(self, msg) -> None:
         kind, name = self.topics.parse(msg.topic)
         if kind == "episodes":
-            e = decode_json(msg.payload, {"return": (int, float), "length": int})
-            self.episodes += 1
-            self.recent_returns.append(float(e["return"]))
+            for e in decode_episodes(msg.payload):
+                self.episodes += 1
+                self.recent_returns.append(float(e["return"]))
+                self.env_steps_by_worker[name] = max(self.env_steps_by_worker.get(name, 0), int(e.get("env_steps", 0)))
+                self._episodes.writerow([
+                    round(time.monotonic() - self.t0, 3), name, e.get("env"), e["return"], e["length"],
+                    e.get("terminated"), e.get("model_version"), e.get("env_steps"),
+                ])
             del self.recent_returns[:-100]
-            self.env_steps_by_worker[name] = max(self.env_steps_by_worker.get(name, 0), int(e.get("env_steps", 0)))
-            self._episodes.writerow([
-                round(time.monotonic() - self.t0, 3), name, e.get("env"), e["return"], e["length"],
-                e.get("terminated"), e.get("model_version"), e.get("env_steps"),
-            ])
         elif kind == "learner_metrics":
             self.metrics = decode_json(msg.payload)
         elif kind == "learner_state":

@@ -140,7 +140,9 @@ def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[boo
     c.on_disconnect = on_disconnect
     try:
         c.connect(settings.host, settings.port, keepalive=5)
-    except (OSError, ssl.SSLError) as exc:
+    except ssl.SSLError as exc:
+        return False, f"cannot connect to {settings.host}:{settings.port}: TLS handshake failed ({exc}); check --tls-ca and the server certificate's host name"
+    except OSError as exc:
         return False, f"cannot connect to {settings.host}:{settings.port} ({exc})"
     c.loop_start()
     try:
@@ -169,6 +171,8 @@ def negotiate_protocol(settings: BrokerSettings, timeout: float = 5.0) -> int:
     if ok5:
         _negotiated[key] = mqtt.MQTTv5
         return mqtt.MQTTv5
+    if "TLS handshake" in why5:
+        raise BrokerUnavailable(f"MQTT broker at {settings.url}: {why5}")
     if "cannot connect" in why5:
         raise BrokerUnavailable(
             f"MQTT broker at {settings.url} is unreachable: {why5}. Check the host and port, "
@@ -222,6 +226,7 @@ class MqttNode:
         self._stopping = False
         self.dropped: collections.Counter[str] = collections.Counter()
         self.inbox_dropped = 0
+        self.refused = 0
         self.connects = 0
         self.disconnects = 0
         self.protocol = negotiate_protocol(settings)
@@ -247,6 +252,7 @@ class MqttNode:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
+        c.on_publish = self._on_publish
         return c
 
     def start(self, wait: float | None = 10.0) -> "MqttNode":
@@ -292,6 +298,13 @@ class MqttNode:
         if not self._stopping:
             self.disconnects += 1
             log.warning("%s: disconnected from broker (%s); reconnecting", self.client_id, reason_code)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties):
+        if getattr(reason_code, "is_failure", False):  # MQTT 5 tells us; 3.1.1 brokers drop silently
+            self.refused += 1
+            if self.refused == 1 or self.refused % 100 == 0:
+                log.error("%s: the broker refused a publish (%s, %d so far): check this user's ACL rights "
+                          "(a worker's MQTT username must equal its worker name)", self.client_id, reason_code, self.refused)
 
     def _on_message(self, client, userdata, msg):
         try:

@@ -48,7 +48,8 @@ class WorkerNode:
         wait_timeout: float | None = None,
     ):
         self.topics = Topics(run)
-        self.name = check_name("worker", name or f"{socket.gethostname()}-{os.getpid()}")
+        # with broker credentials the ACL ties a worker's topics to its username, so that is the natural default name
+        self.name = check_name("worker", name or broker.user or f"{socket.gethostname()}-{os.getpid()}")
         self.index = index
         self.num_envs_override = num_envs
         self.seed_override = seed
@@ -64,6 +65,7 @@ class WorkerNode:
         self.config: RunConfig | None = None
         self.actor = None
         self._pending_weights = None
+        self._episodes: list[dict] = []  # finished episodes, sent with the next sample batch
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
@@ -183,7 +185,14 @@ class WorkerNode:
             except SyncTimeout as e:
                 log.error("%s", e)
 
+    def _send_episodes(self) -> None:
+        if self._episodes:
+            body = {"worker": self.name, "episodes": self._episodes}
+            self._episodes = []
+            self.node.publish(self.topics.episodes(self.name), encode_json(body), qos=1, kind="episodes")
+
     def _send_batch(self) -> None:
+        self._send_episodes()
         arrays = self.actor.take()
         if not arrays:
             return
@@ -263,7 +272,6 @@ class WorkerNode:
         hb_every = cfg.worker.heartbeat_interval_s
         next_hb = 0.0
         batch_started = None
-        episodes_topic = self.topics.episodes(self.name)
         sync_mode = self.info.mode == "sync"
         while not self._stop.is_set():
             self._drain()
@@ -286,23 +294,10 @@ class WorkerNode:
             self.env_steps += num_envs
             for e in ended:
                 self.episodes += 1
-                self.node.publish(
-                    episodes_topic,
-                    encode_json(
-                        {
-                            "worker": self.name,
-                            "env": e.env_index,
-                            "return": e.episode_return,
-                            "length": e.length,
-                            "terminated": e.terminated,
-                            "model_version": self.version,
-                            "env_steps": self.env_steps,
-                            "time": time.time(),
-                        }
-                    ),
-                    qos=1,
-                    kind="episodes",
-                )
+                self._episodes.append({
+                    "env": e.env_index, "return": e.episode_return, "length": e.length, "terminated": e.terminated,
+                    "model_version": self.version, "env_steps": self.env_steps, "time": time.time(),
+                })
             pending = self.actor.pending()
             if sync_mode:
                 if pending:  # our whole share of this round: send it, wait for the next version
@@ -319,6 +314,7 @@ class WorkerNode:
                 break
         if self.actor.pending():
             self._send_batch()
+        self._send_episodes()
         envs.close()
         self._shutdown()
 

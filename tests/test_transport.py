@@ -197,8 +197,7 @@ def test_message_sent_in_the_disconnect_window_arrives_once(tmp_path, nodes, pre
     the reconnect, so the node must not queue it a second time."""
     # as root, mosquitto switches to the "mosquitto" account, which cannot write pytest's
     # private tmp dirs: sessions would silently not survive the restart
-    broker = Mosquitto(tmp_path / "persistent-broker", persistence=True,
-                       extra="user root\n" if os.geteuid() == 0 else "")
+    broker = Mosquitto(tmp_path / "persistent-broker", persistence=True)
     broker.workdir.mkdir()
     broker.start()
     try:

@@ -10,7 +10,7 @@ import time
 import paho.mqtt.client as mqtt
 
 from mqttrl.topics import Topics
-from mqttrl.wire import decode_batch, decode_weights
+from mqttrl.wire import decode_batch, decode_episodes, decode_weights
 
 
 class Watcher:
@@ -51,7 +51,7 @@ class Watcher:
             elif kind in ("worker_state", "learner_state") and msg.payload:
                 self.states[name or "learner"] = json.loads(msg.payload)
             elif kind == "episodes":
-                self.episodes.append(json.loads(msg.payload))
+                self.episodes.extend(decode_episodes(msg.payload))
 
     @property
     def latest(self) -> dict:

@@ -48,3 +48,25 @@ def decode_json(payload: bytes, required: dict[str, type | tuple[type, ...]] | N
         if isinstance(value, float) and not math.isfinite(value):
             raise Rejected("non_finite", f"{key} is not finite")
     return obj
+
+
+def decode_episodes(payload: bytes, max_episodes: int = 10000) -> list[dict]:
+    """Episode stats: a worker sends ``{"worker": ..., "episodes": [{...}, ...]}`` (one message
+    per sample batch, since a message per episode costs a worker up to a third of its
+    throughput); a single episode object is accepted too. Each needs a finite ``return``
+    and an integer ``length``; a bad one rejects the whole message."""
+    obj = decode_json(payload)
+    items = obj.get("episodes", [obj]) if "episodes" in obj else [obj]
+    if not isinstance(items, list) or len(items) > max_episodes:
+        raise Rejected("bad_value", "episodes must be a list")
+    out = []
+    for e in items:
+        if not isinstance(e, dict):
+            raise Rejected("bad_value", "an episode is not an object")
+        r, n = e.get("return"), e.get("length")
+        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
+            raise Rejected("bad_value", f"episode return {r!r} is not a finite number")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise Rejected("bad_value", f"episode length {n!r} is not a non-negative integer")
+        out.append(e)
+    return out

@@ -1,0 +1,175 @@
+"""Single-process DQN check on CartPole-v1 through exactly the Actor/Learner API.
+
+Not a pytest test (no ``test_`` prefix): a script for picking and checking
+the defaults of :class:`mqttrl_plugins.dqn.DQNParams`. It mimics the
+distributed loop in one process:
+
+* one actor with ``--envs`` envs steps them; every 128 ready transitions
+  are encoded with ``encode_batch``, decoded with ``decode_batch``, validated
+  against the sample spec and given to ``learner.add``;
+* the actor pauses while ``learner.behind()``; the learner runs one
+  ``train_step`` per loop turn while ``learner.train_due()``;
+* every 50 updates the learner's weights go to the actor through
+  ``encode_weights`` / ``decode_weights``;
+* every ``--eval-every`` env steps a separate greedy actor (20 envs, the last
+  published weights) plays 20 episodes; the run stops at a mean >= 475.
+
+Usage::
+
+    python tests/dqn_offline_check.py --seeds 0 1 2 [--set lr=0.001 --set hidden=[64,64]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tomllib
+
+import attrs
+import gymnasium as gym
+import numpy as np
+import torch
+
+from mqttrl.algorithm import ActorContext
+from mqttrl.config import build
+from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
+from mqttrl_plugins.dqn import DQNActor, DQNLearner, DQNParams, sample_spec
+
+ENV_ID = "CartPole-v1"
+SAMPLE_BATCH = 128
+PUBLISH_EVERY = 50
+
+
+def evaluate(weights, info, obs_space, act_space, params, episodes: int, seed: int) -> float:
+    """Mean greedy return over ``episodes`` episodes, all played side by side."""
+    envs = [gym.make(ENV_ID) for _ in range(episodes)]
+    actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=episodes))
+    actor.load_weights(weights, info)
+    obs = np.stack([env.reset(seed=seed + 10_000 + i)[0] for i, env in enumerate(envs)])
+    returns = np.zeros(episodes)
+    alive = np.ones(episodes, dtype=bool)
+    while alive.any():
+        ids = np.flatnonzero(alive)
+        actions, _ = actor.act(obs[ids], greedy=True)
+        for i, a in zip(ids, actions):
+            o, r, term, trunc, _ = envs[i].step(int(a))
+            returns[i] += r
+            obs[i] = o
+            if term or trunc:
+                alive[i] = False
+    return float(returns.mean())
+
+
+def run(params: DQNParams, seed: int, num_envs: int, eval_every: int, max_steps: int, target: float, quiet: bool) -> dict:
+    torch.manual_seed(seed)
+    envs = [gym.make(ENV_ID) for _ in range(num_envs)]
+    obs_space, act_space = envs[0].observation_space, envs[0].action_space
+    spec = sample_spec(params, obs_space, act_space)
+    learner = DQNLearner(params, obs_space, act_space, "cpu", seed)
+    actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=seed + 1))
+
+    def publish():
+        tensors, info = learner.export_weights()
+        msg = decode_weights(encode_weights(learner.updates // PUBLISH_EVERY, "dqn", "check", tensors, info))
+        return msg.tensors, msg.info
+
+    weights, info = publish()
+    actor.load_weights(weights, info)
+    obs = np.stack([env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)])
+    steps, seq, next_eval, paused = 0, 0, eval_every, 0
+    ep_returns, ep_ret = [], np.zeros(num_envs)
+    t0 = time.perf_counter()
+    eval_time = 0.0
+    result = {"seed": seed, "solved": False}
+    metrics: dict = {}
+    while steps < max_steps:
+        if not learner.behind():
+            actions, extras = actor.act(obs)
+            next_obs = np.empty_like(obs)
+            final_obs = np.empty_like(obs)
+            rewards = np.zeros(num_envs, np.float32)
+            term = np.zeros(num_envs, bool)
+            trunc = np.zeros(num_envs, bool)
+            for i, env in enumerate(envs):
+                o, rewards[i], term[i], trunc[i], _ = env.step(int(actions[i]))
+                final_obs[i] = o
+                if term[i] or trunc[i]:
+                    ep_returns.append(ep_ret[i] + rewards[i])
+                    ep_ret[i] = 0.0
+                    o, _ = env.reset()
+                else:
+                    ep_ret[i] += rewards[i]
+                next_obs[i] = o
+            actor.record(obs, actions, extras, rewards, final_obs, term, trunc)
+            obs = next_obs
+            steps += num_envs
+            if actor.pending() >= SAMPLE_BATCH:
+                payload = encode_batch("check", "w0", seq, learner.updates // PUBLISH_EVERY, actor.take())
+                seq += 1
+                batch = decode_batch(payload)
+                spec.validate(batch.arrays, batch.count)
+                learner.add(batch)
+        else:
+            paused += 1
+        if learner.train_due():
+            metrics = learner.train_step()
+            if learner.updates % PUBLISH_EVERY == 0:
+                weights, info = publish()
+                actor.load_weights(weights, info)
+        if steps >= next_eval:
+            next_eval += eval_every
+            te = time.perf_counter()
+            score = evaluate(weights, info, obs_space, act_space, params, 20, seed)
+            eval_time += time.perf_counter() - te
+            wall = time.perf_counter() - t0
+            if not quiet:
+                recent = np.mean(ep_returns[-20:]) if ep_returns else float("nan")
+                print(
+                    f"  seed {seed} steps {steps:6d} updates {learner.updates:6d} wall {wall:6.1f}s "
+                    f"(train {wall - eval_time:5.1f}s) eval {score:6.1f} train_ret {recent:6.1f} "
+                    f"eps {actor.epsilons().max():.3f} loss {metrics.get('loss', float('nan')):.4f} "
+                    f"q {metrics.get('q_mean', float('nan')):.1f} paused {paused}",
+                    flush=True,
+                )
+            if score >= target:
+                result.update(solved=True, steps=steps, updates=learner.updates, seconds=wall, train_seconds=wall - eval_time)
+                break
+    else:
+        result.update(steps=steps, updates=learner.updates, seconds=time.perf_counter() - t0)
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--envs", type=int, default=4)
+    ap.add_argument("--eval-every", type=int, default=5000)
+    ap.add_argument("--max-steps", type=int, default=200_000)
+    ap.add_argument("--target", type=float, default=475.0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a DQNParams field (TOML value)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    overrides = {}
+    for item in args.set:
+        key, _, raw = item.partition("=")
+        overrides[key.strip()] = tomllib.loads(f"v = {raw}")["v"]
+    params = build(DQNParams, overrides, "algorithm")
+    print("params:", attrs.asdict(params), flush=True)
+    results = []
+    for seed in args.seeds:
+        r = run(params, seed, args.envs, args.eval_every, args.max_steps, args.target, args.quiet)
+        results.append(r)
+        print(
+            f"seed {seed}: {'SOLVED' if r['solved'] else 'NOT SOLVED'} env_steps {r['steps']} updates {r['updates']} "
+            f"wall {r['seconds']:.1f}s" + (f" (without evals {r['train_seconds']:.1f}s)" if r["solved"] else ""),
+            flush=True,
+        )
+    ok = all(r["solved"] for r in results)
+    print("ALL SOLVED" if ok else "SOME SEEDS FAILED", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

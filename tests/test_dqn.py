@@ -1,0 +1,374 @@
+"""Tests of the DQN plugin: n-step math, epsilons, replay, checkpoints, learning."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from mqttrl.algorithm import ActorContext
+from mqttrl.config import ConfigError, build
+from mqttrl.wire import Rejected, SampleBatch, decode_batch, encode_batch
+from mqttrl_plugins.dqn import DQNActor, DQNLearner, DQNParams, SumTree, epsilon_ladder, sample_spec
+
+torch.set_num_threads(1)
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACT = gym.spaces.Discrete(3)
+
+
+def small_params(**kw) -> DQNParams:
+    base = dict(hidden=[32, 32], batch_size=16, buffer_size=1000, learning_starts=32, replay_ratio=4.0)
+    base.update(kw)
+    return DQNParams(**base)
+
+
+def as_batch(arrays: dict) -> SampleBatch:
+    """Through the wire, as the learner receives it: read-only views into one payload."""
+    return decode_batch(encode_batch("r", "w", 0, 0, arrays))
+
+
+# ---------------------------------------------------------------- n-step transitions
+
+
+def play(actor: DQNActor, rewards, end: str):
+    """One env: obs_t = [t, 0]; the episode ends at the last step ("terminated" or "truncated")."""
+    T = len(rewards)
+    for t, r in enumerate(rewards):
+        last = t == T - 1
+        nxt = np.array([[99.0, 0.0]] if last else [[t + 1.0, 0.0]], np.float32)
+        actor.record(
+            np.array([[t, 0.0]], np.float32), np.array([t % 3]), {}, np.array([r], np.float32), nxt,
+            np.array([last and end == "terminated"]), np.array([last and end == "truncated"]),
+        )
+
+
+@pytest.mark.parametrize("end", ["terminated", "truncated"])
+def test_n_step_returns_and_discounts(end):
+    actor = DQNActor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=1))
+    play(actor, [1.0, 2.0, 3.0, 4.0, 5.0], end)
+    out = actor.take()
+    assert actor.pending() == 0
+    np.testing.assert_array_equal(out["obs"][:, 0], [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(out["action"], [0, 1, 2, 0, 1])
+    np.testing.assert_allclose(out["reward"], [1 + 1 + 0.75, 2 + 1.5 + 1, 3 + 2 + 1.25, 4 + 2.5, 5])
+    np.testing.assert_array_equal(out["next_obs"][:, 0], [3, 4, 99, 99, 99])
+    if end == "terminated":
+        np.testing.assert_allclose(out["discount"], [0.125, 0.125, 0, 0, 0])
+    else:  # truncation bootstraps from the final obs with gamma ** (steps summed)
+        np.testing.assert_allclose(out["discount"], [0.125, 0.125, 0.125, 0.25, 0.5])
+    for name, field in sample_spec(actor.params, OBS, ACT).fields.items():
+        assert out[name].dtype == np.dtype(field.dtype) and out[name].flags.c_contiguous
+
+
+def test_n_step_windows_do_not_cross_episodes_or_envs():
+    actor = DQNActor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=2))
+    f = np.array([False, False])
+    obs = np.zeros((2, 2), np.float32)
+    # env 0 terminates after 2 steps, env 1 runs on; then env 0 starts a new episode
+    actor.record(obs, np.array([0, 0]), {}, np.array([1.0, 10.0]), obs + 1, f, f)
+    actor.record(obs + 1, np.array([0, 0]), {}, np.array([2.0, 20.0]), obs + 2, np.array([True, False]), f)
+    assert actor.pending() == 2  # env 0's two steps
+    actor.record(obs + 5, np.array([0, 0]), {}, np.array([7.0, 30.0]), obs + 6, f, f)
+    out = actor.take()
+    np.testing.assert_allclose(out["reward"], [1 + 0.5 * 2, 2, 10 + 0.5 * 20 + 0.25 * 30])
+    np.testing.assert_allclose(out["discount"], [0, 0, 0.125])
+    assert actor.pending() == 0
+    # env 0's new episode holds only its own step
+    actor.record(obs, np.array([0, 0]), {}, np.array([3.0, 40.0]), obs, np.array([False, True]), f)
+    out = actor.take()
+    np.testing.assert_allclose(out["reward"], [20 + 0.5 * 30 + 0.25 * 40, 30 + 0.5 * 40, 40])
+    np.testing.assert_allclose(out["discount"], [0, 0, 0])
+
+
+def test_one_step_transition_is_plain_td():
+    actor = DQNActor(small_params(n_step=1, gamma=0.9), OBS, ACT, ActorContext(num_envs=1))
+    play(actor, [1.0, 2.0], "truncated")
+    out = actor.take()
+    np.testing.assert_allclose(out["reward"], [1, 2])
+    np.testing.assert_allclose(out["discount"], [0.9, 0.9])
+    np.testing.assert_array_equal(out["next_obs"][:, 0], [1, 99])
+
+
+# ---------------------------------------------------------------- exploration
+
+
+def test_epsilon_ladder_values():
+    assert epsilon_ladder(0, 1, 0.4, 7) == pytest.approx(0.4)
+    assert epsilon_ladder(0, 8, 0.4, 7) == pytest.approx(0.4)
+    assert epsilon_ladder(7, 8, 0.4, 7) == pytest.approx(0.4**8)
+    assert epsilon_ladder(1, 3, 0.4, 7) == pytest.approx(0.4**4.5)
+    # an actor owning envs 2 and 3 of 4
+    p = small_params(epsilon_start=1.0, epsilon_decay_steps=100)
+    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, first_env_index=2, total_envs=4))
+    ladder = np.array([0.4 ** (1 + 7 * 2 / 3), 0.4**8])
+    np.testing.assert_allclose(actor.epsilons(), [1.0, 1.0])
+    actor.env_steps = 50  # halfway through the linear decay
+    np.testing.assert_allclose(actor.epsilons(), 0.5 + 0.5 * ladder)
+    actor.env_steps = 10_000
+    np.testing.assert_allclose(actor.epsilons(), ladder)
+
+
+def test_epsilon_decay_counts_recorded_env_steps():
+    p = small_params(epsilon_start=1.0, epsilon_decay_steps=8, n_step=1)
+    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, total_envs=2))
+    f = np.zeros(2, bool)
+    for _ in range(2):
+        actor.record(np.zeros((2, 2), np.float32), np.zeros(2, int), {}, np.zeros(2), np.zeros((2, 2), np.float32), f, f)
+    assert actor.env_steps == 4
+    np.testing.assert_allclose(actor.epsilons(), [0.7, 0.5 + 0.5 * 0.4**8])
+
+
+def test_greedy_ignores_epsilon_and_exploration_is_random():
+    actor = DQNActor(small_params(epsilon_start=1.0, epsilon_decay_steps=10**9), OBS, ACT, ActorContext(num_envs=256))
+    obs = np.random.default_rng(0).normal(size=(256, 2)).astype(np.float32)
+    with torch.no_grad():
+        best = actor.net(torch.from_numpy(obs)).argmax(1).numpy()
+    greedy, _ = actor.act(obs, greedy=True)
+    np.testing.assert_array_equal(greedy, best)
+    explored, extras = actor.act(obs)
+    np.testing.assert_allclose(extras["epsilon"], 1.0)
+    assert explored.dtype == np.int64 and set(np.unique(explored)) == {0, 1, 2}
+    assert (explored != best).mean() > 0.5  # random actions differ from greedy about 2/3 of the time
+
+
+def test_unsupported_spaces_are_named():
+    with pytest.raises(TypeError, match="Discrete action space.*Box"):
+        DQNActor(small_params(), OBS, gym.spaces.Box(-1, 1, (1,)), ActorContext(num_envs=1))
+    with pytest.raises(TypeError, match="Box observation space.*Discrete"):
+        DQNLearner(small_params(), gym.spaces.Discrete(4), ACT, "cpu", 0)
+
+
+def test_params_are_validated():
+    with pytest.raises(ConfigError, match="algorithm.gamma"):
+        build(DQNParams, {"gamma": 1.5}, "algorithm")
+    with pytest.raises(ConfigError, match="hidden"):
+        build(DQNParams, {"hidden": [64, 0]}, "algorithm")
+    with pytest.raises(ConfigError, match="buffer_size"):
+        build(DQNParams, {"buffer_size": 8, "batch_size": 64}, "algorithm")
+    p = build(DQNParams, {"hidden": [8], "lr": 1}, "algorithm")
+    assert p.hidden == [8] and p.lr == 1.0
+
+
+# ---------------------------------------------------------------- weights
+
+
+def test_weights_round_trip_and_atomic_load():
+    p = small_params()
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=4, seed=5))
+    tensors, info = learner.export_weights()
+    assert info == {"obs_dim": 2, "n_actions": 3, "hidden": [32, 32], "dueling": p.dueling}
+    assert all(v.dtype == np.float32 for v in tensors.values())
+    obs = np.random.default_rng(1).normal(size=(4, 2)).astype(np.float32)
+    ro = {k: v.copy() for k, v in tensors.items()}
+    for v in ro.values():
+        v.flags.writeable = False
+    actor.load_weights(ro, json.loads(json.dumps(info)))
+    with torch.no_grad():
+        np.testing.assert_array_equal(actor.net(torch.from_numpy(obs)).numpy(), learner.online(torch.from_numpy(obs)).numpy())
+    before = actor.net
+    bad = dict(tensors)
+    bad[sorted(bad)[-1]] = np.zeros((7, 7), np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        actor.load_weights(bad, info)
+    assert actor.net is before
+    with pytest.raises(ValueError, match="n_actions"):
+        actor.load_weights(tensors, {**info, "n_actions": 5})
+
+
+# ---------------------------------------------------------------- replay
+
+
+def random_arrays(n: int, rng: np.random.Generator) -> dict:
+    return {
+        "obs": rng.normal(size=(n, 2)).astype(np.float32),
+        "action": rng.integers(0, 3, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "next_obs": rng.normal(size=(n, 2)).astype(np.float32),
+        "discount": rng.choice(np.array([0.0, 0.99], np.float32), n),
+    }
+
+
+def test_add_read_only_batch_and_wraparound():
+    rng = np.random.default_rng(0)
+    learner = DQNLearner(small_params(buffer_size=100), OBS, ACT, "cpu", 0)
+    arrays = random_arrays(70, rng)
+    batch = as_batch(arrays)
+    assert not batch.arrays["obs"].flags.writeable
+    assert learner.add(batch) == 70
+    np.testing.assert_array_equal(learner.obs[:70], arrays["obs"])
+    np.testing.assert_array_equal(learner.action[:70], arrays["action"])
+    more = random_arrays(50, rng)
+    assert learner.add(as_batch(more)) == 50
+    assert (learner.size, learner.pos, learner.samples_added) == (100, 20, 120)
+    np.testing.assert_array_equal(learner.reward[70:], more["reward"][:30])
+    np.testing.assert_array_equal(learner.reward[:20], more["reward"][30:])
+
+
+def test_add_refuses_mismatched_batches_loudly():
+    learner = DQNLearner(small_params(), OBS, ACT, "cpu", 0)
+    arrays = random_arrays(10, np.random.default_rng(0))
+    arrays["action"] = arrays["action"] + 3  # out of the action range
+    with pytest.raises(Rejected, match="out_of_range"):
+        learner.add(as_batch(arrays))
+    arrays = random_arrays(10, np.random.default_rng(0))
+    arrays["obs"] = arrays["obs"].astype(np.float64)
+    with pytest.raises(Rejected, match="dtype"):
+        learner.add(as_batch(arrays))
+    assert learner.samples_added == 0 and learner.size == 0
+
+
+def test_pacing_follows_replay_ratio():
+    p = small_params(batch_size=16, replay_ratio=4.0, learning_starts=64, max_update_debt=10)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    rng = np.random.default_rng(0)
+    learner.add(as_batch(random_arrays(48, rng)))
+    assert not learner.train_due() and not learner.behind()  # before learning_starts: never behind
+    learner.add(as_batch(random_arrays(16, rng)))  # 64 samples * 4 / 16 = 16 updates owed
+    assert learner.train_due() and learner.behind()
+    n = 0
+    while learner.train_due():
+        learner.train_step()
+        n += 1
+    assert n == 16 and learner.updates == 16 and not learner.behind()
+
+
+def test_sum_tree_sampling_matches_priorities():
+    tree = SumTree(5)  # not a power of two: padded leaves stay at 0
+    prio = np.array([1.0, 2.0, 3.0, 4.0, 0.5])
+    tree.set(np.arange(5), prio)
+    tree.set(np.array([1, 1]), np.array([2.0, 2.0]))  # duplicate indices are fine
+    assert tree.total() == pytest.approx(prio.sum())
+    rng = np.random.default_rng(0)
+    idx = tree.find(rng.random(200_000) * tree.total())
+    freq = np.bincount(idx, minlength=tree.leaves) / len(idx)
+    np.testing.assert_allclose(freq[:5], prio / prio.sum(), atol=0.01)
+    assert freq[5:].sum() == 0
+
+
+def test_prioritized_learner_samples_by_priority_with_is_weights():
+    p = small_params(prioritized=True, per_alpha=1.0, per_beta0=0.5, batch_size=64, buffer_size=64)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    learner.add(as_batch(random_arrays(64, np.random.default_rng(0))))
+    prio = np.ones(64)
+    prio[:8] = 8.0  # 8 transitions with 8x priority hold 64 of the 120 units of mass
+    learner.tree.set(np.arange(64), prio)
+    counts = np.zeros(64)
+    for _ in range(300):
+        idx, w = learner._sample()
+        counts += np.bincount(idx, minlength=64)
+        np.testing.assert_allclose(w, (prio[idx] / 1.0) ** -0.5)
+    assert counts[:8].sum() / counts.sum() == pytest.approx(64 / 120, abs=0.01)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def through_checkpoint_formats(tensors: dict, meta: dict) -> tuple[dict, dict]:
+    """safetensors for the arrays and JSON for the metadata, as a checkpoint stores them."""
+    return st_load(st_save({k: np.ascontiguousarray(v) for k, v in tensors.items()})), json.loads(json.dumps(meta))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_state_dict_round_trip_continues_identically(prioritized):
+    p = small_params(prioritized=prioritized, tau=0.5, target_update_every=3)
+    rng = np.random.default_rng(0)
+    a = DQNLearner(p, OBS, ACT, "cpu", 0)
+    for _ in range(4):
+        a.add(as_batch(random_arrays(40, rng)))
+    for _ in range(7):
+        a.train_step()
+    tensors, meta = through_checkpoint_formats(*a.state_dict(include_replay=True))
+    assert any(k.startswith("optim.state.") and k.endswith(".exp_avg") for k in tensors)
+
+    b = DQNLearner(p, OBS, ACT, "cpu", 123)  # other seed: everything must come from the checkpoint
+    b.load_state_dict(tensors, meta)
+    assert (b.updates, b.samples_added, b.size, b.pos) == (a.updates, a.samples_added, a.size, a.pos)
+    obs = torch.from_numpy(rng.normal(size=(16, 2)).astype(np.float32))
+    with torch.no_grad():
+        np.testing.assert_array_equal(a.online(obs).numpy(), b.online(obs).numpy())
+        np.testing.assert_array_equal(a.target(obs).numpy(), b.target(obs).numpy())
+    for _ in range(5):  # crosses a target update
+        ma, mb = a.train_step(), b.train_step()
+        assert ma == mb
+    with torch.no_grad():
+        np.testing.assert_array_equal(a.online(obs).numpy(), b.online(obs).numpy())
+
+
+def test_state_dict_without_replay_keeps_nets_and_optimizer():
+    p = small_params()
+    a = DQNLearner(p, OBS, ACT, "cpu", 0)
+    a.add(as_batch(random_arrays(64, np.random.default_rng(0))))
+    a.train_step()
+    tensors, meta = through_checkpoint_formats(*a.state_dict(include_replay=False))
+    assert not any(k.startswith("replay.") for k in tensors)
+    b = DQNLearner(p, OBS, ACT, "cpu", 1)
+    b.load_state_dict(tensors, meta)
+    assert b.size == 0 and b.updates == 1
+    assert b.optimizer.state_dict()["param_groups"] == a.optimizer.state_dict()["param_groups"]
+    with pytest.raises(ValueError, match="network"):
+        DQNLearner(attrs.evolve(p, hidden=[16]), OBS, ACT, "cpu", 0).load_state_dict(tensors, meta)
+
+
+# ---------------------------------------------------------------- learning
+
+
+class OneStep(gym.Env):
+    """A one-step bandit (``end="terminated"``): action 0 pays 1, the others 0.
+
+    With ``end="truncated"`` every action pays 1 and the episode is cut after
+    one step, so Q must bootstrap to 1 / (1 - gamma).
+    """
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, end: str):
+        self.end = end
+
+    def reset(self, *, seed=None, options=None):
+        return np.array([0.5, -0.5], np.float32), {}
+
+    def step(self, action):
+        obs = np.array([0.5, -0.5], np.float32)
+        if self.end == "terminated":
+            return obs, float(action == 0), True, False, {}
+        return obs, 1.0, False, True, {}
+
+
+@pytest.mark.parametrize("end,expected", [("terminated", [1.0, 0.0]), ("truncated", [2.0, 2.0])])
+def test_learns_one_step_values(end, expected):
+    env = OneStep(end)
+    p = small_params(
+        gamma=0.5, n_step=2, lr=3e-3, batch_size=32, learning_starts=64, replay_ratio=16.0,
+        target_update_every=20, epsilon_decay_steps=0, epsilon_base=1.0,
+    )
+    actor = DQNActor(p, env.observation_space, env.action_space, ActorContext(num_envs=4, total_envs=4))
+    learner = DQNLearner(p, env.observation_space, env.action_space, "cpu", 0)
+    obs = np.stack([env.reset()[0]] * 4)
+    losses = []
+    while learner.updates < 600:
+        actions, extras = actor.act(obs)
+        steps = [env.step(int(a)) for a in actions]
+        rewards = np.array([s[1] for s in steps], np.float32)
+        actor.record(obs, actions, extras, rewards, np.stack([s[0] for s in steps]),
+                     np.array([s[2] for s in steps]), np.array([s[3] for s in steps]))
+        if actor.pending() >= 32:
+            learner.add(as_batch(actor.take()))
+        while learner.train_due():
+            losses.append(learner.train_step()["loss"])
+    with torch.no_grad():
+        q = learner.online(torch.from_numpy(obs[:1])).numpy()[0]
+    np.testing.assert_allclose(q, expected, atol=0.1)
+    assert np.mean(losses[-50:]) < 0.1 * np.mean(losses[:50])
+    actor.load_weights(*learner.export_weights())
+    greedy, _ = actor.act(obs, greedy=True)
+    if end == "terminated":
+        np.testing.assert_array_equal(greedy, 0)
