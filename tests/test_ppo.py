@@ -203,6 +203,14 @@ def test_new_version_mid_rollout_drops_the_partial_rollout():
     assert actor.pending() == 0
     step()
     assert actor.pending() == 3
+    step()
+    actor.discard()  # what the sync worker calls when a round went on without it
+    assert actor.pending() == 0 and actor.take() == {}
+    step()
+    step()
+    assert actor.pending() == 0
+    step()
+    assert actor.pending() == 3
 
 
 def test_load_weights_rejects_other_spaces():
