@@ -46,6 +46,7 @@ def run_mqttrl(config: str, seed: int, workers: int | None, max_seconds: float, 
     if not summary:
         print(out.stderr[-3000:], file=sys.stderr)
     return {"seed": seed, "solved": summary.get("solved", False), "time_to_solve_s": summary.get("time_to_solve_s"),
+            "training_time_to_solve_s": summary.get("training_time_to_solve_s"),
             "env_steps": summary.get("env_steps_at_solve"), "eval": summary.get("solve_eval_mean") or summary.get("best_eval_mean"),
             "process_wall_s": round(wall, 1), "run_dir": str(run_dir)}
 
@@ -110,7 +111,8 @@ def main() -> None:
     for seed in args.seeds:
         m = run_mqttrl(args.config, seed, args.workers, args.max_seconds, extra)
         row = {"seed": seed, "mqttrl": m}
-        print(f"seed {seed}: mqttrl solved={m['solved']} time-to-solve={m['time_to_solve_s']}s env-steps={m['env_steps']} eval={m['eval']}", flush=True)
+        print(f"seed {seed}: mqttrl solved={m['solved']} time-to-solve={m['time_to_solve_s']}s "
+              f"(training {m['training_time_to_solve_s']}s) env-steps={m['env_steps']} eval={m['eval']}", flush=True)
         if args.sb3:
             s = run_sb3(env_id, seed, args.sb3_eval_every, args.max_seconds)
             row["sb3"] = s
@@ -118,24 +120,32 @@ def main() -> None:
         rows.append(row)
     print()
     print(f"{args.config} on {env_id}: {os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
-    head = f"| seed | mqttrl time-to-solve (s) | mqttrl env steps |" + (" SB3 PPO time-to-solve (s) | SB3 env steps | ratio mqttrl/SB3 |" if args.sb3 else "")
+    head = "| seed | mqttrl time-to-solve, whole command (s) | mqttrl training time to the solving model (s) | mqttrl env steps |"
+    if args.sb3:
+        head += " SB3 PPO training time-to-solve (s) | SB3 env steps | ratio whole/SB3 | ratio training/SB3 |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    ratios = []
+    ratios, train_ratios = [], []
     for r in rows:
         m = r["mqttrl"]
-        line = f"| {r['seed']} | {m['time_to_solve_s'] if m['solved'] else 'not solved'} | {m['env_steps']} |"
+        line = f"| {r['seed']} | {m['time_to_solve_s'] if m['solved'] else 'not solved'} | {m['training_time_to_solve_s']} | {m['env_steps']} |"
         if args.sb3:
             s = r["sb3"]
-            ratio = m["time_to_solve_s"] / s["time_to_solve_s"] if m["solved"] and s["solved"] else None
+            both = m["solved"] and s["solved"]
+            ratio = m["time_to_solve_s"] / s["time_to_solve_s"] if both else None
+            tratio = m["training_time_to_solve_s"] / s["time_to_solve_s"] if both and m["training_time_to_solve_s"] else None
             if ratio:
                 ratios.append(ratio)
-            line += f" {s['time_to_solve_s'] if s['solved'] else 'not solved'} | {s['env_steps']} | {f'{ratio:.2f}' if ratio else '-'} |"
+            if tratio:
+                train_ratios.append(tratio)
+            line += (f" {s['time_to_solve_s'] if s['solved'] else 'not solved'} | {s['env_steps']} |"
+                     f" {f'{ratio:.2f}' if ratio else '-'} | {f'{tratio:.2f}' if tratio else '-'} |")
         print(line)
     solved = [r["mqttrl"]["time_to_solve_s"] for r in rows if r["mqttrl"]["solved"]]
     print(f"mqttrl solved {len(solved)}/{len(rows)} seeds" + (f", median {statistics.median(solved):.1f}s, max {max(solved):.1f}s" if solved else ""))
     if ratios:
-        print(f"median ratio mqttrl/SB3 time-to-solve: {statistics.median(ratios):.2f}")
+        print(f"median ratio mqttrl/SB3 time-to-solve: whole command {statistics.median(ratios):.2f}, "
+              f"training time {statistics.median(train_ratios):.2f}" if train_ratios else "")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 

@@ -186,8 +186,8 @@ def _print_summary(s: dict) -> None:
     if s["solved"]:
         lines.append(
             f"SOLVED: greedy evaluation mean {s['solve_eval_mean']:.1f} >= {s['target_return']} "
-            f"(model version {s['solve_model_version']}); time-to-solve {s['time_to_solve_s']:.1f}s, "
-            f"{s['env_steps_at_solve']} env steps"
+            f"(model version {s['solve_model_version']}); time-to-solve {s['time_to_solve_s']:.1f}s "
+            f"(training time to that model {s['training_time_to_solve_s']}s), {s['env_steps_at_solve']} env steps"
         )
     elif s["best_eval_mean"] is not None:
         lines.append(f"not solved: best greedy evaluation mean {s['best_eval_mean']:.1f} (target {s['target_return']})")
@@ -223,6 +223,7 @@ class Monitor:
         self.worker_status: dict[str, str] = {}
         self.latest_weights: bytes | None = None
         self.latest_version = -1
+        self.first_published_at: float | None = None  # the learner's first model of this run
         self.evaluated_version = -1
         self.evals: list[dict] = []
         self.best_eval: float | None = None
@@ -235,7 +236,7 @@ class Monitor:
         self._evals_file = open(run_dir / "evaluations.csv", "a", newline="")
         self._evals = csv.writer(self._evals_file)
         if self._evals_file.tell() == 0:
-            self._evals.writerow(["wall_s", "model_version", "env_steps", "episodes", "mean", "std", "min", "max", "eval_s"])
+            self._evals.writerow(["wall_s", "model_version", "env_steps", "episodes", "mean", "std", "min", "max", "eval_s", "training_s"])
 
     @property
     def env_steps(self) -> int:
@@ -283,6 +284,8 @@ class Monitor:
         elif kind == "weights":
             # the version sits in the safetensors metadata; decoding validates the payload too
             w = decode_weights(msg.payload)
+            if self.first_published_at is None or w.published_at < self.first_published_at:
+                self.first_published_at = w.published_at
             if w.version > self.latest_version:
                 self.latest_version = w.version
                 self.latest_weights = msg.payload
@@ -292,9 +295,12 @@ class Monitor:
 
         r = np.asarray(returns)
         wall = time.monotonic() - self.t0
+        published_at = decode_weights(payload).published_at
+        training_s = published_at - self.first_published_at if self.first_published_at else None
         row = {
             "wall_s": round(wall, 2), "model_version": version, "env_steps": self.env_steps, "episodes": len(r),
             "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max()), "eval_s": round(eval_s, 3),
+            "training_s": round(training_s, 2) if training_s is not None else None,
         }
         with self._eval_lock:
             self.evals.append(row)
@@ -346,6 +352,9 @@ class Monitor:
             "solved": s is not None,
             "target_return": self.config.train.target_return,
             "time_to_solve_s": s["wall_s"] if s else None,
+            # from the learner's first model to the publication of the model that solved: no start-up,
+            # no evaluation cadence (what a single-process library's clock measures)
+            "training_time_to_solve_s": s["training_s"] if s else None,
             "env_steps_at_solve": s["env_steps"] if s else None,
             "solve_eval_mean": s["mean"] if s else None,
             "solve_model_version": s["model_version"] if s else None,
