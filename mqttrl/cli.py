@@ -221,6 +221,18 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--name", help="checkpoint name (default quicksave-<updates>; 'best' writes checkpoints/best)")
     q.add_argument("--timeout", type=float, default=30.0)
     _broker_args(q, required=False)
+    inf = sub.add_parser("inference", help="run a central inference server for a run (SEED style)",
+                         description="Serve policy forwards for workers with worker.inference = \"remote\": batches "
+                         "observations from many workers, runs the newest retained weights, replies with the network's outputs. "
+                         "Run several for more throughput or redundancy; with MQTT 5 the broker spreads requests over them.")
+    inf.add_argument("--run", required=True)
+    inf.add_argument("--name", help="server name (default inference-<host>-<pid>)")
+    inf.add_argument("--batch-size", type=int, help="observations per forward (default: the run config's inference.batch_size)")
+    inf.add_argument("--max-delay-ms", type=float, help="longest wait to fill a batch (default: inference.max_delay_ms)")
+    inf.add_argument("--backend", choices=["auto", "torch", "numpy"], help="default: inference.backend")
+    inf.add_argument("--no-shared", action="store_true", help="do not join the MQTT 5 shared subscription")
+    inf.add_argument("-v", "--verbose", action="store_true")
+    _broker_args(inf, required=True)
     ev = sub.add_parser("evaluate", help="greedy evaluation of a live run's newest weights",
                         description="Evaluate the newest weights of a run greedily (no exploration, no samples sent).")
     ev.add_argument("--run", required=True)
@@ -273,6 +285,15 @@ def main(argv: list[str] | None = None) -> None:
                 from rich.console import Console
 
                 Console().print(view.table())
+    elif args.command == "inference":
+        _logging(args.verbose)
+        import socket
+
+        from .inference import run_inference_server
+
+        run_inference_server(_settings(args), args.run, args.name or f"inference-{socket.gethostname().split('.')[0]}-{os.getpid()}",
+                             batch_size=args.batch_size, max_delay_ms=args.max_delay_ms, backend=args.backend,
+                             shared=not args.no_shared)
     elif args.command == "evaluate":
         _logging(args.verbose)
         from .evaluate import run_evaluator

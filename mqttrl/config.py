@@ -55,6 +55,9 @@ class WorkerConfig:
     torch_threads: int = attrs.field(default=1, validator=_positive)
     #: sync mode: how long a worker waits for the next model version before raising a timeout error
     sync_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    #: where the policy runs: "auto" (torch if installed, else numpy), "torch", "numpy",
+    #: or "remote" (central inference servers, see [inference])
+    inference: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy", "remote"]))
 
 
 @attrs.define
@@ -79,6 +82,24 @@ class LearnerConfig:
     max_payload_mb: float = attrs.field(default=64.0, validator=_positive)
     #: sync mode: a round waits this long for every live worker's share, then trains without the missing ones
     round_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+
+
+@attrs.define
+class InferenceConfig:
+    """Central inference (SEED style): servers batch observations from many workers."""
+
+    #: inference servers `mqttrl train` starts (workers then use them when worker.inference = "remote")
+    servers: int = attrs.field(default=0, validator=_non_negative)
+    #: a server answers when it holds this many observations, or when the first one waited max_delay_ms
+    batch_size: int = attrs.field(default=64, validator=_positive)
+    max_delay_ms: float = attrs.field(default=2.0, validator=_non_negative)
+    #: "auto", "torch" or "numpy"
+    backend: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy"]))
+    #: a worker resends a request that got no answer in this long, to another server where it can
+    timeout_s: float = attrs.field(default=2.0, validator=_positive)
+    retries: int = attrs.field(default=5, validator=_non_negative)
+    #: use MQTT 5 shared subscriptions to spread requests (falls back to per-server topics without them)
+    shared: bool = True
 
 
 @attrs.define
@@ -116,6 +137,7 @@ class RunConfig:
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
     learner: LearnerConfig = attrs.field(factory=LearnerConfig)
     train: TrainConfig = attrs.field(factory=TrainConfig)
+    inference: InferenceConfig = attrs.field(factory=InferenceConfig)
 
     def to_dict(self) -> dict:
         d = attrs.asdict(self, recurse=True)
@@ -123,7 +145,7 @@ class RunConfig:
         return d
 
 
-_SECTIONS = {"env": EnvConfig, "worker": WorkerConfig, "learner": LearnerConfig, "train": TrainConfig}
+_SECTIONS = {"env": EnvConfig, "worker": WorkerConfig, "learner": LearnerConfig, "train": TrainConfig, "inference": InferenceConfig}
 
 
 def _allowed(cls) -> str:

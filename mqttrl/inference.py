@@ -58,14 +58,15 @@ def _obs_spec(space) -> SampleSpec:
 
 
 class InferenceServer:
-    def __init__(self, broker: BrokerSettings, run: str, name: str, batch_size: int = 64, max_delay_ms: float = 2.0,
-                 backend: str = "auto", shared: bool = True):
+    def __init__(self, broker: BrokerSettings, run: str, name: str, batch_size: int | None = None,
+                 max_delay_ms: float | None = None, backend: str | None = None, shared: bool = True):
+        """``batch_size``, ``max_delay_ms`` and ``backend`` default to the run config's [inference] section."""
         self.topics = Topics(run)
         self.name = check_name("server", name)
         if self.name == Topics.POOL:
             raise ValueError(f"server name {Topics.POOL!r} is reserved")
         self.batch_size = batch_size
-        self.max_delay = max_delay_ms / 1000
+        self.max_delay = max_delay_ms / 1000 if max_delay_ms is not None else None
         self.backend = backend
         self.rejections = RejectionCounter(log)
         self._stop = threading.Event()
@@ -100,6 +101,12 @@ class InferenceServer:
         cfg = from_dict(decode_json(config_payload), lambda n: registry.algorithm(n).params)
         info = registry.algorithm(cfg.algorithm.name)
         env = make_env(cfg.env.id, cfg.env.kwargs, registry)
+        if self.batch_size is None:
+            self.batch_size = cfg.inference.batch_size
+        if self.max_delay is None:
+            self.max_delay = cfg.inference.max_delay_ms / 1000
+        if self.backend is None:
+            self.backend = cfg.inference.backend
         if info.make_forward is None:
             raise RuntimeError(f"algorithm {cfg.algorithm.name!r} has no forward for central inference")
         backend = self.backend
@@ -181,7 +188,7 @@ class InferenceServer:
                     self._take(inbox.get(timeout=0.1), requests)
                 except queue.Empty:
                     pass
-                if requests:  # gather more until the batch is full or the first request waited long enough
+                if requests and self.batch_size:  # gather more until the batch is full or the first request waited long enough
                     first = requests[0][2]
                     rows = requests[0][0].count
                     while rows < self.batch_size:

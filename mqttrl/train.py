@@ -112,6 +112,9 @@ def train(
         for i in range(tc.workers)
     ]
     children = [learner, *workers]
+    for i in range(config.inference.servers):
+        children.append(Child(f"inference{i}", py + ["inference", "--run", config.run, "--name", f"inference{i}"] + conn,
+                              logs / f"inference{i}.log", env))
     if tc.telemetry:
         storage_args = []
         for name in tc.telemetry_storages:

@@ -64,6 +64,8 @@ class WorkerNode:
         self.pause = False
         self.config: RunConfig | None = None
         self.actor = None
+        self.forward = None
+        self.inference_mode = "torch"
         self._pending_weights = None
         self._episodes: list[dict] = []  # finished episodes, sent with the next sample batch
         self.node = MqttNode(
@@ -242,15 +244,39 @@ class WorkerNode:
         }
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
-    def run(self, max_env_steps: int | None = None) -> None:
-        import torch
+    def _make_forward(self, obs_space, act_space):
+        """The policy network's home: local torch, local numpy, or the central inference servers."""
+        cfg = self.config
+        mode = cfg.worker.inference
+        if mode == "remote":
+            from .inference import RemoteForward
 
+            ic = cfg.inference
+            return RemoteForward(self.node.settings, self.topics.run, self.name, timeout_s=ic.timeout_s, retries=ic.retries)
+        if mode == "auto":
+            try:
+                import torch  # noqa: F401
+
+                mode = "torch"
+            except ImportError:
+                mode = "numpy"
+        if mode == "torch":
+            import torch
+
+            torch.set_num_threads(cfg.worker.torch_threads)
+        if self.info.make_forward is None:
+            if mode != "torch":
+                raise RuntimeError(f"algorithm {cfg.algorithm.name!r} offers no {mode} forward; use worker.inference = \"torch\"")
+            return None
+        self.inference_mode = mode
+        return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, mode)
+
+    def run(self, max_env_steps: int | None = None) -> None:
         self.node.start(wait=None)
         self._wait_for("config", lambda: self.config is not None)
         if self._stop.is_set():
             return self._shutdown()
         cfg = self.config
-        torch.set_num_threads(cfg.worker.torch_threads)
         num_envs = self.num_envs_override or cfg.env.num_envs
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + self.index * 97
         registry = get_registry()
@@ -262,13 +288,19 @@ class WorkerNode:
             total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
             seed=seed,
         )
-        self.actor = self.info.make_actor(cfg.algorithm.params, envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
+        obs_space, act_space = envs.envs[0].observation_space, envs.envs[0].action_space
+        self.forward = self._make_forward(obs_space, act_space)
+        if self.forward is None:
+            self.actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx)
+        else:
+            self.actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx, forward=self.forward)
         self._wait_for("weights", lambda: self._pending_weights is not None or self.version >= 0)
         if self._stop.is_set():
             envs.close()
             return self._shutdown()
         self._apply_weights()
-        log.info("worker %s stepping %d envs from model version %d", self.name, num_envs, self.version)
+        log.info("worker %s stepping %d envs from model version %d (inference: %s)", self.name, num_envs, self.version,
+                 cfg.worker.inference if cfg.worker.inference != "auto" else self.inference_mode)
         hb_every = cfg.worker.heartbeat_interval_s
         next_hb = 0.0
         batch_started = None
@@ -316,6 +348,8 @@ class WorkerNode:
             self._send_batch()
         self._send_episodes()
         envs.close()
+        if hasattr(self.forward, "close"):
+            self.forward.close()
         self._shutdown()
 
     def _shutdown(self) -> None:
