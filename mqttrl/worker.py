@@ -232,6 +232,7 @@ class WorkerNode:
     def _heartbeat(self) -> None:
         hb = {
             "worker": self.name,
+            "pid": os.getpid(),
             "model_version": self.version,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
