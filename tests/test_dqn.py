@@ -15,7 +15,8 @@ from safetensors.numpy import save as st_save
 from mqttrl.algorithm import ActorContext
 from mqttrl.config import ConfigError, build
 from mqttrl.wire import Rejected, SampleBatch, decode_batch, encode_batch
-from mqttrl_plugins.dqn import DQNActor, DQNLearner, DQNParams, SumTree, epsilon_ladder, sample_spec
+from mqttrl_plugins.dqn import DQNActor, DQNParams, epsilon_ladder, sample_spec
+from mqttrl_plugins.dqn_torch import DQNLearner, SumTree
 
 torch.set_num_threads(1)
 
@@ -128,8 +129,7 @@ def test_epsilon_decay_counts_recorded_env_steps():
 def test_greedy_ignores_epsilon_and_exploration_is_random():
     actor = DQNActor(small_params(epsilon_start=1.0, epsilon_decay_steps=10**9), OBS, ACT, ActorContext(num_envs=256))
     obs = np.random.default_rng(0).normal(size=(256, 2)).astype(np.float32)
-    with torch.no_grad():
-        best = actor.net(torch.from_numpy(obs)).argmax(1).numpy()
+    best = actor.forward(obs)["q"].argmax(1)
     greedy, _ = actor.act(obs, greedy=True)
     np.testing.assert_array_equal(greedy, best)
     explored, extras = actor.act(obs)
@@ -172,13 +172,13 @@ def test_weights_round_trip_and_atomic_load():
         v.flags.writeable = False
     actor.load_weights(ro, json.loads(json.dumps(info)))
     with torch.no_grad():
-        np.testing.assert_array_equal(actor.net(torch.from_numpy(obs)).numpy(), learner.online(torch.from_numpy(obs)).numpy())
-    before = actor.net
+        np.testing.assert_array_equal(actor.forward(obs)["q"], learner.online(torch.from_numpy(obs)).numpy())
+    before = actor.forward.net
     bad = dict(tensors)
     bad[sorted(bad)[-1]] = np.zeros((7, 7), np.float32)
     with pytest.raises(ValueError, match="shape"):
         actor.load_weights(bad, info)
-    assert actor.net is before
+    assert actor.forward.net is before
     with pytest.raises(ValueError, match="n_actions"):
         actor.load_weights(tensors, {**info, "n_actions": 5})
 
@@ -372,3 +372,39 @@ def test_learns_one_step_values(end, expected):
     greedy, _ = actor.act(obs, greedy=True)
     if end == "terminated":
         np.testing.assert_array_equal(greedy, 0)
+
+
+# ---------------------------------------------------------------- forwards (torch-free workers, inference servers)
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_forward_matches_torch(dueling):
+    from mqttrl_plugins.dqn import NumpyQForward, make_forward
+
+    p = small_params(dueling=dueling)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 3)
+    tensors, info = learner.export_weights()
+    fwd_np, fwd_t = make_forward(p, OBS, ACT, "numpy"), make_forward(p, OBS, ACT, "torch")
+    assert isinstance(fwd_np, NumpyQForward)
+    fwd_np.load_weights(tensors, info)
+    fwd_t.load_weights(tensors, info)
+    obs = np.random.default_rng(2).normal(size=(64, 2)).astype(np.float32)
+    q_np, q_t = fwd_np(obs)["q"], fwd_t(obs)["q"]
+    assert q_np.dtype == np.float32 and q_np.shape == (64, 3)
+    np.testing.assert_allclose(q_np, q_t, rtol=1e-5, atol=1e-5)
+    # an actor on the numpy forward picks the same greedy actions as one on torch
+    a_np = DQNActor(p, OBS, ACT, ActorContext(num_envs=64), forward=fwd_np).act(obs, greedy=True)[0]
+    a_t = DQNActor(p, OBS, ACT, ActorContext(num_envs=64), forward=fwd_t).act(obs, greedy=True)[0]
+    assert (a_np == a_t).mean() > 0.98  # ties at float32 precision aside
+
+
+def test_numpy_forward_refuses_weights_of_another_network():
+    from mqttrl_plugins.dqn import make_forward
+
+    p = small_params()
+    tensors, info = DQNLearner(p, OBS, ACT, "cpu", 0).export_weights()
+    fwd = make_forward(p, OBS, ACT, "numpy")
+    with pytest.raises(ValueError, match="missing"):
+        fwd.load_weights({k: v for k, v in tensors.items() if "trunk.0" not in k}, info)
+    with pytest.raises(RuntimeError, match="no weights"):
+        fwd(np.zeros((1, 2), np.float32))
