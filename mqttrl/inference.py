@@ -26,6 +26,7 @@ import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any, Mapping, Protocol
@@ -63,6 +64,7 @@ class InferenceServer:
         """``batch_size``, ``max_delay_ms`` and ``backend`` default to the run config's [inference] section."""
         self.topics = Topics(run)
         self.name = check_name("server", name)
+        sys.setswitchinterval(0.0005)  # hand the GIL to the network thread quickly: latency matters here
         if self.name == Topics.POOL:
             raise ValueError(f"server name {Topics.POOL!r} is reserved")
         self.batch_size = batch_size
@@ -157,7 +159,7 @@ class InferenceServer:
             part = {k: np.ascontiguousarray(v[start:start + n]) for k, v in out.items()}
             start += n
             payload = encode_batch(self.topics.run, self.name, req.seq, self.version, part, extra={"id": req.extra.get("id")})
-            self.node.publish(reply_to, payload, qos=0, kind="reply")
+            self.node.send_now(reply_to, payload, kind="reply")
             self._latencies.append(time.perf_counter() - received)
         self.served_requests += len(requests)
         self.served_rows += len(obs)
@@ -224,6 +226,7 @@ class RemoteForward:
     def __init__(self, broker: BrokerSettings, run: str, worker: str, timeout_s: float = 2.0, retries: int = 3):
         self.topics = Topics(run)
         self.worker = worker
+        sys.setswitchinterval(0.0005)  # the game loop waits on every reply: hand over the GIL quickly
         self.timeout_s = timeout_s
         self.retries = retries
         self.reply_topic = self.topics.infer_reply(worker)
@@ -263,7 +266,7 @@ class RemoteForward:
             payload = encode_batch(self.topics.run, self.worker, rid, max(self.version, 0), {"obs": obs},
                                    extra={"id": rid, "reply_to": self.reply_topic})
             sent = time.perf_counter()
-            self.node.publish(self._target(attempt), payload, qos=0, kind="request")
+            self.node.send_now(self._target(attempt), payload, kind="request")
             deadline = sent + self.timeout_s
             while True:
                 left = deadline - time.perf_counter()

@@ -289,6 +289,12 @@ class MqttNode:
             log.error("%s: broker refused connection: %s", self.client_id, reason_code)
             return
         self.connects += 1
+        sock = client.socket()
+        if sock is not None and hasattr(sock, "setsockopt"):
+            try:  # paho leaves Nagle on: small messages would wait for delayed ACKs (~40 ms on loopback)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         with self._cv:
             self._need_setup = True
             self._cv.notify_all()
@@ -321,6 +327,16 @@ class MqttNode:
                 self._drop_one(kind)
             self._outbox.append(msg)
             self._cv.notify_all()
+
+    def send_now(self, topic: str, payload: bytes, kind: str = "other") -> None:
+        """QoS 0 from the calling thread, skipping the publisher thread's hop (for request/reply
+        latency). Use it from one thread only (that thread then owns this client's QoS 0 traffic);
+        while disconnected it falls back to the outbox."""
+        if self._connected.is_set():
+            info = self._client.publish(topic, payload, qos=0)
+            if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                return
+        self.publish(topic, payload, qos=0, kind=kind)
 
     def _drop_one(self, kind: str) -> None:
         for i, m in enumerate(self._outbox):

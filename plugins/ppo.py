@@ -1,29 +1,45 @@
 """PPO (clipped surrogate, GAE), one synchronous round per model version.
 
+This module needs only numpy (plus gymnasium and mqttrl's own modules): a
+worker without torch imports it, builds the actor with the numpy forward or a
+remote one (an inference server) and plays. Everything that needs torch (the
+``Agent`` module, ``PPOLearner``, ``TorchForward``) lives in
+:mod:`mqttrl_plugins.ppo_torch`, imported only inside the factories
+(``make_learner``, ``make_forward(..., "torch")``). ``PPOLearner`` and
+``Agent`` can still be imported from here; that import loads torch.
+
 Read top to bottom, like CleanRL's ``ppo.py``:
 
 1. ``PPOParams``: the hyperparameters (``[algorithm]`` in a config file);
-2. ``Agent``: separate actor and critic MLPs; a Categorical policy for
-   Discrete actions, a Gaussian with a state-independent log-std for Box
-   actions; ``RunningMeanStd`` and ``normalize_obs`` for optional observation
-   normalisation;
+2. the network in numpy: ``RunningMeanStd`` and ``normalize_obs`` for optional
+   observation normalisation, the weight layout, ``NumpyForward``;
 3. ``sample_spec``: what one transition of a finished rollout looks like on the wire;
 4. ``compute_gae``: GAE(lambda) advantages and returns;
-5. ``PPOActor``: worker side; samples actions, records ``rollout_steps`` steps
-   per env, bootstraps truncated episodes, computes advantages and returns,
-   then hands the whole rollout over as one batch;
-6. ``PPOLearner``: ``train_round`` runs ``epochs`` passes of minibatch PPO
-   updates over the round's batches; checkpoints as numpy arrays plus JSON
-   metadata (no pickle, no torch.load);
-7. the ``mqttrl_register_algorithms`` hook.
+5. ``PPOActor``: worker side; samples actions in numpy from the outputs of its
+   forward, records ``rollout_steps`` steps per env, bootstraps truncated
+   episodes, computes advantages and returns, then hands the whole rollout
+   over as one batch;
+6. the factories and the ``mqttrl_register_algorithms`` hook.
+
+The forward. ``forward(obs)`` takes raw float32 observations ``[N, obs_dim]``
+and returns, for Discrete actions, ``{"logits": [N, n], "value": [N]}`` and,
+for Box actions, ``{"mean": [N, act_dim], "log_std": [N, act_dim], "value": [N]}``
+(all float32). It normalises the observations itself (the statistics come with
+the weights), so an inference server answers for raw observations. The network
+is two MLPs over the flattened (possibly normalised) observation: an actor
+(policy logits or Gaussian mean, plus a state-independent log-std for Box
+actions) and a critic (value). ``NumpyForward`` here and ``TorchForward`` in
+``ppo_torch`` compute the same function from the same tensors (float32, equal
+to ~1e-6); sampling, log-probabilities and greedy actions are the actor's.
 
 The sync protocol, as PPO sees it. With model version v every worker's actor
 collects ``rollout_steps`` steps in each of its envs (``pending()`` is 0
 until then), computes advantages with its copy of the critic and sends the
 rollout as one batch. The learner trains on all batches of round v and
 publishes v+1; workers wait for it before they step again. A rollout is
-therefore always on-policy: logprob and value in a batch come from exactly the
-weights the learner starts the round from.
+therefore on-policy: logprob and value in a batch come from the weights the
+learner starts the round from (the actor's numpy log-probabilities equal the
+learner's to float32 rounding, so the first ratio is 1 to ~1e-6).
 
 Observation normalisation (``obs_norm``). The running mean and variance are
 part of the weights (``obs_norm.mean``, ``obs_norm.var``), so an actor
@@ -39,7 +55,7 @@ their inputs are bitwise identical.
 
 Truncation is bootstrapped (as in SB3 and recent CleanRL): where an episode
 was truncated (time limit) rather than terminated, the actor adds
-``gamma * V(final obs)`` to that step's reward, computed with its own critic;
+``gamma * V(final obs)`` to that step's reward, computed with its forward;
 GAE then cuts the trace there like at a termination.
 """
 
@@ -51,13 +67,11 @@ from typing import Any, Mapping
 import attrs
 import gymnasium as gym
 import numpy as np
-import torch
-from torch import nn
 
 from mqttrl.algorithm import ActorContext, AlgorithmInfo
 from mqttrl.config import ConfigError
 from mqttrl.hookspecs import hookimpl
-from mqttrl.wire import FieldSpec, SampleBatch, SampleSpec
+from mqttrl.wire import FieldSpec, SampleSpec
 
 Tensors = dict[str, np.ndarray]
 
@@ -92,7 +106,8 @@ def _check_hidden(inst, attribute, value):
         raise ConfigError(f"{attribute.name}={value!r}: must be a non-empty list of positive integers, e.g. [64, 64]")
 
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: hidden-layer activations (numpy here, torch in ppo_torch)
+ACTIVATIONS = ("tanh", "relu")
 
 
 def _check_activation(inst, attribute, value):
@@ -161,7 +176,7 @@ class PPOParams:
 
 
 # --------------------------------------------------------------------------
-# 2. Networks and observation statistics
+# 2. The network in numpy, and observation statistics
 # --------------------------------------------------------------------------
 
 
@@ -179,72 +194,7 @@ def _spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, bool, int]
     raise TypeError(f"ppo supports Discrete or float Box action spaces, got {act_space!r}")
 
 
-def _layer(layer: nn.Linear, std: float, ortho: bool) -> nn.Linear:
-    if ortho:
-        nn.init.orthogonal_(layer.weight, std)
-        nn.init.constant_(layer.bias, 0.0)
-    return layer
-
-
-def _mlp(inp: int, hidden: list[int], out: int, activation: str, out_std: float, ortho: bool) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    width = inp
-    for h in hidden:
-        layers += [_layer(nn.Linear(width, h), math.sqrt(2), ortho), ACTIVATIONS[activation]()]
-        width = h
-    layers.append(_layer(nn.Linear(width, out), out_std, ortho))
-    return nn.Sequential(*layers)
-
-
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-class Agent(nn.Module):
-    """Actor and critic MLPs over flattened (possibly normalised) observations."""
-
-    def __init__(self, obs_dim: int, act_dim: int, continuous: bool, hidden: list[int], activation: str,
-                 ortho_init: bool = True, log_std_init: float = 0.0):
-        super().__init__()
-        self.continuous = continuous
-        self.critic = _mlp(obs_dim, hidden, 1, activation, 1.0, ortho_init)
-        self.actor = _mlp(obs_dim, hidden, act_dim, activation, 0.01, ortho_init)
-        if continuous:
-            self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
-
-    def value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(x).squeeze(-1)
-
-    def sample(self, x: torch.Tensor, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sampled action and its log-probability."""
-        out = self.actor(x)
-        if self.continuous:
-            std = self.actor_logstd.exp().expand_as(out)
-            action = out + std * torch.randn(out.shape, generator=gen, dtype=out.dtype)
-        else:
-            action = torch.multinomial(torch.softmax(out, dim=-1), 1, generator=gen).squeeze(-1)
-        logprob, _ = self._logprob_entropy(out, action)
-        return action, logprob
-
-    def mode(self, x: torch.Tensor) -> torch.Tensor:
-        """The greedy action: the argmax, or the Gaussian's mean."""
-        out = self.actor(x)
-        return out if self.continuous else out.argmax(dim=-1)
-
-    def evaluate(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probability of ``action``, policy entropy and value (the learner's forward pass)."""
-        logprob, entropy = self._logprob_entropy(self.actor(x), action)
-        return logprob, entropy, self.value(x)
-
-    def _logprob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.continuous:
-            logstd = self.actor_logstd.expand_as(out)
-            logprob = (-0.5 * ((action - out) / logstd.exp()) ** 2 - logstd - _LOG_SQRT_2PI).sum(-1)
-            entropy = (0.5 + _LOG_SQRT_2PI + logstd).sum(-1)
-        else:
-            logp = torch.log_softmax(out, dim=-1)
-            logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp.exp() * logp).sum(-1)
-        return logprob, entropy
 
 
 class RunningMeanStd:
@@ -267,15 +217,24 @@ class RunningMeanStd:
         self.count = total
 
 
+def _obs_std(var: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.asarray(var, np.float64) + 1e-8)
+
+
+def _scale(x: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: float) -> np.ndarray:
+    return np.clip((x - mean) / std, -clip, clip).astype(np.float32)
+
+
 def normalize_obs(obs: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, clip: float) -> np.ndarray:
     """Flattened float32 observations, normalised when statistics are given.
 
-    Actor and learner both call this, so they feed the networks identical inputs.
+    The learner and both forwards compute exactly this (the forwards with the
+    square root cached), so they feed the networks bitwise identical inputs.
     """
     x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
     if mean is None:
         return x
-    return np.clip((x - mean) / np.sqrt(var + 1e-8), -clip, clip).astype(np.float32)
+    return _scale(x, mean, _obs_std(var), clip)
 
 
 def _net_info(obs_dim: int, continuous: bool, act_dim: int, params: PPOParams) -> dict[str, Any]:
@@ -290,30 +249,201 @@ def _net_info(obs_dim: int, continuous: bool, act_dim: int, params: PPOParams) -
     }
 
 
-def _agent_from_info(info: Mapping[str, Any]) -> Agent:
-    return Agent(int(info["obs_dim"]), int(info["act_dim"]), bool(info["continuous"]),
-                 [int(h) for h in info["hidden"]], str(info["activation"]), ortho_init=False)
+def _full_info(own: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
+    """The network that weights' ``info`` describes, checked against the spaces this side has.
+
+    Architecture keys (hidden sizes, activation, obs_norm, obs_clip) follow the
+    weights; the spaces must match.
+    """
+    for key in ("obs_dim", "continuous", "act_dim"):
+        if key in info and info[key] != own[key]:
+            raise ValueError(f"weights are for {key}={info[key]!r}, the network here has {key}={own[key]!r}")
+    full = {**own, **{k: info[k] for k in ("hidden", "activation", "obs_norm", "obs_clip") if k in info}}
+    if full["activation"] not in ACTIVATIONS:
+        raise ValueError(f"weights use activation {full['activation']!r}; known: {', '.join(ACTIVATIONS)}")
+    return full
 
 
-def _load_net(net: nn.Module, tensors: Mapping[str, np.ndarray], prefix: str = "") -> None:
-    """Copy numpy arrays into ``net``; names and shapes must match exactly."""
-    own = net.state_dict()
-    names = {k[len(prefix):] for k in tensors if k.startswith(prefix) and not k.startswith(prefix + "obs_norm.")}
-    if names != set(own):
+def _layer_sizes(info: Mapping[str, Any], head: str) -> list[tuple[int, int]]:
+    """(out, in) of each Linear of ``head`` ("critic" or "actor"); hidden layers, then the output."""
+    outs = [int(h) for h in info["hidden"]] + [1 if head == "critic" else int(info["act_dim"])]
+    ins = [int(info["obs_dim"])] + outs[:-1]
+    return list(zip(outs, ins))
+
+
+def weight_shapes(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the exported network tensors (the layout of ``ppo_torch.Agent.state_dict()``:
+    ``critic.{2i}.weight`` / ``.bias`` (out, in) / (out,), the same for ``actor``, and for Box
+    actions ``actor_logstd`` (1, act_dim)). With obs_norm the weights also hold ``obs_norm.mean``
+    and ``obs_norm.var`` (float64)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for head in ("critic", "actor"):
+        for i, (out, inp) in enumerate(_layer_sizes(info, head)):
+            shapes[f"{head}.{2 * i}.weight"] = (out, inp)
+            shapes[f"{head}.{2 * i}.bias"] = (out,)
+    if info["continuous"]:
+        shapes["actor_logstd"] = (1, int(info["act_dim"]))
+    return shapes
+
+
+def _orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
+    """Like ``torch.nn.init.orthogonal_`` (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q *= np.sign(np.diag(r))
+    return gain * (q if rows >= cols else q.T)
+
+
+def initial_weights(info: Mapping[str, Any], seed: int, ortho_init: bool = True, log_std_init: float = 0.0) -> Tensors:
+    """Fresh weights in the exported layout, made in numpy: what an actor acts with before the first
+    model version arrives. Orthogonal init as the learner's (hidden gain sqrt(2), policy head 0.01,
+    value head 1, zero biases), else torch's default Linear init; the values differ from the learner's."""
+    rng = np.random.default_rng([int(seed), 0x99])
+    tensors: Tensors = {}
+    for head in ("critic", "actor"):
+        sizes = _layer_sizes(info, head)
+        for i, (out, inp) in enumerate(sizes):
+            if ortho_init:
+                gain = math.sqrt(2) if i < len(sizes) - 1 else (1.0 if head == "critic" else 0.01)
+                w, b = _orthogonal(rng, out, inp, gain), np.zeros(out)
+            else:
+                bound = 1 / math.sqrt(inp)
+                w, b = rng.uniform(-bound, bound, (out, inp)), rng.uniform(-bound, bound, out)
+            tensors[f"{head}.{2 * i}.weight"] = w.astype(np.float32)
+            tensors[f"{head}.{2 * i}.bias"] = b.astype(np.float32)
+    if info["continuous"]:
+        tensors["actor_logstd"] = np.full((1, int(info["act_dim"])), log_std_init, np.float32)
+    if info["obs_norm"]:
+        tensors["obs_norm.mean"] = np.zeros(int(info["obs_dim"]), np.float64)
+        tensors["obs_norm.var"] = np.ones(int(info["obs_dim"]), np.float64)
+    return tensors
+
+
+def checked_weights(tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> Tensors:
+    """float32 copies of the network tensors (the source may be read-only), after checking that
+    names and shapes fit the network ``info`` describes exactly; raises ValueError otherwise."""
+    shapes = weight_shapes(info)
+    names = {k for k in tensors if not k.startswith("obs_norm.")}
+    if names != set(shapes):
         raise ValueError(
-            f"weights do not fit the network: missing {sorted(set(own) - names)}, unexpected {sorted(names - set(own))}"
+            f"weights do not fit the network: missing {sorted(set(shapes) - names)}, unexpected {sorted(names - set(shapes))}"
         )
-    new = {}
-    for name, ref in own.items():
-        arr = np.asarray(tensors[prefix + name])
-        if tuple(arr.shape) != tuple(ref.shape):
-            raise ValueError(f"weight {prefix + name} has shape {arr.shape}, the network needs {tuple(ref.shape)}")
-        new[name] = torch.as_tensor(np.array(arr, dtype=np.float32))  # a copy: the source may be read-only
-    net.load_state_dict(new, strict=True)
+    out: Tensors = {}
+    for name, shape in shapes.items():
+        arr = np.asarray(tensors[name])
+        if tuple(arr.shape) != shape:
+            raise ValueError(f"weight {name} has shape {arr.shape}, the network needs {shape}")
+        out[name] = np.array(arr, dtype=np.float32)
+    return out
 
 
-def _export_net(net: nn.Module, prefix: str = "") -> Tensors:
-    return {prefix + k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in net.state_dict().items()}
+def obs_stats(tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(mean, var) as float64 when ``info`` says obs_norm, else None; raises ValueError if they are missing."""
+    if not info["obs_norm"]:
+        return None
+    dim = int(info["obs_dim"])
+    stats = []
+    for name in ("obs_norm.mean", "obs_norm.var"):
+        if name not in tensors:
+            raise ValueError(f"weights do not fit the network: missing {[name]} (obs_norm is on)")
+        arr = np.array(tensors[name], np.float64)
+        if arr.size != dim:
+            raise ValueError(f"{name} has {arr.size} entries, observations have {dim}")
+        stats.append(arr.reshape(dim))
+    return stats[0], stats[1]
+
+
+def _tanh(h: np.ndarray) -> np.ndarray:
+    return np.tanh(h, out=h)
+
+
+def _relu(h: np.ndarray) -> np.ndarray:
+    return np.maximum(h, 0, out=h)
+
+
+_NP_ACTIVATIONS = {"tanh": _tanh, "relu": _relu}
+
+
+@attrs.frozen
+class _NumpyNet:
+    """One model version, ready to run: weights pre-transposed to (in, out), contiguous, float32."""
+
+    #: first layers of critic and actor side by side (both read the same input): (in, 2 * hidden[0])
+    first_w: np.ndarray
+    first_b: np.ndarray
+    #: columns of the first layer's output that belong to the critic
+    split: int
+    #: the remaining layers of each head as (W^T, b); an activation follows all but the last
+    critic: tuple
+    actor: tuple
+    #: Box actions: log-std (act_dim,); None for Discrete
+    log_std: np.ndarray | None
+    #: (mean, sqrt(var + 1e-8)) with obs_norm, else None
+    stats: tuple | None
+    clip: float
+    activate: Any
+
+
+def _tail(h: np.ndarray, layers: tuple, activate) -> np.ndarray:
+    for i, (w, b) in enumerate(layers):
+        h = h @ w
+        h += b
+        if i < len(layers) - 1:
+            activate(h)
+    return h
+
+
+class NumpyForward:
+    """PPO's forward in numpy: float32 matmuls ``x @ W.T + b`` with ``W.T`` cached at load time.
+
+    ``forward(obs)`` returns ``{"logits", "value"}`` (Discrete) or ``{"mean", "log_std", "value"}``
+    (Box) for raw observations, normalised inside with the statistics of the loaded weights.
+    Until weights are loaded it holds fresh ones (:func:`initial_weights` with ``seed``).
+    """
+
+    def __init__(self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+        obs_dim, continuous, act_dim = _spaces(obs_space, act_space)
+        self.obs_dim = obs_dim
+        self.info = _net_info(obs_dim, continuous, act_dim, params)
+        self.load_weights(initial_weights(self.info, seed, params.ortho_init, params.log_std_init), self.info)
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        """The tensors :meth:`PPOLearner.export_weights` makes; raises before anything is replaced."""
+        full = _full_info(self.info, info)
+        arrays = checked_weights(tensors, full)
+        stats = obs_stats(tensors, full)
+
+        def head(name: str) -> list[tuple[np.ndarray, np.ndarray]]:
+            n = len(full["hidden"]) + 1
+            return [(np.ascontiguousarray(arrays[f"{name}.{2 * i}.weight"].T), arrays[f"{name}.{2 * i}.bias"]) for i in range(n)]
+
+        critic, actor = head("critic"), head("actor")
+        self._net = _NumpyNet(  # the swap: one assignment
+            first_w=np.ascontiguousarray(np.concatenate([critic[0][0], actor[0][0]], axis=1)),
+            first_b=np.concatenate([critic[0][1], actor[0][1]]),
+            split=critic[0][0].shape[1],
+            critic=tuple(critic[1:]),
+            actor=tuple(actor[1:]),
+            log_std=arrays["actor_logstd"].reshape(-1) if full["continuous"] else None,
+            stats=None if stats is None else (stats[0], _obs_std(stats[1])),
+            clip=float(full["obs_clip"]),
+            activate=_NP_ACTIVATIONS[full["activation"]],
+        )
+        self.info = full
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        net = self._net
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), self.obs_dim)
+        if net.stats is not None:
+            x = _scale(x, *net.stats, net.clip)
+        h = x @ net.first_w
+        h += net.first_b
+        net.activate(h)
+        value = _tail(h[:, :net.split], net.critic, net.activate).reshape(len(x))
+        out = _tail(h[:, net.split:], net.actor, net.activate)
+        if net.log_std is None:
+            return {"logits": out, "value": value}
+        return {"mean": out, "log_std": np.broadcast_to(net.log_std, out.shape).copy(), "value": value}
 
 
 # --------------------------------------------------------------------------
@@ -368,22 +498,35 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, ended: np.ndarray, last
 
 
 # --------------------------------------------------------------------------
-# 5. Actor (worker side)
+# 5. Actor (worker side): numpy only
 # --------------------------------------------------------------------------
 
 
-@attrs.frozen
-class _Policy:
-    """What one model version consists of; swapped as a whole."""
+def categorical_logprob(logits: np.ndarray, action: np.ndarray) -> np.ndarray:
+    """log softmax(logits)[i, action[i]] for each row i, in the logits' dtype (as torch's log_softmax)."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    return z[np.arange(len(z)), action] - np.log(np.exp(z).sum(axis=-1))
 
-    agent: Agent
-    mean: np.ndarray | None
-    var: np.ndarray | None
-    round: int
+
+def gaussian_logprob(action: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """Log-density of a diagonal Gaussian, summed over the action dims (the learner's formula, float32)."""
+    return (-0.5 * ((action - mean) / np.exp(log_std)) ** 2 - log_std - np.float32(_LOG_SQRT_2PI)).sum(-1)
+
+
+def _torch_importable() -> bool:
+    try:
+        import torch  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return True
 
 
 class PPOActor:
-    def __init__(self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext):
+    """Samples actions in numpy from what its forward returns (local numpy or torch, or a remote
+    inference server); with ``forward=None`` it builds a local one: torch if it imports, else numpy."""
+
+    def __init__(self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext,
+                 forward: Any = None):
         self.params = p = params
         self.obs_dim, self.continuous, self.act_dim = _spaces(obs_space, act_space)
         self.obs_shape = tuple(obs_space.shape)
@@ -393,13 +536,12 @@ class PPOActor:
             self.high = np.asarray(act_space.high, np.float32).reshape(self.act_shape)
         self.num_envs = ctx.num_envs
         self.info = _net_info(self.obs_dim, self.continuous, self.act_dim, p)
-        self.gen = torch.Generator().manual_seed(ctx.seed)
-        with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
-            torch.manual_seed(ctx.seed)
-            agent = Agent(self.obs_dim, self.act_dim, self.continuous, list(p.hidden), p.activation, p.ortho_init, p.log_std_init)
-        agent.eval()
-        stats = (np.zeros(self.obs_dim), np.ones(self.obs_dim)) if p.obs_norm else (None, None)
-        self.policy = _Policy(agent, *stats, round=-1)
+        self.rng = np.random.default_rng(ctx.seed)
+        if forward is None:
+            forward = make_forward(p, obs_space, act_space, "auto", seed=ctx.seed)
+        self.forward = forward
+        #: round of the loaded weights (-1: none yet); a new round drops a partial rollout
+        self.round = -1
         #: finished rollouts waiting for take()
         self.ready: list[Tensors] = []
         self._new_rollout()
@@ -415,29 +557,23 @@ class PPOActor:
         self.buf_ended = np.zeros((T, E), np.float64)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
-        """Swap in a new model version (nets and obs statistics together).
+        """Swap in a new model version (the forward loads nets and obs statistics together).
 
         A rollout half collected with another version is dropped, so a batch
         never mixes versions (in the sync protocol this happens only when a
-        round went on without this worker); finished rollouts are kept.
+        round went on without this worker); finished rollouts are kept. A remote
+        forward ignores the tensors (the inference servers load them).
         """
         for key in ("obs_dim", "continuous", "act_dim", "obs_norm"):
             if key in info and info[key] != self.info[key]:
                 raise ValueError(f"weights are for {key}={info[key]!r}, this actor has {key}={self.info[key]!r}")
         full = {**self.info, **{k: info[k] for k in ("hidden", "activation", "obs_clip") if k in info}}
-        with torch.random.fork_rng(devices=[]):
-            agent = _agent_from_info(full)
-        _load_net(agent, tensors)  # raises before anything is replaced
-        agent.eval()
-        mean = var = None
-        if self.params.obs_norm:
-            mean = np.array(tensors["obs_norm.mean"], np.float64).reshape(self.obs_dim)
-            var = np.array(tensors["obs_norm.var"], np.float64).reshape(self.obs_dim)
+        self.forward.load_weights(tensors, full)  # raises before anything is replaced
         new_round = int(info.get("round", -1))
-        if self.t and new_round != self.policy.round:
+        if self.t and new_round != self.round:
             self._new_rollout()
         self.info = full
-        self.policy = _Policy(agent, mean, var, new_round)  # the swap: one assignment
+        self.round = new_round
 
     def discard(self) -> None:
         """Drop everything not yet taken (the sync worker calls this when a round finished
@@ -445,26 +581,28 @@ class PPOActor:
         self.ready = []
         self._new_rollout()
 
-    def _input(self, policy: _Policy, obs: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(normalize_obs(obs, policy.mean, policy.var, self.info["obs_clip"]))
-
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Env-ready actions (Box: clipped to the bounds) and extras: logprob, value and,
         for Box actions, the raw sample ``raw_action`` the logprob belongs to."""
-        policy = self.policy
-        x = self._input(policy, obs)
-        with torch.inference_mode():
-            if greedy:
-                action = policy.agent.mode(x).numpy()
-                return self._env_action(action), {}
-            if len(obs) != self.num_envs:
-                raise ValueError(f"act() got {len(obs)} observations for {self.num_envs} envs (greedy=False needs one per env)")
-            action, logprob = policy.agent.sample(x, self.gen)
-            value = policy.agent.value(x)
-        action = action.numpy()
-        extras = {"logprob": logprob.numpy().astype(np.float32), "value": value.numpy().astype(np.float32)}
+        if not greedy and len(obs) != self.num_envs:
+            raise ValueError(f"act() got {len(obs)} observations for {self.num_envs} envs (greedy=False needs one per env)")
+        out = self.forward(obs)
         if self.continuous:
-            extras["raw_action"] = action.astype(np.float32).reshape(len(obs), *self.act_shape)
+            mean = np.asarray(out["mean"], np.float32).reshape(len(obs), self.act_dim)
+            if greedy:
+                return self._env_action(mean), {}
+            log_std = np.asarray(out["log_std"], np.float32).reshape(len(obs), self.act_dim)
+            action = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape, dtype=np.float32)
+            logprob = gaussian_logprob(action, mean, log_std)
+        else:
+            logits = np.asarray(out["logits"], np.float32).reshape(len(obs), self.act_dim)
+            if greedy:
+                return self._env_action(logits.argmax(axis=-1)), {}
+            action = (logits + self.rng.gumbel(size=logits.shape)).argmax(axis=-1)  # Gumbel-max: a Categorical sample
+            logprob = categorical_logprob(logits, action)
+        extras = {"logprob": logprob.astype(np.float32), "value": np.asarray(out["value"], np.float32).reshape(len(obs))}
+        if self.continuous:
+            extras["raw_action"] = action.reshape(len(obs), *self.act_shape)
         return self._env_action(action), extras
 
     def _env_action(self, action: np.ndarray) -> np.ndarray:
@@ -473,8 +611,7 @@ class PPOActor:
         return np.clip(action.reshape(len(action), *self.act_shape), self.low, self.high).astype(np.float32)
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return self.policy.agent.value(self._input(self.policy, obs)).numpy().astype(np.float64)
+        return np.asarray(self.forward(obs)["value"], np.float64).reshape(len(obs))
 
     def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated) -> None:
         p, t = self.params, self.t
@@ -530,276 +667,41 @@ class PPOActor:
 
 
 # --------------------------------------------------------------------------
-# 6. Learner
+# 6. Factories and registration
 # --------------------------------------------------------------------------
 
 
-def _json_rng(state: Any) -> Any:
-    """A bit-generator state with its big integers as strings (JSON-safe everywhere)."""
-    if isinstance(state, dict):
-        return {k: _json_rng(v) for k, v in state.items()}
-    if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
-        return str(int(state))
-    return state
+def make_forward(params: PPOParams, obs_space: gym.Space, act_space: gym.Space, backend: str = "numpy", seed: int = 0):
+    """A local forward: backend "numpy" (:class:`NumpyForward`), "torch" (``ppo_torch.TorchForward``)
+    or "auto" (torch if it imports, else numpy). ``seed`` picks its weights until the first load."""
+    if backend == "auto":
+        backend = "torch" if _torch_importable() else "numpy"
+    if backend == "numpy":
+        return NumpyForward(params, obs_space, act_space, seed=seed)
+    if backend == "torch":
+        from .ppo_torch import TorchForward
+
+        return TorchForward(params, obs_space, act_space, seed=seed)
+    raise ValueError(f"unknown forward backend {backend!r}; use 'numpy', 'torch' or 'auto'")
 
 
-def _unjson_rng(state: Any) -> Any:
-    if isinstance(state, dict):
-        return {k: _unjson_rng(v) for k, v in state.items()}
-    if isinstance(state, str) and state.lstrip("-").isdigit():
-        return int(state)
-    return state
+def make_learner(params: PPOParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0):
+    """The learner needs torch; it is imported here, not when this module loads."""
+    from .ppo_torch import PPOLearner
+
+    return PPOLearner(params, obs_space, act_space, device, seed)
 
 
-def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
-    var = float(np.var(target))
-    return float("nan") if var == 0 else 1.0 - float(np.var(target - pred)) / var
+_TORCH_NAMES = frozenset({"Agent", "PPOLearner", "TorchForward"})
 
 
-class PPOLearner:
-    def __init__(self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0):
-        self.params = p = params
-        self.obs_dim, self.continuous, self.act_dim = _spaces(obs_space, act_space)
-        self.spec = sample_spec(params, obs_space, act_space)
-        self.device = torch.device(device)
-        self.rng = np.random.default_rng(seed)
-        torch.manual_seed(seed)
-        self.agent = Agent(self.obs_dim, self.act_dim, self.continuous, list(p.hidden), p.activation, p.ortho_init,
-                           p.log_std_init).to(self.device)
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=p.lr, eps=p.adam_eps)
-        self.obs_rms = RunningMeanStd(self.obs_dim) if p.obs_norm else None
-        #: gradient (minibatch) steps done; what the node reports and checkpoints count
-        self.updates = 0
-        #: rounds trained (train_round calls with data); the version published after round r is r+1 ahead of the first
-        self.rounds = 0
-        #: transitions trained on, summed over all rounds (drives the schedules)
-        self.samples_added = 0
+def __getattr__(name: str) -> Any:
+    """``from mqttrl_plugins.ppo import PPOLearner`` (or Agent, TorchForward) still works; it imports torch."""
+    if name in _TORCH_NAMES:
+        from . import ppo_torch
 
-    # ---- the async protocol does not apply
-
-    def add(self, batch: SampleBatch) -> int:
-        raise NotImplementedError("ppo is a sync algorithm: the node gives each round's batches to train_round(), never add()")
-
-    def train_due(self) -> bool:
-        return False
-
-    def behind(self) -> bool:
-        return False
-
-    def train_step(self) -> dict[str, float]:
-        raise NotImplementedError("ppo is a sync algorithm: the node calls train_round(batches), not train_step()")
-
-    # ---- schedules
-
-    def anneal_frac(self) -> float:
-        """Multiplier of annealed values now: 1 at the start, anneal_final_frac after anneal_env_steps."""
-        p = self.params
-        done = min(1.0, self.samples_added / p.anneal_env_steps)
-        return 1.0 - done * (1.0 - p.anneal_final_frac)
-
-    def current_lr(self) -> float:
-        return self.params.lr * (self.anneal_frac() if self.params.anneal_lr else 1.0)
-
-    def current_clip(self) -> float:
-        return self.params.clip_coef * (self.anneal_frac() if self.params.anneal_clip else 1.0)
-
-    # ---- training
-
-    def _stats(self) -> tuple[np.ndarray | None, np.ndarray | None]:
-        return (self.obs_rms.mean, self.obs_rms.var) if self.obs_rms is not None else (None, None)
-
-    def train_round(self, batches: list[SampleBatch]) -> dict[str, float]:
-        p = self.params
-        batches = [b for b in batches if b.count]
-        for b in batches:
-            self.spec.validate(b.arrays, b.count)  # raises Rejected; nothing is dropped silently
-        n = sum(b.count for b in batches)
-        if n == 0:
-            return {"transitions": 0.0, "rounds": float(self.rounds), "updates": float(self.updates)}
-        cat = {k: np.concatenate([np.asarray(b.arrays[k]) for b in batches]) for k in self.spec.fields}
-
-        # normalise with the statistics of the version the actors used (see the module docstring)
-        dev = self.device
-        obs = torch.from_numpy(normalize_obs(cat["obs"], *self._stats(), p.obs_clip)).to(dev)
-        act_np = cat["action"].reshape(n, -1) if self.continuous else cat["action"]
-        action = torch.from_numpy(np.ascontiguousarray(act_np)).to(dev)
-        old_logprob = torch.from_numpy(cat["logprob"]).to(dev)  # np.concatenate made writable copies
-        old_value = torch.from_numpy(cat["value"]).to(dev)
-        advantage = torch.from_numpy(cat["advantage"]).to(dev)
-        ret = torch.from_numpy(cat["ret"]).to(dev)
-
-        lr, clip = self.current_lr(), self.current_clip()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        n_mb = max(1, round(n / p.minibatch_size))
-        sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
-        steps = 0
-        stopped_early = False
-        for _epoch in range(p.epochs):
-            epoch_kl = 0.0
-            for mb in np.array_split(self.rng.permutation(n), n_mb):
-                idx = torch.from_numpy(mb).to(dev)
-                stats = self._update(obs[idx], action[idx], old_logprob[idx], old_value[idx], advantage[idx], ret[idx], clip)
-                for k, v in stats.items():
-                    sums[k] += v
-                epoch_kl += stats["approx_kl"]
-                steps += 1
-            if p.target_kl and epoch_kl / n_mb > p.target_kl:
-                stopped_early = True
-                break
-
-        # only now fold this round's raw observations into the statistics (they go out with the next version)
-        if self.obs_rms is not None:
-            self.obs_rms.update(cat["obs"])
-        self.updates += steps
-        self.rounds += 1
-        self.samples_added += n
-        metrics = {k: v / steps for k, v in sums.items()}
-        metrics.update(
-            explained_variance=explained_variance(cat["value"].astype(np.float64), cat["ret"].astype(np.float64)),
-            lr=lr,
-            clip_coef=clip,
-            transitions=float(n),
-            batches=float(len(batches)),
-            # should be 1: the node gives a round only batches made with the current version
-            model_versions=float(len({b.model_version for b in batches})),
-            rounds=float(self.rounds),
-            updates=float(self.updates),
-            epochs_done=steps / n_mb,
-            stopped_early=float(stopped_early),
-            value_mean=float(cat["value"].mean()),
-            ret_mean=float(cat["ret"].mean()),
-        )
-        if self.continuous:
-            metrics["log_std_mean"] = float(self.agent.actor_logstd.detach().mean())
-        return metrics
-
-    def _update(self, obs, action, old_logprob, old_value, advantage, ret, clip: float) -> dict[str, float]:
-        """One gradient step of the clipped PPO objective on one minibatch."""
-        p = self.params
-        logprob, entropy, value = self.agent.evaluate(obs, action)
-        logratio = logprob - old_logprob
-        ratio = logratio.exp()
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
-            clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
-
-        if p.norm_adv and len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        pg_loss = torch.max(-advantage * ratio, -advantage * ratio.clamp(1 - clip, 1 + clip)).mean()
-
-        if p.clip_vloss:
-            v_clipped = old_value + (value - old_value).clamp(-p.clip_coef, p.clip_coef)
-            v_loss = 0.5 * torch.max((value - ret) ** 2, (v_clipped - ret) ** 2).mean()
-        else:
-            v_loss = 0.5 * ((value - ret) ** 2).mean()
-        entropy_mean = entropy.mean()
-        loss = pg_loss - p.ent_coef * entropy_mean + p.vf_coef * v_loss
-
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if p.max_grad_norm > 0:
-            grad_norm = float(nn.utils.clip_grad_norm_(self.agent.parameters(), p.max_grad_norm))
-        else:
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.agent.parameters() if g.grad is not None])))
-        self.optimizer.step()
-        return {
-            "policy_loss": float(pg_loss.detach()),
-            "value_loss": float(v_loss.detach()),
-            "entropy": float(entropy_mean.detach()),
-            "approx_kl": float(approx_kl),
-            "clipfrac": float(clipfrac),
-            "grad_norm": grad_norm,
-        }
-
-    # ---- weights and checkpoints
-
-    def _info(self) -> dict[str, Any]:
-        return _net_info(self.obs_dim, self.continuous, self.act_dim, self.params)
-
-    def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
-        """Actor and critic (the actor computes values for GAE) plus, with obs_norm, the statistics
-        (float64) that go with them; ``info["round"]`` is the number of rounds trained."""
-        tensors = _export_net(self.agent)
-        if self.obs_rms is not None:
-            tensors["obs_norm.mean"] = self.obs_rms.mean.copy()
-            tensors["obs_norm.var"] = self.obs_rms.var.copy()
-        return tensors, {**self._info(), "round": self.rounds}
-
-    def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
-        """``include_replay`` is ignored: PPO keeps no data between rounds."""
-        tensors = _export_net(self.agent, "agent.")
-        if self.obs_rms is not None:
-            tensors["obs_norm.mean"] = self.obs_rms.mean.copy()
-            tensors["obs_norm.var"] = self.obs_rms.var.copy()
-
-        # Adam: tensors (moments, step counts) by flat name; the rest goes to meta
-        opt = self.optimizer.state_dict()
-        opt_meta: dict[str, Any] = {"state": {}, "param_groups": []}
-        for pid, st in opt["state"].items():
-            entry = {}
-            for key, val in st.items():
-                if torch.is_tensor(val):
-                    tensors[f"optim.state.{pid}.{key}"] = val.detach().cpu().numpy().copy()
-                    entry[key] = {"tensor": f"optim.state.{pid}.{key}"}
-                else:
-                    entry[key] = {"value": val}
-            opt_meta["state"][str(pid)] = entry
-        for group in opt["param_groups"]:
-            opt_meta["param_groups"].append({k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()})
-
-        tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
-        meta: dict[str, Any] = {
-            "algorithm": "ppo",
-            "net": self._info(),
-            "updates": self.updates,
-            "rounds": self.rounds,
-            "samples_added": self.samples_added,
-            "obs_norm_count": self.obs_rms.count if self.obs_rms is not None else None,
-            "optimizer": opt_meta,
-            "rng_numpy": _json_rng(self.rng.bit_generator.state),
-        }
-        return tensors, meta
-
-    def load_state_dict(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
-        if meta.get("algorithm") != "ppo":
-            raise ValueError(f"not a ppo checkpoint (algorithm={meta.get('algorithm')!r})")
-        mine = self._info()
-        if dict(meta["net"]) != mine:
-            raise ValueError(f"checkpoint network {dict(meta['net'])} differs from the configured one {mine}")
-        _load_net(self.agent, {k: v for k, v in tensors.items() if k.startswith("agent.")}, "agent.")
-
-        opt_meta = meta["optimizer"]
-        state = {}
-        for pid, entry in opt_meta["state"].items():
-            st = {}
-            for key, val in entry.items():
-                if "tensor" in val:
-                    st[key] = torch.from_numpy(np.array(tensors[val["tensor"]])).to(self.device)
-                else:
-                    st[key] = val["value"]
-            state[int(pid)] = st
-        groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in opt_meta["param_groups"]]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-        # step counts must stay on the CPU for Adam; moments follow the parameters
-        for st in self.optimizer.state.values():
-            if "step" in st and torch.is_tensor(st["step"]):
-                st["step"] = st["step"].cpu()
-
-        if self.obs_rms is not None:
-            self.obs_rms.mean = np.array(tensors["obs_norm.mean"], np.float64)
-            self.obs_rms.var = np.array(tensors["obs_norm.var"], np.float64)
-            self.obs_rms.count = float(meta["obs_norm_count"])
-        self.updates = int(meta["updates"])
-        self.rounds = int(meta["rounds"])
-        self.samples_added = int(meta["samples_added"])
-        self.rng.bit_generator.state = _unjson_rng(meta["rng_numpy"])
-        torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
-
-
-# --------------------------------------------------------------------------
-# 7. Registration
-# --------------------------------------------------------------------------
+        return getattr(ppo_torch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
@@ -812,6 +714,7 @@ def mqttrl_register_algorithms(register):
             mode="sync",
             sample_spec=sample_spec,
             make_actor=PPOActor,
-            make_learner=PPOLearner,
+            make_learner=make_learner,
+            make_forward=make_forward,
         )
     )

@@ -21,7 +21,10 @@ compute (evaluation time is reported separately and excluded from "train").
 
 Usage::
 
-    python tests/ppo_offline_check.py --seeds 0 1 2 [--config configs/cartpole_ppo.toml] [--set epochs=10]
+    python tests/ppo_offline_check.py --seeds 0 1 2 [--config configs/cartpole_ppo.toml] [--set epochs=10] [--forward numpy|torch]
+
+``--forward`` picks the actors' forward (default numpy, as on a worker without
+torch); the greedy evaluator uses the same kind.
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
 from mqttrl.rollout import EnvSet, evaluate
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
-from mqttrl_plugins.ppo import PPOActor, PPOLearner, PPOParams, sample_spec
+from mqttrl_plugins.ppo import PPOActor, PPOParams, make_forward, sample_spec
+from mqttrl_plugins.ppo_torch import PPOLearner
 
 
 def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, eval_every: int, eval_episodes: int,
-        max_steps: int, target: float, quiet: bool) -> dict:
+        max_steps: int, target: float, quiet: bool, forward: str = "numpy") -> dict:
     torch.manual_seed(seed)
     make = lambda: gym.make(env_id)  # noqa: E731
     probe = make()
@@ -57,8 +61,9 @@ def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, 
         wseed = seed * 1000 + w * 97  # as the worker node seeds its envs
         envsets.append(EnvSet(make, num_envs, wseed))
         ctx = ActorContext(num_envs=num_envs, first_env_index=w * num_envs, total_envs=workers * num_envs, seed=wseed)
-        actors.append(PPOActor(params, obs_space, act_space, ctx))
-    evaluator = PPOActor(params, obs_space, act_space, ActorContext(num_envs=eval_episodes, seed=10**6))
+        actors.append(PPOActor(params, obs_space, act_space, ctx, forward=make_forward(params, obs_space, act_space, forward, wseed)))
+    evaluator = PPOActor(params, obs_space, act_space, ActorContext(num_envs=eval_episodes, seed=10**6),
+                         forward=make_forward(params, obs_space, act_space, forward))
 
     version = 0
 
@@ -134,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-steps", type=int, default=200_000)
     ap.add_argument("--target", type=float, default=None)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PPOParams field (TOML value)")
+    ap.add_argument("--forward", choices=["numpy", "torch"], default="numpy", help="the actors' forward (default numpy)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -150,11 +156,12 @@ def main(argv=None) -> int:
     workers = args.workers or cfg.get("train", {}).get("workers", 2)
     num_envs = args.envs or cfg.get("env", {}).get("num_envs", 4)
     target = args.target if args.target is not None else cfg.get("train", {}).get("target_return", 475.0)
-    print(f"env {env_id}, {workers} workers x {num_envs} envs, target {target}", flush=True)
+    print(f"env {env_id}, {workers} workers x {num_envs} envs, target {target}, {args.forward} forward", flush=True)
     print("params:", attrs.asdict(params), flush=True)
     results = []
     for seed in args.seeds:
-        r = run(params, env_id, seed, workers, num_envs, args.eval_every, args.eval_episodes, args.max_steps, target, args.quiet)
+        r = run(params, env_id, seed, workers, num_envs, args.eval_every, args.eval_episodes, args.max_steps, target, args.quiet,
+                args.forward)
         results.append(r)
         print(
             f"seed {seed}: {'SOLVED' if r['solved'] else 'NOT SOLVED'} env_steps {r['steps']} rounds {r['rounds']} "
