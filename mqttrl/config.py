@@ -90,9 +90,12 @@ class InferenceConfig:
 
     #: inference servers `mqttrl train` starts (workers then use them when worker.inference = "remote")
     servers: int = attrs.field(default=0, validator=_non_negative)
-    #: a server answers when it holds this many observations, or when the first one waited max_delay_ms
-    batch_size: int = attrs.field(default=64, validator=_positive)
-    max_delay_ms: float = attrs.field(default=2.0, validator=_non_negative)
+    #: a server runs at most this many observations in one forward
+    batch_size: int = attrs.field(default=256, validator=_positive)
+    #: how long a server waits for more requests to fill a batch. 0 (greedy): it serves what is queued
+    #: at once, and requests that arrive during a forward form the next batch, so batches grow with load
+    #: without adding latency when the load is light
+    max_delay_ms: float = attrs.field(default=0.0, validator=_non_negative)
     #: "auto", "torch" or "numpy"
     backend: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy"]))
     #: a worker resends a request that got no answer in this long, to another server where it can

@@ -119,6 +119,10 @@ class InferenceServer:
                 backend = "torch"
             except ImportError:
                 backend = "numpy"
+        if backend == "torch":
+            import torch
+
+            torch.set_num_threads(1)  # intra-op threads cost milliseconds per small batch on a busy host
         self.forward = info.make_forward(cfg.algorithm.params, env.observation_space, env.action_space, backend)
         self.spec = _obs_spec(env.observation_space)
         env.close()
@@ -190,10 +194,20 @@ class InferenceServer:
                     self._take(inbox.get(timeout=0.1), requests)
                 except queue.Empty:
                     pass
-                if requests and self.batch_size:  # gather more until the batch is full or the first request waited long enough
+                if requests and self.batch_size:
+                    # take what is already queued (requests that arrived during the last forward), then
+                    # wait up to max_delay for more while the batch is not full
                     first = requests[0][2]
                     rows = requests[0][0].count
                     while rows < self.batch_size:
+                        try:
+                            before = len(requests)
+                            self._take(inbox.get_nowait(), requests)
+                            if len(requests) > before:
+                                rows += requests[-1][0].count
+                            continue
+                        except queue.Empty:
+                            pass
                         left = self.max_delay - (time.perf_counter() - first)
                         if left <= 0:
                             break
@@ -237,11 +251,15 @@ class RemoteForward:
         self._ids = itertools.count()
         self._rr = itertools.count()
         self.version = -1
+        #: replies computed with an older model are asked again (the worker sets this when it loads
+        #: weights), so a sync round never mixes versions through a server that lags behind
+        self.min_version = -1
+        self.stale_replies = 0
         self.timeouts = 0
         self.latencies: collections.deque = collections.deque(maxlen=10000)
 
     def load_weights(self, tensors, info) -> None:
-        """Servers hold the weights; nothing to do here."""
+        """Servers hold the weights; the worker raises ``min_version`` instead."""
 
     def _note_state(self, msg) -> None:
         try:
@@ -285,6 +303,14 @@ class RemoteForward:
                     continue
                 if rep.extra.get("id") != rid:
                     continue  # a late answer to a request we already retried
+                if rep.model_version < self.min_version:  # that server has not got the new weights yet
+                    self.stale_replies += 1
+                    time.sleep(0.001)
+                    rid = next(self._ids)
+                    payload = encode_batch(self.topics.run, self.worker, rid, max(self.version, 0), {"obs": obs},
+                                           extra={"id": rid, "reply_to": self.reply_topic})
+                    self.node.send_now(self._target(attempt), payload, kind="request")
+                    continue
                 self.latencies.append(time.perf_counter() - sent)
                 self.version = rep.model_version
                 return {k: np.array(v) for k, v in rep.arrays.items()}

@@ -178,6 +178,8 @@ class WorkerNode:
             self._send_batch()
         self.actor.load_weights(w.tensors, w.info)
         self.version = w.version
+        if hasattr(self.forward, "min_version"):  # central inference: only answers from this model on
+            self.forward.min_version = w.version
 
     def _wait_next_version(self) -> None:
         while not self._stop.is_set():
