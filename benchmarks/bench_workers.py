@@ -13,6 +13,7 @@ Not a test: it prints figures measured side by side in one run on this machine:
 
 from __future__ import annotations
 
+import mqttrl  # noqa: F401  (first: sets one BLAS thread per process before numpy loads)
 import argparse
 import json
 import os
@@ -51,6 +52,20 @@ def raw_rate(env_id: str, n_envs: int, seconds: float) -> float:
         envs.step(actions[i % 4096])
         i += 1
         steps += n_envs
+    return steps / (time.perf_counter() - t0)
+
+
+def raw_sampled(env_id: str, seconds: float) -> float:
+    """ANCHORS' baseline: one env stepped with ``action_space.sample()`` actions."""
+    env = make_env(env_id)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        steps += 1
+        if term or trunc:
+            env.reset()
     return steps / (time.perf_counter() - t0)
 
 
@@ -154,6 +169,7 @@ def main() -> None:
     figures: dict = {"algo": args.algo, "envs": args.envs, "cores": os.cpu_count(), "python": platform.python_version(),
                      "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
     with EmbeddedBroker("mosquitto") as broker, tempfile.TemporaryDirectory() as tmp:
+        figures["raw_sampled"] = raw_sampled(cfg.env.id, args.seconds)
         figures["raw_1env"] = raw_single_env(cfg.env.id, args.seconds)
         figures["raw_envset"] = raw_rate(cfg.env.id, args.envs, args.seconds)
         for backend in ("torch", "numpy"):
@@ -186,15 +202,16 @@ def main() -> None:
             server.send_signal(signal.SIGTERM)
             server.wait(20)
             pub.stop(flush_timeout=1)
-    raw = figures["raw_envset"]
+    raw, sampled = figures["raw_envset"], figures["raw_sampled"]
     print(f"\nworker throughput, {args.algo} policy, {args.envs} envs per process, CartPole-v1; "
           f"{figures['cores']} cores, Python {figures['python']}, torch {figures['torch']}, {figures['date']}")
-    print("| mode | env steps/s per process | / raw (same envs) |")
-    print("|---|---|---|")
-    print(f"| raw env, random actions, 1 env | {figures['raw_1env']:,.0f} | - |")
-    print(f"| raw env, random actions, {args.envs} envs | {raw:,.0f} | 1.00 |")
+    print("| mode | env steps/s per process | / raw, action_space.sample() | / raw, precomputed actions |")
+    print("|---|---|---|---|")
+    print(f"| raw env, 1 env, action_space.sample() (ANCHORS' baseline) | {sampled:,.0f} | 1.00 | - |")
+    print(f"| raw env, 1 env, precomputed random actions | {figures['raw_1env']:,.0f} | - | - |")
+    print(f"| raw env, {args.envs} envs, precomputed random actions | {raw:,.0f} | - | 1.00 |")
     for mode, key in (("local torch", "torch_steps_per_s"), ("local numpy", "numpy_steps_per_s"), ("central inference", "remote_steps_per_s")):
-        print(f"| {mode} | {figures[key]:,.0f} | {figures[key] / raw:.2f} |")
+        print(f"| {mode} | {figures[key]:,.0f} | {figures[key] / sampled:.2f} | {figures[key] / raw:.2f} |")
     print(f"central inference round trip: p50 {figures['remote_rtt_ms_p50']:.2f} ms, p99 {figures['remote_rtt_ms_p99']:.2f} ms")
     r = figures["supervisor_restart_s"]
     print(f"supervisor: killed worker heartbeating again after {r:.1f} s" if r else "supervisor: restart not observed")

@@ -34,32 +34,29 @@ class EnvSet:
 
     def step(self, actions: np.ndarray):
         """Step all envs; returns (obs, rewards, next_obs, terminated, truncated, ended)."""
-        n = self.num_envs
         obs = self.obs
-        next_obs = np.empty_like(obs)
-        rewards = np.empty(n, dtype=np.float32)
-        terminated = np.zeros(n, dtype=bool)
-        truncated = np.zeros(n, dtype=bool)
-        new_obs = np.empty_like(obs)
+        # python scalars for discrete actions (tolist is far cheaper than per-element .item())
+        acts = actions.tolist() if actions.ndim == 1 else list(actions)
+        results = [env.step(a) for env, a in zip(self.envs, acts)]
+        next_obs = np.array([r[0] for r in results], dtype=np.float32).reshape(obs.shape)
+        rewards64 = np.array([r[1] for r in results], dtype=np.float64)  # episode returns keep full precision
+        rewards = rewards64.astype(np.float32)
+        terminated = np.array([r[2] for r in results], dtype=bool)
+        truncated = np.array([r[3] for r in results], dtype=bool)
+        self.returns += rewards64
+        self.lengths += 1
+        new_obs = next_obs
         ended: list[EpisodeEnd] = []
-        for i, env in enumerate(self.envs):
-            a = actions[i]
-            o, r, term, trunc, _ = env.step(a.item() if a.ndim == 0 else a)
-            next_obs[i] = o
-            rewards[i] = r
-            terminated[i] = term
-            truncated[i] = trunc
-            self.returns[i] += r
-            self.lengths[i] += 1
-            if term or trunc:
-                ended.append(EpisodeEnd(i, float(self.returns[i]), int(self.lengths[i]), bool(term)))
+        done = np.flatnonzero(terminated | truncated)
+        if len(done):
+            new_obs = next_obs.copy()
+            for i in done:
+                ended.append(EpisodeEnd(int(i), float(self.returns[i]), int(self.lengths[i]), bool(terminated[i])))
                 self.returns[i] = 0.0
                 self.lengths[i] = 0
-                new_obs[i] = env.reset()[0]
-            else:
-                new_obs[i] = o
+                new_obs[i] = self.envs[i].reset()[0]
         self.obs = new_obs
-        self.total_steps += n
+        self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
 
     def close(self) -> None:

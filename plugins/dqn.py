@@ -25,7 +25,6 @@ the same data-to-update ratio as a fast one.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any, Mapping
 
 import attrs
@@ -279,10 +278,16 @@ class DQNActor:
         )
         #: env steps this actor has recorded, summed over its envs (drives the epsilon decay)
         self.env_steps = 0
-        # n-step windows: per env, the (obs, action, reward) of the steps not yet emitted
-        self.windows: list[deque] = [deque() for _ in range(ctx.num_envs)]
-        self.gammas = params.gamma ** np.arange(params.n_step + 1, dtype=np.float64)
-        self.out: list[tuple[np.ndarray, int, float, np.ndarray, float]] = []
+        # n-step windows, all envs at once: slot k of env e holds its k-th oldest step not yet emitted
+        n, e = params.n_step, ctx.num_envs
+        self.w_obs = np.zeros((e, n, *self.obs_shape), np.float32)
+        self.w_act = np.zeros((e, n), np.int64)
+        self.w_rew = np.zeros((e, n), np.float64)
+        self.w_len = np.zeros(e, np.int64)
+        self.gammas = params.gamma ** np.arange(n + 1, dtype=np.float64)
+        #: emitted transitions, as chunks of arrays (concatenated by take())
+        self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
 
     def epsilons(self) -> np.ndarray:
         """Current epsilon per env: the linear decay from epsilon_start, floored at the ladder value."""
@@ -310,36 +315,51 @@ class DQNActor:
         actions = np.where(explore, self.rng.integers(0, self.n_actions, self.num_envs), actions)
         return actions, {"epsilon": eps.astype(np.float32)}
 
-    def _emit(self, window: deque, next_obs: np.ndarray, terminated: bool) -> None:
-        """Emit the transition starting at the oldest step of ``window`` and drop that step."""
-        k = len(window)
-        rewards = np.array([w[2] for w in window], dtype=np.float64)
-        ret = float(np.dot(self.gammas[:k], rewards))
-        discount = 0.0 if terminated else float(self.gammas[k])
-        obs, action, _ = window.popleft()
-        self.out.append((obs, action, ret, next_obs, discount))
-
     def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated) -> None:
+        """Append one step per env; emit every n-step transition that is complete.
+
+        A full window (n steps) emits its oldest step, bootstrapping from ``next_obs``
+        with gamma**n. An episode end emits every open window of that env: terminated ones
+        with discount 0, truncated ones bootstrapping from the true final observation.
+        Vectorised over envs: the per-env Python loop only runs for envs whose episode ended.
+        """
         n = self.params.n_step
-        obs = np.asarray(obs, dtype=np.float32)
-        next_obs = np.asarray(next_obs, dtype=np.float32)
-        for e in range(self.num_envs):
-            window = self.windows[e]
-            window.append((obs[e].copy(), int(actions[e]), float(rewards[e])))
-            nxt = next_obs[e].copy()
-            if terminated[e] or truncated[e]:
-                # the episode ended: every open window ends here too
-                while window:
-                    self._emit(window, nxt, bool(terminated[e]))
-            elif len(window) == n:
-                self._emit(window, nxt, False)
+        envs = np.arange(self.num_envs)
+        slot = self.w_len
+        self.w_obs[envs, slot] = np.asarray(obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
+        self.w_act[envs, slot] = actions
+        self.w_rew[envs, slot] = rewards
+        self.w_len += 1
+        next_obs = np.asarray(next_obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        full = np.flatnonzero((self.w_len == n) & ~ended)
+        if len(full):
+            ret = self.w_rew[full] @ self.gammas[:n]
+            self._push(self.w_obs[full, 0].copy(), self.w_act[full, 0].copy(), ret, next_obs[full],
+                       np.full(len(full), self.gammas[n]))
+            self.w_obs[full, :-1] = self.w_obs[full, 1:]
+            self.w_act[full, :-1] = self.w_act[full, 1:]
+            self.w_rew[full, :-1] = self.w_rew[full, 1:]
+            self.w_len[full] -= 1
+        for i in np.flatnonzero(ended):  # every open window of this env ends here
+            k = int(self.w_len[i])
+            r = self.w_rew[i, :k]
+            # return of the window starting at slot j: sum over the rest of the episode
+            ret = np.array([r[j:] @ self.gammas[: k - j] for j in range(k)])
+            discount = np.zeros(k) if terminated[i] else self.gammas[k - np.arange(k)]
+            self._push(self.w_obs[i, :k].copy(), self.w_act[i, :k].copy(), ret, np.repeat(next_obs[i][None], k, axis=0), discount)
+            self.w_len[i] = 0
         self.env_steps += self.num_envs
 
+    def _push(self, obs, action, ret, next_obs, discount) -> None:
+        self.out.append((obs, action, ret, next_obs, discount))
+        self._pending += len(action)
+
     def pending(self) -> int:
-        return len(self.out)
+        return self._pending
 
     def take(self) -> Tensors:
-        out, self.out = self.out, []
+        out, self.out, self._pending = self.out, [], 0
         if not out:
             return {
                 "obs": np.zeros((0, *self.obs_shape), np.float32),
@@ -348,13 +368,13 @@ class DQNActor:
                 "next_obs": np.zeros((0, *self.obs_shape), np.float32),
                 "discount": np.zeros(0, np.float32),
             }
-        obs, action, reward, next_obs, discount = zip(*out)
+        obs, action, reward, next_obs, discount = (np.concatenate(parts) for parts in zip(*out))
         return {
-            "obs": np.stack(obs).astype(np.float32, copy=False).reshape(len(out), *self.obs_shape),
-            "action": np.array(action, dtype=np.int64),
-            "reward": np.array(reward, dtype=np.float32),
-            "next_obs": np.stack(next_obs).astype(np.float32, copy=False).reshape(len(out), *self.obs_shape),
-            "discount": np.array(discount, dtype=np.float32),
+            "obs": obs.astype(np.float32, copy=False),
+            "action": action.astype(np.int64, copy=False),
+            "reward": reward.astype(np.float32),
+            "next_obs": next_obs.astype(np.float32, copy=False),
+            "discount": discount.astype(np.float32),
         }
 
 
