@@ -321,7 +321,7 @@ class RemoteForward:
         raise InferenceUnavailable(
             f"no inference server answered for run {self.topics.run!r} after {self.retries + 1} tries of {self.timeout_s:.1f}s "
             f"(servers online: {online or 'none'}). Start one with `mqttrl inference --run {self.topics.run} --broker URL`, "
-            f"or use worker.inference = \"local\""
+            f"or use worker.inference = \"numpy\""
         )
 
     def close(self) -> None:

@@ -78,8 +78,14 @@ class LearnerNode:
         env = make_env(config.env.id, config.env.kwargs, registry)
         self.obs_space, self.act_space = env.observation_space, env.action_space
         env.close()
+        try:
+            import torch
+        except ImportError:
+            raise SystemExit(
+                "the learner needs torch: pip install 'mqttrl[learner]' "
+                "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
+            ) from None
         seed_everything(config.train.seed)
-        import torch
 
         torch.set_num_threads(self.lc.torch_threads)
         self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)

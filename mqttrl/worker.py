@@ -23,6 +23,7 @@ from . import PROTOCOL_VERSION, __version__
 from .algorithm import ActorContext
 from .config import RunConfig, from_dict
 from .envs import make_env
+from .inference import InferenceUnavailable
 from .plugins import get_registry
 from .rollout import EnvSet
 from .topics import Topics, check_name
@@ -323,7 +324,12 @@ class WorkerNode:
             if self.pause and self.learner_online:
                 self._drain(timeout=0.01)  # the learner is behind: wait for it
                 continue
-            actions, extras = self.actor.act(envs.obs)
+            try:
+                actions, extras = self.actor.act(envs.obs)
+            except InferenceUnavailable as e:  # central inference is down: say so, keep trying
+                log.error("%s", e)
+                self._heartbeat()
+                continue
             obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
             self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
             self.env_steps += num_envs
