@@ -55,8 +55,8 @@ class WorkerConfig:
     torch_threads: int = attrs.field(default=1, validator=_positive)
     #: sync mode: how long a worker waits for the next model version before raising a timeout error
     sync_timeout_s: float = attrs.field(default=60.0, validator=_positive)
-    #: where the policy runs: "auto" (torch if installed, else numpy), "torch", "numpy",
-    #: or "remote" (central inference servers, see [inference])
+    #: where the policy runs: "auto" (numpy if the algorithm has a numpy forward, else torch),
+    #: "torch", "numpy", or "remote" (central inference servers, see [inference])
     inference: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy", "remote"]))
 
 

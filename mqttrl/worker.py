@@ -257,13 +257,8 @@ class WorkerNode:
 
             ic = cfg.inference
             return RemoteForward(self.node.settings, self.topics.run, self.name, timeout_s=ic.timeout_s, retries=ic.retries)
-        if mode == "auto":
-            try:
-                import torch  # noqa: F401
-
-                mode = "torch"
-            except ImportError:
-                mode = "numpy"
+        if mode == "auto":  # numpy where the algorithm has a numpy forward: no torch needed, and faster for MLPs
+            mode = "numpy" if self.info.make_forward is not None else "torch"
         if mode == "torch":
             import torch
 

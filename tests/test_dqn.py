@@ -162,7 +162,10 @@ def test_params_are_validated():
 def test_weights_round_trip_and_atomic_load():
     p = small_params()
     learner = DQNLearner(p, OBS, ACT, "cpu", 0)
-    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=4, seed=5))
+    from mqttrl_plugins.dqn import make_forward
+
+    # the torch forward, so the test can check its network object is swapped only on success
+    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=4, seed=5), forward=make_forward(p, OBS, ACT, "torch"))
     tensors, info = learner.export_weights()
     assert info == {"obs_dim": 2, "n_actions": 3, "hidden": [32, 32], "dueling": p.dueling}
     assert all(v.dtype == np.float32 for v in tensors.values())
@@ -406,5 +409,7 @@ def test_numpy_forward_refuses_weights_of_another_network():
     fwd = make_forward(p, OBS, ACT, "numpy")
     with pytest.raises(ValueError, match="missing"):
         fwd.load_weights({k: v for k, v in tensors.items() if "trunk.0" not in k}, info)
-    with pytest.raises(RuntimeError, match="no weights"):
-        fwd(np.zeros((1, 2), np.float32))
+    before = fwd.layers
+    with pytest.raises(ValueError, match="missing"):
+        fwd.load_weights({}, info)
+    assert fwd.layers is before  # a refused load leaves the old weights in place
