@@ -23,14 +23,32 @@ class ConfigError(ValueError):
     """A config key or value is wrong; the message says which and what is allowed."""
 
 
-def _positive(inst, attribute, value):
+# attrs validators for config classes, plugins' hyperparameters included: each error names
+# the key, the bad value and what is allowed.
+def positive(inst, attribute, value):
     if value <= 0:
         raise ConfigError(f"{attribute.name}={value!r}: must be > 0")
 
 
-def _non_negative(inst, attribute, value):
+def non_negative(inst, attribute, value):
     if value < 0:
         raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
+
+
+def unit_interval(inst, attribute, value):
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{attribute.name}={value!r}: must be between 0 and 1")
+
+
+def unit_positive(inst, attribute, value):
+    if not 0 < value <= 1:
+        raise ConfigError(f"{attribute.name}={value!r}: must be > 0 and <= 1")
+
+
+def layer_sizes(inst, attribute, value):
+    if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
+        raise ConfigError(f"{attribute.name}={value!r}: must be a list of positive integers, e.g. [256, 256]")
+
 
 
 @attrs.define
@@ -40,21 +58,21 @@ class EnvConfig:
     #: keyword arguments for the env constructor
     kwargs: dict = attrs.field(factory=dict)
     #: environments stepped in one worker process, their policy calls batched
-    num_envs: int = attrs.field(default=4, validator=_positive)
+    num_envs: int = attrs.field(default=4, validator=positive)
 
 
 @attrs.define
 class WorkerConfig:
     #: transitions per sample message (more = fewer, bigger messages)
-    batch_size: int = attrs.field(default=128, validator=_positive)
+    batch_size: int = attrs.field(default=128, validator=positive)
     #: longest time a partial batch waits before it is sent
-    max_batch_delay_s: float = attrs.field(default=0.5, validator=_positive)
-    heartbeat_interval_s: float = attrs.field(default=2.0, validator=_positive)
+    max_batch_delay_s: float = attrs.field(default=0.5, validator=positive)
+    heartbeat_interval_s: float = attrs.field(default=2.0, validator=positive)
     #: sample messages held while the broker is unreachable; the oldest go first
-    outbox_limit: int = attrs.field(default=2000, validator=_positive)
-    torch_threads: int = attrs.field(default=1, validator=_positive)
+    outbox_limit: int = attrs.field(default=2000, validator=positive)
+    torch_threads: int = attrs.field(default=1, validator=positive)
     #: sync mode: how long a worker waits for the next model version before raising a timeout error
-    sync_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    sync_timeout_s: float = attrs.field(default=60.0, validator=positive)
     #: where the policy runs: "auto" (numpy if the algorithm has a numpy forward, else torch),
     #: "torch", "numpy", or "remote" (central inference servers, see [inference])
     inference: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy", "remote"]))
@@ -63,25 +81,25 @@ class WorkerConfig:
 @attrs.define
 class LearnerConfig:
     #: publish weights (a new model version) every this many updates
-    publish_every: int = attrs.field(default=50, validator=_positive)
+    publish_every: int = attrs.field(default=50, validator=positive)
     #: accept samples from the last this many model versions (async mode)
-    max_staleness: int = attrs.field(default=3, validator=_non_negative)
+    max_staleness: int = attrs.field(default=3, validator=non_negative)
     #: write a checkpoint every this many updates (0: only on quicksave and exit)
-    checkpoint_every: int = attrs.field(default=2000, validator=_non_negative)
+    checkpoint_every: int = attrs.field(default=2000, validator=non_negative)
     #: checkpoints kept (the best/ and quicksave ones are not counted)
-    keep_checkpoints: int = attrs.field(default=3, validator=_positive)
+    keep_checkpoints: int = attrs.field(default=3, validator=positive)
     #: include the replay buffer in checkpoints (bigger, but resumes exactly)
     checkpoint_replay: bool = True
-    metrics_interval_s: float = attrs.field(default=1.0, validator=_positive)
+    metrics_interval_s: float = attrs.field(default=1.0, validator=positive)
     #: a worker with no heartbeat for this long is marked offline
-    worker_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    worker_timeout_s: float = attrs.field(default=10.0, validator=positive)
     #: reject samples from workers that never published a birth message
     require_announce: bool = True
     device: str = "cpu"
-    torch_threads: int = attrs.field(default=1, validator=_positive)
-    max_payload_mb: float = attrs.field(default=64.0, validator=_positive)
+    torch_threads: int = attrs.field(default=1, validator=positive)
+    max_payload_mb: float = attrs.field(default=64.0, validator=positive)
     #: sync mode: a round waits this long for every live worker's share, then trains without the missing ones
-    round_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    round_timeout_s: float = attrs.field(default=30.0, validator=positive)
 
 
 @attrs.define
@@ -89,18 +107,18 @@ class InferenceConfig:
     """Central inference (SEED style): servers batch observations from many workers."""
 
     #: inference servers `mqttrl train` starts (workers then use them when worker.inference = "remote")
-    servers: int = attrs.field(default=0, validator=_non_negative)
+    servers: int = attrs.field(default=0, validator=non_negative)
     #: a server runs at most this many observations in one forward
-    batch_size: int = attrs.field(default=256, validator=_positive)
+    batch_size: int = attrs.field(default=256, validator=positive)
     #: how long a server waits for more requests to fill a batch. 0 (greedy): it serves what is queued
     #: at once, and requests that arrive during a forward form the next batch, so batches grow with load
     #: without adding latency when the load is light
-    max_delay_ms: float = attrs.field(default=0.0, validator=_non_negative)
+    max_delay_ms: float = attrs.field(default=0.0, validator=non_negative)
     #: "auto", "torch" or "numpy"
     backend: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy"]))
     #: a worker resends a request that got no answer in this long, to another server where it can
-    timeout_s: float = attrs.field(default=2.0, validator=_positive)
-    retries: int = attrs.field(default=5, validator=_non_negative)
+    timeout_s: float = attrs.field(default=2.0, validator=positive)
+    retries: int = attrs.field(default=5, validator=non_negative)
     #: use MQTT 5 shared subscriptions to spread requests (falls back to per-server topics without them)
     shared: bool = True
 
@@ -109,16 +127,16 @@ class InferenceConfig:
 class TrainConfig:
     """Settings of ``mqttrl train`` (single-machine mode) and of evaluation."""
 
-    workers: int = attrs.field(default=2, validator=_positive)
+    workers: int = attrs.field(default=2, validator=positive)
     seed: int = 0
     #: stop when the greedy evaluation mean reaches this (None: never)
     target_return: float | None = 475.0
-    eval_episodes: int = attrs.field(default=20, validator=_positive)
+    eval_episodes: int = attrs.field(default=20, validator=positive)
     #: seconds between greedy evaluations
-    eval_every_s: float = attrs.field(default=10.0, validator=_positive)
+    eval_every_s: float = attrs.field(default=10.0, validator=positive)
     #: budget; 0 means unlimited
-    max_seconds: float = attrs.field(default=600.0, validator=_non_negative)
-    max_env_steps: int = attrs.field(default=0, validator=_non_negative)
+    max_seconds: float = attrs.field(default=600.0, validator=non_negative)
+    max_env_steps: int = attrs.field(default=0, validator=non_negative)
     #: run a telemetry process (CSV + PNG curves in <run dir>/telemetry, best-model quicksaves)
     telemetry: bool = True
     #: storage plugins telemetry writes to (influxdb reads INFLUXDB_URL/TOKEN/ORG/BUCKET)

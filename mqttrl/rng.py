@@ -41,3 +41,20 @@ def restore_rng(meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> N
         np.random.set_state((name, tensors["rng/numpy_keys"], pos, has_gauss, cached))
     if "rng/torch" in tensors:
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng/torch"], dtype=np.uint8)))
+
+
+def rng_to_json(state: Any) -> Any:
+    """A numpy bit-generator state with its big integers as strings (JSON-safe everywhere)."""
+    if isinstance(state, dict):
+        return {k: rng_to_json(v) for k, v in state.items()}
+    if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
+        return str(int(state))
+    return state
+
+
+def rng_from_json(state: Any) -> Any:
+    if isinstance(state, dict):
+        return {k: rng_from_json(v) for k, v in state.items()}
+    if isinstance(state, str) and state.lstrip("-").isdigit():
+        return int(state)
+    return state

@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.algorithm import ActorContext, AlgorithmInfo
-from mqttrl.config import ConfigError
+from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
 from mqttrl.hookspecs import hookimpl
 from mqttrl.wire import FieldSpec, SampleBatch, SampleSpec
 
@@ -44,88 +44,73 @@ Tensors = dict[str, np.ndarray]
 # --------------------------------------------------------------------------
 
 
-def _positive(inst, attribute, value):
-    if value <= 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0")
 
 
-def _non_negative(inst, attribute, value):
-    if value < 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
 
 
-def _unit(inst, attribute, value):
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be between 0 and 1")
 
 
-def _unit_positive(inst, attribute, value):
-    if not 0 < value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0 and <= 1")
 
 
-def _check_hidden(inst, attribute, value):
-    if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
-        raise ConfigError(f"{attribute.name}={value!r}: must be a list of positive integers, e.g. [256, 256]")
 
 
 @attrs.define
 class DQNParams:
     # --- optimisation
     #: Adam learning rate
-    lr: float = attrs.field(default=1e-3, validator=_positive)
+    lr: float = attrs.field(default=2e-3, validator=positive)
     #: Adam epsilon
-    adam_eps: float = attrs.field(default=1e-8, validator=_positive)
+    adam_eps: float = attrs.field(default=1e-8, validator=positive)
     #: discount per env step
-    gamma: float = attrs.field(default=0.99, validator=_unit_positive)
+    gamma: float = attrs.field(default=0.99, validator=unit_positive)
     #: transitions per gradient update
-    batch_size: int = attrs.field(default=128, validator=_positive)
+    batch_size: int = attrs.field(default=128, validator=positive)
     #: clip the gradient's global norm to this (0: no clipping)
-    grad_clip: float = attrs.field(default=10.0, validator=_non_negative)
+    grad_clip: float = attrs.field(default=10.0, validator=non_negative)
     #: use the online net to pick the next action and the target net to value it
     double: bool = True
     #: bootstrap after this many env steps (rewards summed on the worker)
-    n_step: int = attrs.field(default=3, validator=_positive)
+    n_step: int = attrs.field(default=3, validator=positive)
     # --- network
     #: sizes of the hidden layers of the MLP
-    hidden: list = attrs.field(factory=lambda: [256, 256], validator=_check_hidden)
+    hidden: list = attrs.field(factory=lambda: [128, 128], validator=layer_sizes)
     #: split the head into state value and action advantages
     dueling: bool = True
     # --- target network: every ``target_update_every`` updates,
     # target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)
     #: updates between target-network updates
-    target_update_every: int = attrs.field(default=250, validator=_positive)
+    target_update_every: int = attrs.field(default=100, validator=positive)
     #: share of the online net blended into the target at each target update
-    tau: float = attrs.field(default=1.0, validator=_unit_positive)
+    tau: float = attrs.field(default=1.0, validator=unit_positive)
     # --- replay and pacing
     #: transitions the replay buffer holds (the oldest are overwritten)
-    buffer_size: int = attrs.field(default=100_000, validator=_positive)
+    buffer_size: int = attrs.field(default=100_000, validator=positive)
     #: no training until the buffer holds this many transitions
-    learning_starts: int = attrs.field(default=1000, validator=_positive)
+    learning_starts: int = attrs.field(default=1000, validator=positive)
     #: mean times each sample is replayed (updates * batch_size / samples); the learner trains while below it
-    replay_ratio: float = attrs.field(default=8.0, validator=_positive)
+    replay_ratio: float = attrs.field(default=64.0, validator=positive)
     #: updates owed before behind() asks workers to pause (flow control)
-    max_update_debt: int = attrs.field(default=100, validator=_positive)
+    max_update_debt: int = attrs.field(default=100, validator=positive)
     # --- prioritized replay (proportional, Schaul et al. 2016)
     #: sample transitions in proportion to (|TD error| + per_eps) ** per_alpha
     prioritized: bool = False
     #: how strongly priorities skew sampling (0: uniform)
-    per_alpha: float = attrs.field(default=0.6, validator=_non_negative)
+    per_alpha: float = attrs.field(default=0.6, validator=non_negative)
     #: importance-sampling exponent at the start, annealed linearly to 1
-    per_beta0: float = attrs.field(default=0.4, validator=_unit)
+    per_beta0: float = attrs.field(default=0.4, validator=unit_interval)
     #: updates over which per_beta0 is annealed to 1
-    per_beta_updates: int = attrs.field(default=50_000, validator=_positive)
+    per_beta_updates: int = attrs.field(default=50_000, validator=positive)
     #: added to |TD error| so that no transition gets priority 0
-    per_eps: float = attrs.field(default=1e-3, validator=_positive)
+    per_eps: float = attrs.field(default=1e-3, validator=positive)
     # --- exploration (per env: max(ladder value, linear decay from epsilon_start))
     #: Ape-X ladder: env i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))
-    epsilon_base: float = attrs.field(default=0.4, validator=_unit)
+    epsilon_base: float = attrs.field(default=0.4, validator=unit_interval)
     #: Ape-X ladder exponent spread
-    epsilon_alpha: float = attrs.field(default=7.0, validator=_non_negative)
+    epsilon_alpha: float = attrs.field(default=7.0, validator=non_negative)
     #: epsilon of every env when its actor starts
-    epsilon_start: float = attrs.field(default=1.0, validator=_unit)
+    epsilon_start: float = attrs.field(default=1.0, validator=unit_interval)
     #: actor env steps (summed over its envs) over which epsilon falls linearly to the ladder value
-    epsilon_decay_steps: int = attrs.field(default=10_000, validator=_non_negative)
+    epsilon_decay_steps: int = attrs.field(default=10_000, validator=non_negative)
 
     def __attrs_post_init__(self):
         if self.buffer_size < self.batch_size:
@@ -376,23 +361,6 @@ class DQNActor:
             "next_obs": next_obs.astype(np.float32, copy=False),
             "discount": discount.astype(np.float32),
         }
-
-
-def _json_rng(state: Any) -> Any:
-    """A bit-generator state with its big integers as strings (JSON-safe everywhere)."""
-    if isinstance(state, dict):
-        return {k: _json_rng(v) for k, v in state.items()}
-    if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
-        return str(int(state))
-    return state
-
-
-def _unjson_rng(state: Any) -> Any:
-    if isinstance(state, dict):
-        return {k: _unjson_rng(v) for k, v in state.items()}
-    if isinstance(state, str) and state.lstrip("-").isdigit():
-        return int(state)
-    return state
 
 
 _REPLAY_FIELDS = ("obs", "action", "reward", "next_obs", "discount")

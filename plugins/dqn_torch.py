@@ -15,9 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mqttrl.rng import rng_from_json, rng_to_json
+from mqttrl.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
+
 from mqttrl.wire import SampleBatch
 
-from .dqn import _REPLAY_FIELDS, DQNParams, Tensors, _json_rng, _net_info, _spaces, _unjson_rng, sample_spec
+from .dqn import _REPLAY_FIELDS, DQNParams, Tensors, _net_info, _spaces, sample_spec
 
 class QNetwork(nn.Module):
     def __init__(self, obs_dim: int, n_actions: int, hidden: list[int], dueling: bool):
@@ -48,27 +51,6 @@ def _net_from_info(info: Mapping[str, Any]) -> QNetwork:
     return QNetwork(int(info["obs_dim"]), int(info["n_actions"]), [int(h) for h in info["hidden"]], bool(info["dueling"]))
 
 
-def _load_net(net: nn.Module, tensors: Mapping[str, np.ndarray], prefix: str = "") -> None:
-    """Copy numpy arrays into ``net``; names and shapes must match exactly."""
-    own = net.state_dict()
-    names = {k[len(prefix):] for k in tensors if k.startswith(prefix)}
-    if names != set(own):
-        raise ValueError(
-            f"weights do not fit the network: missing {sorted(set(own) - names)}, unexpected {sorted(names - set(own))}"
-        )
-    new = {}
-    for name, ref in own.items():
-        arr = np.asarray(tensors[prefix + name])
-        if tuple(arr.shape) != tuple(ref.shape):
-            raise ValueError(f"weight {prefix + name} has shape {arr.shape}, the network needs {tuple(ref.shape)}")
-        new[name] = torch.as_tensor(np.array(arr, dtype=np.float32))  # a copy: the source may be read-only
-    net.load_state_dict(new, strict=True)
-
-
-def _export_net(net: nn.Module, prefix: str = "") -> Tensors:
-    return {prefix + k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in net.state_dict().items()}
-
-
 
 class TorchQForward:
     """Q-values with torch (inference mode), loaded from the exported weights."""
@@ -85,7 +67,7 @@ class TorchQForward:
         full = {**self.info, **{k: info[k] for k in ("hidden", "dueling") if k in info}}
         with torch.random.fork_rng(devices=[]):
             net = _net_from_info(full)
-        _load_net(net, tensors)  # raises before anything is replaced
+        load_module(net, tensors)  # raises before anything is replaced
         net.eval()
         self.net = net  # the swap: one assignment
 
@@ -297,25 +279,12 @@ class DQNLearner:
     # ---- weights and checkpoints
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
-        return _export_net(self.online), _net_info(self.obs_dim, self.n_actions, self.params)
+        return export_module(self.online), _net_info(self.obs_dim, self.n_actions, self.params)
 
     def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
-        tensors = {**_export_net(self.online, "online."), **_export_net(self.target, "target.")}
+        tensors = {**export_module(self.online, "online."), **export_module(self.target, "target.")}
 
-        # Adam: tensors (moments, step counts) by flat name; the rest goes to meta
-        opt = self.optimizer.state_dict()
-        opt_meta: dict[str, Any] = {"state": {}, "param_groups": []}
-        for pid, st in opt["state"].items():
-            entry = {}
-            for key, val in st.items():
-                if torch.is_tensor(val):
-                    tensors[f"optim.state.{pid}.{key}"] = val.detach().cpu().numpy().copy()
-                    entry[key] = {"tensor": f"optim.state.{pid}.{key}"}
-                else:
-                    entry[key] = {"value": val}
-            opt_meta["state"][str(pid)] = entry
-        for group in opt["param_groups"]:
-            opt_meta["param_groups"].append({k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()})
+        opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
 
         tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
         meta: dict[str, Any] = {
@@ -325,7 +294,7 @@ class DQNLearner:
             "samples_added": self.samples_added,
             "max_priority": self.max_priority,
             "optimizer": opt_meta,
-            "rng_numpy": _json_rng(self.rng.bit_generator.state),
+            "rng_numpy": rng_to_json(self.rng.bit_generator.state),
             "replay": None,
         }
         if include_replay:
@@ -344,30 +313,15 @@ class DQNLearner:
         mine = _net_info(self.obs_dim, self.n_actions, self.params)
         if dict(net) != mine:
             raise ValueError(f"checkpoint network {dict(net)} differs from the configured one {mine}")
-        _load_net(self.online, tensors, "online.")
-        _load_net(self.target, tensors, "target.")
+        load_module(self.online, tensors, "online.")
+        load_module(self.target, tensors, "target.")
 
-        opt_meta = meta["optimizer"]
-        state = {}
-        for pid, entry in opt_meta["state"].items():
-            st = {}
-            for key, val in entry.items():
-                if "tensor" in val:
-                    st[key] = torch.from_numpy(np.array(tensors[val["tensor"]])).to(self.device)
-                else:
-                    st[key] = val["value"]
-            state[int(pid)] = st
-        groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in opt_meta["param_groups"]]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-        # step counts must stay on the CPU for Adam; moments follow the parameters
-        for st in self.optimizer.state.values():
-            if "step" in st and torch.is_tensor(st["step"]):
-                st["step"] = st["step"].cpu()
+        load_optimizer_state(self.optimizer, tensors, meta["optimizer"], self.device)
 
         self.updates = int(meta["updates"])
         self.samples_added = int(meta["samples_added"])
         self.max_priority = float(meta["max_priority"])
-        self.rng.bit_generator.state = _unjson_rng(meta["rng_numpy"])
+        self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
 
         replay = meta.get("replay")

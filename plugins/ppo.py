@@ -69,7 +69,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.algorithm import ActorContext, AlgorithmInfo
-from mqttrl.config import ConfigError
+from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
 from mqttrl.hookspecs import hookimpl
 from mqttrl.wire import FieldSpec, SampleSpec
 
@@ -81,29 +81,14 @@ Tensors = dict[str, np.ndarray]
 # --------------------------------------------------------------------------
 
 
-def _positive(inst, attribute, value):
-    if value <= 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0")
 
 
-def _non_negative(inst, attribute, value):
-    if value < 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
 
 
-def _unit(inst, attribute, value):
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be between 0 and 1")
 
 
-def _unit_positive(inst, attribute, value):
-    if not 0 < value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0 and <= 1")
 
 
-def _check_hidden(inst, attribute, value):
-    if not value or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
-        raise ConfigError(f"{attribute.name}={value!r}: must be a non-empty list of positive integers, e.g. [64, 64]")
 
 
 #: hidden-layer activations (numpy here, torch in ppo_torch)
@@ -119,35 +104,35 @@ def _check_activation(inst, attribute, value):
 class PPOParams:
     # --- rollouts (worker side)
     #: env steps each env of each worker collects per round; a worker's batch is num_envs * rollout_steps
-    rollout_steps: int = attrs.field(default=64, validator=_positive)
+    rollout_steps: int = attrs.field(default=64, validator=positive)
     #: discount per env step
-    gamma: float = attrs.field(default=0.98, validator=_unit_positive)
+    gamma: float = attrs.field(default=0.98, validator=unit_positive)
     #: GAE lambda (0: one-step TD advantages, 1: Monte Carlo returns minus the value)
-    gae_lambda: float = attrs.field(default=0.8, validator=_unit)
+    gae_lambda: float = attrs.field(default=0.8, validator=unit_interval)
     # --- optimisation (learner side)
     #: Adam learning rate at the start
-    lr: float = attrs.field(default=1e-3, validator=_positive)
+    lr: float = attrs.field(default=1e-3, validator=positive)
     #: Adam epsilon
-    adam_eps: float = attrs.field(default=1e-5, validator=_positive)
+    adam_eps: float = attrs.field(default=1e-5, validator=positive)
     #: passes over each round's transitions
-    epochs: int = attrs.field(default=20, validator=_positive)
+    epochs: int = attrs.field(default=20, validator=positive)
     #: transitions per gradient step; a round of N transitions is split into
     #: round(N / minibatch_size) (at least 1) near-equal shuffled minibatches
-    minibatch_size: int = attrs.field(default=256, validator=_positive)
+    minibatch_size: int = attrs.field(default=256, validator=positive)
     #: PPO clip range of the probability ratio
-    clip_coef: float = attrs.field(default=0.2, validator=_positive)
+    clip_coef: float = attrs.field(default=0.2, validator=positive)
     #: clip the value loss around the rollout's values (CleanRL style; the range is clip_coef, never annealed)
     clip_vloss: bool = False
     #: weight of the value loss (0.5 * squared error, as CleanRL; vf_coef=1 equals SB3's vf_coef=0.5)
-    vf_coef: float = attrs.field(default=1.0, validator=_non_negative)
+    vf_coef: float = attrs.field(default=1.0, validator=non_negative)
     #: weight of the entropy bonus
-    ent_coef: float = attrs.field(default=0.0, validator=_non_negative)
+    ent_coef: float = attrs.field(default=0.0, validator=non_negative)
     #: clip the gradient's global norm to this (0: no clipping)
-    max_grad_norm: float = attrs.field(default=0.5, validator=_non_negative)
+    max_grad_norm: float = attrs.field(default=0.5, validator=non_negative)
     #: normalise advantages to mean 0, std 1 within each minibatch
     norm_adv: bool = True
     #: stop a round's remaining epochs once the approximate KL exceeds this (0: never)
-    target_kl: float = attrs.field(default=0.0, validator=_non_negative)
+    target_kl: float = attrs.field(default=0.0, validator=non_negative)
     # --- schedules: linear in env steps trained on (summed over all workers),
     # so a config means the same with 1 or 10 workers; the learner counts them
     # itself (samples_added), the value at round r uses the count before r
@@ -156,12 +141,12 @@ class PPOParams:
     #: anneal clip_coef the same way (the value-loss clip range stays fixed)
     anneal_clip: bool = True
     #: env steps over which the annealed values fall; afterwards they stay at their final value
-    anneal_env_steps: int = attrs.field(default=100_000, validator=_positive)
+    anneal_env_steps: int = attrs.field(default=100_000, validator=positive)
     #: final value of an annealed quantity as a share of its start value (0: SB3/CleanRL's decay to 0)
-    anneal_final_frac: float = attrs.field(default=0.0, validator=_unit)
+    anneal_final_frac: float = attrs.field(default=0.0, validator=unit_interval)
     # --- network
     #: sizes of the hidden layers of both the actor and the critic MLP
-    hidden: list = attrs.field(factory=lambda: [64, 64], validator=_check_hidden)
+    hidden: list = attrs.field(factory=lambda: [64, 64], validator=layer_sizes)
     #: hidden-layer activation: "tanh" or "relu"
     activation: str = attrs.field(default="tanh", validator=_check_activation)
     #: orthogonal init (hidden gain sqrt(2), policy head 0.01, value head 1), zero biases
@@ -172,7 +157,7 @@ class PPOParams:
     #: normalise observations with a running mean and variance
     obs_norm: bool = False
     #: clip normalised observations to [-obs_clip, obs_clip]
-    obs_clip: float = attrs.field(default=10.0, validator=_positive)
+    obs_clip: float = attrs.field(default=10.0, validator=positive)
 
 
 # --------------------------------------------------------------------------

@@ -19,6 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from mqttrl.rng import rng_from_json, rng_to_json
+from mqttrl.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
+
 from mqttrl.wire import SampleBatch
 
 from .ppo import (
@@ -100,27 +103,6 @@ def _agent_from_info(info: Mapping[str, Any]) -> Agent:
                  [int(h) for h in info["hidden"]], str(info["activation"]), ortho_init=False)
 
 
-def _load_net(net: nn.Module, tensors: Mapping[str, np.ndarray], prefix: str = "") -> None:
-    """Copy numpy arrays into ``net``; names and shapes must match exactly."""
-    own = net.state_dict()
-    names = {k[len(prefix):] for k in tensors if k.startswith(prefix) and not k.startswith(prefix + "obs_norm.")}
-    if names != set(own):
-        raise ValueError(
-            f"weights do not fit the network: missing {sorted(set(own) - names)}, unexpected {sorted(names - set(own))}"
-        )
-    new = {}
-    for name, ref in own.items():
-        arr = np.asarray(tensors[prefix + name])
-        if tuple(arr.shape) != tuple(ref.shape):
-            raise ValueError(f"weight {prefix + name} has shape {arr.shape}, the network needs {tuple(ref.shape)}")
-        new[name] = torch.as_tensor(np.array(arr, dtype=np.float32))  # a copy: the source may be read-only
-    net.load_state_dict(new, strict=True)
-
-
-def _export_net(net: nn.Module, prefix: str = "") -> Tensors:
-    return {prefix + k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in net.state_dict().items()}
-
-
 # --------------------------------------------------------------------------
 # The torch forward (worker or inference server)
 # --------------------------------------------------------------------------
@@ -147,7 +129,7 @@ class TorchForward:
         full = _full_info(self.info, info)
         with torch.random.fork_rng(devices=[]):  # building the modules draws from the global RNG
             agent = _agent_from_info(full)
-        _load_net(agent, tensors)
+        load_module(agent, tensors, ignore=("obs_norm.",))
         stats = obs_stats(tensors, full)
         agent.eval().to(self.device)
         self._state = (agent, None if stats is None else (stats[0], _obs_std(stats[1])), float(full["obs_clip"]))  # the swap
@@ -175,23 +157,6 @@ class TorchForward:
 # --------------------------------------------------------------------------
 # The learner
 # --------------------------------------------------------------------------
-
-
-def _json_rng(state: Any) -> Any:
-    """A bit-generator state with its big integers as strings (JSON-safe everywhere)."""
-    if isinstance(state, dict):
-        return {k: _json_rng(v) for k, v in state.items()}
-    if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
-        return str(int(state))
-    return state
-
-
-def _unjson_rng(state: Any) -> Any:
-    if isinstance(state, dict):
-        return {k: _unjson_rng(v) for k, v in state.items()}
-    if isinstance(state, str) and state.lstrip("-").isdigit():
-        return int(state)
-    return state
 
 
 def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
@@ -363,7 +328,7 @@ class PPOLearner:
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
         """Actor and critic (the actor computes values for GAE) plus, with obs_norm, the statistics
         (float64) that go with them; ``info["round"]`` is the number of rounds trained."""
-        tensors = _export_net(self.agent)
+        tensors = export_module(self.agent)
         if self.obs_rms is not None:
             tensors["obs_norm.mean"] = self.obs_rms.mean.copy()
             tensors["obs_norm.var"] = self.obs_rms.var.copy()
@@ -371,25 +336,12 @@ class PPOLearner:
 
     def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
         """``include_replay`` is ignored: PPO keeps no data between rounds."""
-        tensors = _export_net(self.agent, "agent.")
+        tensors = export_module(self.agent, "agent.")
         if self.obs_rms is not None:
             tensors["obs_norm.mean"] = self.obs_rms.mean.copy()
             tensors["obs_norm.var"] = self.obs_rms.var.copy()
 
-        # Adam: tensors (moments, step counts) by flat name; the rest goes to meta
-        opt = self.optimizer.state_dict()
-        opt_meta: dict[str, Any] = {"state": {}, "param_groups": []}
-        for pid, st in opt["state"].items():
-            entry = {}
-            for key, val in st.items():
-                if torch.is_tensor(val):
-                    tensors[f"optim.state.{pid}.{key}"] = val.detach().cpu().numpy().copy()
-                    entry[key] = {"tensor": f"optim.state.{pid}.{key}"}
-                else:
-                    entry[key] = {"value": val}
-            opt_meta["state"][str(pid)] = entry
-        for group in opt["param_groups"]:
-            opt_meta["param_groups"].append({k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()})
+        opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
 
         tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
         meta: dict[str, Any] = {
@@ -400,7 +352,7 @@ class PPOLearner:
             "samples_added": self.samples_added,
             "obs_norm_count": self.obs_rms.count if self.obs_rms is not None else None,
             "optimizer": opt_meta,
-            "rng_numpy": _json_rng(self.rng.bit_generator.state),
+            "rng_numpy": rng_to_json(self.rng.bit_generator.state),
         }
         return tensors, meta
 
@@ -410,24 +362,9 @@ class PPOLearner:
         mine = self._info()
         if dict(meta["net"]) != mine:
             raise ValueError(f"checkpoint network {dict(meta['net'])} differs from the configured one {mine}")
-        _load_net(self.agent, {k: v for k, v in tensors.items() if k.startswith("agent.")}, "agent.")
+        load_module(self.agent, {k: v for k, v in tensors.items() if k.startswith("agent.")}, "agent.", ignore=("obs_norm.",))
 
-        opt_meta = meta["optimizer"]
-        state = {}
-        for pid, entry in opt_meta["state"].items():
-            st = {}
-            for key, val in entry.items():
-                if "tensor" in val:
-                    st[key] = torch.from_numpy(np.array(tensors[val["tensor"]])).to(self.device)
-                else:
-                    st[key] = val["value"]
-            state[int(pid)] = st
-        groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in opt_meta["param_groups"]]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-        # step counts must stay on the CPU for Adam; moments follow the parameters
-        for st in self.optimizer.state.values():
-            if "step" in st and torch.is_tensor(st["step"]):
-                st["step"] = st["step"].cpu()
+        load_optimizer_state(self.optimizer, tensors, meta["optimizer"], self.device)
 
         if self.obs_rms is not None:
             self.obs_rms.mean = np.array(tensors["obs_norm.mean"], np.float64)
@@ -436,5 +373,5 @@ class PPOLearner:
         self.updates = int(meta["updates"])
         self.rounds = int(meta["rounds"])
         self.samples_added = int(meta["samples_added"])
-        self.rng.bit_generator.state = _unjson_rng(meta["rng_numpy"])
+        self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
