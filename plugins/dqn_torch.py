@@ -162,11 +162,20 @@ class DQNLearner:
     def train_due(self) -> bool:
         return self.size >= max(self.params.learning_starts, self.params.batch_size) and self._debt() > 0
 
+    _paused = False
+
     def behind(self) -> bool:
         # before learning starts nothing can be trained, so pausing workers would deadlock
         if self.size < max(self.params.learning_starts, self.params.batch_size):
             return False
-        return self._debt() > self.params.max_update_debt
+        # hysteresis: pause above max_update_debt, resume only once half of it is paid off, so the
+        # retained flow message flips a few times a second at most, not on every batch
+        debt = self._debt()
+        if self._paused:
+            self._paused = debt > self.params.max_update_debt / 2
+        else:
+            self._paused = debt > self.params.max_update_debt
+        return self._paused
 
     # ---- replay
 

@@ -4,12 +4,13 @@ Not a pytest test (no ``test_`` prefix): a script for picking and checking
 the defaults of :class:`mqttrl_plugins.dqn.DQNParams`. It mimics the
 distributed loop in one process:
 
-* one actor with ``--envs`` envs steps them; every 128 ready transitions
-  are encoded with ``encode_batch``, decoded with ``decode_batch``, validated
+* one actor with ``--envs`` envs steps them (``--workers N``: N actors
+  stepped in turn, their envs on one epsilon ladder); every 128 ready
+  transitions of an actor are encoded with ``encode_batch``, decoded with ``decode_batch``, validated
   against the sample spec and given to ``learner.add``;
 * the actor pauses while ``learner.behind()``; the learner runs one
   ``train_step`` per loop turn while ``learner.train_due()``;
-* every 50 updates the learner's weights go to the actor through
+* every 50 updates the learner's weights go to the actors through
   ``encode_weights`` / ``decode_weights``;
 * every ``--eval-every`` env steps a separate greedy actor (20 envs, the last
   published weights) plays 20 episodes; the run stops at a mean >= 475.
@@ -34,7 +35,8 @@ import torch
 from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
-from mqttrl_plugins.dqn import DQNActor, DQNLearner, DQNParams, sample_spec
+from mqttrl_plugins.dqn import DQNActor, DQNParams, sample_spec
+from mqttrl_plugins.dqn_torch import DQNLearner
 
 ENV_ID = "CartPole-v1"
 SAMPLE_BATCH = 128
@@ -42,11 +44,11 @@ PUBLISH_EVERY = 50
 
 
 def evaluate(weights, info, obs_space, act_space, params, episodes: int, seed: int) -> float:
-    """Mean greedy return over ``episodes`` episodes, all played side by side."""
+    """Mean greedy return over ``episodes`` episodes (fresh start states per ``seed``), played side by side."""
     envs = [gym.make(ENV_ID) for _ in range(episodes)]
     actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=episodes))
     actor.load_weights(weights, info)
-    obs = np.stack([env.reset(seed=seed + 10_000 + i)[0] for i, env in enumerate(envs)])
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
     returns = np.zeros(episodes)
     alive = np.ones(episodes, dtype=bool)
     while alive.any():
@@ -61,52 +63,71 @@ def evaluate(weights, info, obs_space, act_space, params, episodes: int, seed: i
     return float(returns.mean())
 
 
-def run(params: DQNParams, seed: int, num_envs: int, eval_every: int, max_steps: int, target: float, quiet: bool) -> dict:
+class Worker:
+    """One simulated worker: an actor and its envs, stepped together."""
+
+    def __init__(self, params, k: int, num_envs: int, num_workers: int, seed: int):
+        self.name = f"w{k}"
+        self.envs = [gym.make(ENV_ID) for _ in range(num_envs)]
+        obs_space, act_space = self.envs[0].observation_space, self.envs[0].action_space
+        ctx = ActorContext(num_envs=num_envs, first_env_index=k * num_envs, total_envs=num_workers * num_envs, seed=seed * 100 + k + 1)
+        self.actor = DQNActor(params, obs_space, act_space, ctx)
+        self.obs = np.stack([env.reset(seed=seed * 1000 + k * num_envs + i)[0] for i, env in enumerate(self.envs)])
+        self.ep_ret = np.zeros(num_envs)
+        self.seq = 0
+
+    def step(self, returns: list) -> int:
+        """One vector step; finished episodes' returns go to ``returns``."""
+        n = len(self.envs)
+        actions, extras = self.actor.act(self.obs)
+        next_obs = np.empty_like(self.obs)
+        final_obs = np.empty_like(self.obs)
+        rewards = np.zeros(n, np.float32)
+        term = np.zeros(n, bool)
+        trunc = np.zeros(n, bool)
+        for i, env in enumerate(self.envs):
+            o, rewards[i], term[i], trunc[i], _ = env.step(int(actions[i]))
+            final_obs[i] = o
+            self.ep_ret[i] += rewards[i]
+            if term[i] or trunc[i]:
+                returns.append(self.ep_ret[i])
+                self.ep_ret[i] = 0.0
+                o, _ = env.reset()
+            next_obs[i] = o
+        self.actor.record(self.obs, actions, extras, rewards, final_obs, term, trunc)
+        self.obs = next_obs
+        return n
+
+
+def run(params: DQNParams, seed: int, num_envs: int, num_workers: int, eval_every: int, max_steps: int, target: float, quiet: bool) -> dict:
     torch.manual_seed(seed)
-    envs = [gym.make(ENV_ID) for _ in range(num_envs)]
-    obs_space, act_space = envs[0].observation_space, envs[0].action_space
+    workers = [Worker(params, k, num_envs, num_workers, seed) for k in range(num_workers)]
+    obs_space, act_space = workers[0].envs[0].observation_space, workers[0].envs[0].action_space
     spec = sample_spec(params, obs_space, act_space)
     learner = DQNLearner(params, obs_space, act_space, "cpu", seed)
-    actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=seed + 1))
 
     def publish():
         tensors, info = learner.export_weights()
         msg = decode_weights(encode_weights(learner.updates // PUBLISH_EVERY, "dqn", "check", tensors, info))
+        for w in workers:
+            w.actor.load_weights(msg.tensors, msg.info)
         return msg.tensors, msg.info
 
     weights, info = publish()
-    actor.load_weights(weights, info)
-    obs = np.stack([env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)])
-    steps, seq, next_eval, paused = 0, 0, eval_every, 0
-    ep_returns, ep_ret = [], np.zeros(num_envs)
+    steps, next_eval, paused, turn, n_evals = 0, eval_every, 0, 0, 0
+    ep_returns: list = []
     t0 = time.perf_counter()
     eval_time = 0.0
     result = {"seed": seed, "solved": False}
     metrics: dict = {}
     while steps < max_steps:
         if not learner.behind():
-            actions, extras = actor.act(obs)
-            next_obs = np.empty_like(obs)
-            final_obs = np.empty_like(obs)
-            rewards = np.zeros(num_envs, np.float32)
-            term = np.zeros(num_envs, bool)
-            trunc = np.zeros(num_envs, bool)
-            for i, env in enumerate(envs):
-                o, rewards[i], term[i], trunc[i], _ = env.step(int(actions[i]))
-                final_obs[i] = o
-                if term[i] or trunc[i]:
-                    ep_returns.append(ep_ret[i] + rewards[i])
-                    ep_ret[i] = 0.0
-                    o, _ = env.reset()
-                else:
-                    ep_ret[i] += rewards[i]
-                next_obs[i] = o
-            actor.record(obs, actions, extras, rewards, final_obs, term, trunc)
-            obs = next_obs
-            steps += num_envs
-            if actor.pending() >= SAMPLE_BATCH:
-                payload = encode_batch("check", "w0", seq, learner.updates // PUBLISH_EVERY, actor.take())
-                seq += 1
+            w = workers[turn % num_workers]  # workers take turns, one vector step each
+            turn += 1
+            steps += w.step(ep_returns)
+            if w.actor.pending() >= SAMPLE_BATCH:
+                payload = encode_batch("check", w.name, w.seq, learner.updates // PUBLISH_EVERY, w.actor.take())
+                w.seq += 1
                 batch = decode_batch(payload)
                 spec.validate(batch.arrays, batch.count)
                 learner.add(batch)
@@ -116,11 +137,11 @@ def run(params: DQNParams, seed: int, num_envs: int, eval_every: int, max_steps:
             metrics = learner.train_step()
             if learner.updates % PUBLISH_EVERY == 0:
                 weights, info = publish()
-                actor.load_weights(weights, info)
         if steps >= next_eval:
             next_eval += eval_every
             te = time.perf_counter()
-            score = evaluate(weights, info, obs_space, act_space, params, 20, seed)
+            n_evals += 1
+            score = evaluate(weights, info, obs_space, act_space, params, 20, 10**6 * (seed + 1) + 100 * n_evals)
             eval_time += time.perf_counter() - te
             wall = time.perf_counter() - t0
             if not quiet:
@@ -128,7 +149,7 @@ def run(params: DQNParams, seed: int, num_envs: int, eval_every: int, max_steps:
                 print(
                     f"  seed {seed} steps {steps:6d} updates {learner.updates:6d} wall {wall:6.1f}s "
                     f"(train {wall - eval_time:5.1f}s) eval {score:6.1f} train_ret {recent:6.1f} "
-                    f"eps {actor.epsilons().max():.3f} loss {metrics.get('loss', float('nan')):.4f} "
+                    f"eps {workers[0].actor.epsilons()[0]:.3f} loss {metrics.get('loss', float('nan')):.4f} "
                     f"q {metrics.get('q_mean', float('nan')):.1f} paused {paused}",
                     flush=True,
                 )
@@ -143,7 +164,8 @@ def run(params: DQNParams, seed: int, num_envs: int, eval_every: int, max_steps:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--envs", type=int, default=4)
+    ap.add_argument("--envs", type=int, default=4, help="envs per worker")
+    ap.add_argument("--workers", type=int, default=1, help="simulated workers (actors), stepped in turn")
     ap.add_argument("--eval-every", type=int, default=5000)
     ap.add_argument("--max-steps", type=int, default=200_000)
     ap.add_argument("--target", type=float, default=475.0)
@@ -159,7 +181,7 @@ def main(argv=None) -> int:
     print("params:", attrs.asdict(params), flush=True)
     results = []
     for seed in args.seeds:
-        r = run(params, seed, args.envs, args.eval_every, args.max_steps, args.target, args.quiet)
+        r = run(params, seed, args.envs, args.workers, args.eval_every, args.max_steps, args.target, args.quiet)
         results.append(r)
         print(
             f"seed {seed}: {'SOLVED' if r['solved'] else 'NOT SOLVED'} env_steps {r['steps']} updates {r['updates']} "

@@ -271,6 +271,28 @@ def test_prioritized_learner_samples_by_priority_with_is_weights():
     assert counts[:8].sum() / counts.sum() == pytest.approx(64 / 120, abs=0.01)
 
 
+@pytest.mark.parametrize("double", [True, False])
+def test_bootstrap_target_double_and_plain(double):
+    """Every sample shares (reward, discount, next_obs), so the batch target is one number."""
+    learner = DQNLearner(small_params(double=double), OBS, ACT, "cpu", 0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a target net that disagrees with the online net
+        for t in learner.target.parameters():
+            t.add_(torch.randn(t.shape, generator=g))
+        cands = torch.from_numpy(np.random.default_rng(2).normal(size=(256, 2)).astype(np.float32))
+        qo, qt = learner.online(cands), learner.target(cands)
+        k = int(torch.nonzero(qo.argmax(1) != qt.argmax(1))[0, 0])  # online and target pick different actions
+    s_next, qo, qt = cands[k].numpy(), qo[k].numpy(), qt[k].numpy()
+    arrays = random_arrays(64, np.random.default_rng(3))
+    arrays.update(reward=np.full(64, 0.5, np.float32), discount=np.full(64, 0.9, np.float32), next_obs=np.tile(s_next, (64, 1)))
+    learner.add(as_batch(arrays))
+    double_target = 0.5 + 0.9 * qt[qo.argmax()]
+    plain_target = 0.5 + 0.9 * qt.max()
+    assert abs(double_target - plain_target) > 1e-3
+    got = learner.train_step()["target_mean"]
+    assert got == pytest.approx(double_target if double else plain_target, rel=1e-5, abs=1e-5)
+
+
 # ---------------------------------------------------------------- checkpoints
 
 
@@ -301,6 +323,11 @@ def test_state_dict_round_trip_continues_identically(prioritized):
     for _ in range(5):  # crosses a target update
         ma, mb = a.train_step(), b.train_step()
         assert ma == mb
+    more = random_arrays(40, rng)  # new samples enter with the restored max priority, at the restored position
+    a.add(as_batch(more))
+    b.add(as_batch(more))
+    for _ in range(5):
+        assert a.train_step() == b.train_step()
     with torch.no_grad():
         np.testing.assert_array_equal(a.online(obs).numpy(), b.online(obs).numpy())
 
