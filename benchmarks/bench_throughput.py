@@ -472,7 +472,6 @@ def _inprocess_ingest(payloads: list[bytes], ingest: _Ingest, seconds: float) ->
 
 def _recv_raw(settings_host: str, port: int, topic: str, n_msgs: int, pub, backlog: bool, timeout: float) -> dict:
     """Receiver A: a bare paho client that only counts."""
-    import paho.mqtt.client as mqtt
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 

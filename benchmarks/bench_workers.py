@@ -30,7 +30,7 @@ import numpy as np
 
 from mqttrl.algorithm import ActorContext
 from mqttrl.broker import EmbeddedBroker
-from mqttrl.config import from_dict, load_config
+from mqttrl.config import load_config
 from mqttrl.envs import make_env
 from mqttrl.inference import RemoteForward
 from mqttrl.plugins import get_registry

@@ -17,12 +17,11 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 
 from . import PROTOCOL_VERSION, __version__
 from .checkpoint import CheckpointStore, read_checkpoint

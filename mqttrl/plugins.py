@@ -7,7 +7,6 @@ separated entry-point names) limits which plugins load; unset loads all.
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import logging
 import os

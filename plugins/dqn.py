@@ -24,7 +24,6 @@ the same data-to-update ratio as a fast one.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import attrs
@@ -34,7 +33,7 @@ import numpy as np
 from mqttrl.algorithm import ActorContext, AlgorithmInfo
 from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
 from mqttrl.hookspecs import hookimpl
-from mqttrl.wire import FieldSpec, SampleBatch, SampleSpec
+from mqttrl.wire import FieldSpec, SampleSpec
 
 Tensors = dict[str, np.ndarray]
 

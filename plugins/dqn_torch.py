@@ -6,7 +6,6 @@ that have no torch use :mod:`mqttrl_plugins.dqn` with its numpy forward.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import gymnasium as gym

@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import time
 
 import pytest
 
-from conftest import Proc, REPO, node_env, script
+from conftest import REPO, node_env, script
 from test_e2e_dqn import start_learner, start_worker, write_config
 from watch import Watcher
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from conftest import Proc, REPO, node_env, script
+from conftest import REPO, node_env, script
 from mqttrl.broker import _wait_port, free_port
 from mqttrl.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.topics import Topics

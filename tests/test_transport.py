@@ -3,7 +3,6 @@ outbox, reconnects, last will, clean stop, persistent sessions and protocol fall
 
 from __future__ import annotations
 
-import os
 import queue
 import subprocess
 import sys
