@@ -257,15 +257,32 @@ class RemoteForward:
         self.stale_replies = 0
         self.timeouts = 0
         self.latencies: collections.deque = collections.deque(maxlen=10000)
+        self._await_servers(2.0)
+
+    def _await_servers(self, seconds: float) -> None:
+        """Read the retained server states first: without shared subscriptions (MQTT 3.1.1)
+        a request can only go to a server the client knows by name."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not any(s.get("status") == "online" for s in self.servers.values()):
+            try:
+                msg = self.node.inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if msg.topic != self.reply_topic:
+                self._note_state(msg)
 
     def load_weights(self, tensors, info) -> None:
         """Servers hold the weights; the worker raises ``min_version`` instead."""
 
     def _note_state(self, msg) -> None:
         try:
-            _, name = self.topics.parse(msg.topic)
+            kind, name = self.topics.parse(msg.topic)
+            if kind != "inference_state":
+                log.debug("inference client ignored a message on %s", msg.topic)
+                return
             st = decode_json(msg.payload, {"status": str}) if msg.payload else {"status": "gone"}
-            self.servers[name] = st
+            self.servers[check_name("server", name)] = st
+            log.debug("inference server %s is %s", name, st.get("status"))
         except (Rejected, ValueError):
             pass
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,56 @@ def test_central_inference_goes_on_when_a_server_dies(tmp_path, mosquitto):
         servers["s1"].terminate()
         learner.terminate(60)
         watch.close()
+
+
+def _last_metrics(run_dir: Path) -> dict:
+    lines = (run_dir / "learner_metrics.jsonl").read_text().splitlines() if (run_dir / "learner_metrics.jsonl").exists() else []
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _wait_metrics(run_dir: Path, pred, timeout: float, what: str) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = _last_metrics(run_dir)
+        try:
+            if m and pred(m):
+                return m
+        except (KeyError, TypeError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last metrics: {json.dumps(_last_metrics(run_dir))[:1500]}")
+
+
+def test_central_inference_without_shared_subscriptions_over_amqtt(tmp_path):
+    """amqtt speaks MQTT 3.1.1 and has no shared subscriptions: workers address servers by name
+    (from their retained state) and move to the other one when theirs dies."""
+    from mqttrl.broker import EmbeddedBroker
+
+    run = "thin-amqtt"
+    run_dir = tmp_path / "run"
+    with EmbeddedBroker("amqtt") as broker:
+        learner = Proc([script("mqttrl-learner"), "--config", str(REPO / "configs" / "cartpole_dqn.toml"), "--set", f"run={run}",
+                        "--set", "worker.inference=remote", "--set", "env.num_envs=2", "--set", "inference.timeout_s=1.0",
+                        "--set", "learner.max_staleness=20", "--broker", broker.url, "--run-dir", str(run_dir)], tmp_path / "learner.log")
+        servers = {n: Proc([script("mqttrl"), "inference", "--broker", broker.url, "--run", run, "--name", n], tmp_path / f"{n}.log")
+                   for n in ("s0", "s1")}
+        workers = [Proc([script("mqttrl-worker"), "--broker", broker.url, "--run", run, "--name", f"w{i}", "--index", str(i)],
+                        tmp_path / f"w{i}.log") for i in range(2)]
+        try:
+            _wait_metrics(run_dir, lambda m: m["updates"] > 20 and all(m["workers"][f"w{i}"]["env_steps"] > 500 for i in range(2)),
+                          180, "training with remote inference over amqtt")
+            assert all("shared=False" in s.text() for s in servers.values())
+            servers["s0"].kill()
+            m = _last_metrics(run_dir)
+            steps = {w: m["workers"][w]["env_steps"] for w in ("w0", "w1")}
+            updates = m["updates"]
+            _wait_metrics(run_dir, lambda m: all(m["workers"][w]["env_steps"] > steps[w] + 1000 for w in steps)
+                          and m["updates"] > updates + 50, 120, "both workers stepping through s1, training going on")
+            for w in workers:
+                assert w.p.poll() is None, w.text()[-3000:]
+                assert "Traceback" not in w.text()
+        finally:
+            for w in workers:
+                w.terminate()
+            servers["s1"].terminate()
+            learner.terminate(60)
