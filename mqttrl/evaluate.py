@@ -14,11 +14,9 @@ import uuid
 
 import numpy as np
 
-from .algorithm import ActorContext
 from .config import from_dict
-from .envs import make_env
 from .plugins import get_registry
-from .rollout import evaluate
+from .rollout import evaluate, greedy_actor
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
 from .wire import Rejected, decode_json, decode_weights, encode_json
@@ -44,12 +42,7 @@ def run_evaluator(broker: BrokerSettings, run: str, episodes: int = 20, every_s:
                 m = node.inbox.get(timeout=0.2)
                 if m.topic == tp.config and config is None:
                     config = from_dict(decode_json(m.payload), lambda n: registry.algorithm(n).params)
-                    make = lambda: make_env(config.env.id, config.env.kwargs, registry)  # noqa: E731
-                    env = make()
-                    info = registry.algorithm(config.algorithm.name)
-                    actor = info.make_actor(config.algorithm.params, env.observation_space, env.action_space,
-                                            ActorContext(num_envs=episodes, seed=10**6))
-                    env.close()
+                    actor, make = greedy_actor(config, episodes)
                 elif m.topic == tp.weights:
                     w = decode_weights(m.payload)
                     if latest is None or w.version > latest.version:

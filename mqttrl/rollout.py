@@ -64,6 +64,21 @@ class EnvSet:
             env.close()
 
 
+def greedy_actor(config, episodes: int, seed: int = 10**6):
+    """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side."""
+    from .algorithm import ActorContext
+    from .envs import make_env
+    from .plugins import get_registry
+
+    registry = get_registry()
+    make = lambda: make_env(config.env.id, config.env.kwargs, registry)  # noqa: E731
+    env = make()
+    info = registry.algorithm(config.algorithm.name)
+    actor = info.make_actor(config.algorithm.params, env.observation_space, env.action_space, ActorContext(num_envs=episodes, seed=seed))
+    env.close()
+    return actor, make
+
+
 def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:
     """Greedy returns of ``episodes`` episodes, run side by side with batched policy calls."""
     envs = [make() for _ in range(episodes)]

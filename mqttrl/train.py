@@ -21,13 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-from .algorithm import ActorContext
 from .broker import EmbeddedBroker
 from .config import RunConfig, write_resolved
-from .envs import make_env
-from .plugins import get_registry
 from .progress import Progress
-from .rollout import evaluate
+from .rollout import evaluate, greedy_actor
 from .supervisor import Child, Supervisor
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
@@ -41,14 +38,8 @@ class Evaluator(threading.Thread):
 
     def __init__(self, config: RunConfig, run_dir: Path, on_result):
         super().__init__(name="evaluator", daemon=True)
-        registry = get_registry()
         self.config = config
-        self.make = lambda: make_env(config.env.id, config.env.kwargs, registry)
-        env = self.make()
-        info = registry.algorithm(config.algorithm.name)
-        n = config.train.eval_episodes
-        self.actor = info.make_actor(config.algorithm.params, env.observation_space, env.action_space, ActorContext(num_envs=n, seed=10**6))
-        env.close()
+        self.actor, self.make = greedy_actor(config, config.train.eval_episodes)
         self.run_dir = run_dir
         self.on_result = on_result
         self.requests: queue.Queue = queue.Queue(maxsize=1)
