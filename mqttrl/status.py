@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
-from .wire import Rejected, decode_episodes, decode_json, encode_json
+from .wire import Rejected, StepRate, decode_episodes, decode_json, encode_json
 
 
 class FleetView:
@@ -25,7 +25,7 @@ class FleetView:
         self.workers: dict[str, dict] = {}
 
     def _w(self, name: str) -> dict:
-        return self.workers.setdefault(name, {"status": "?", "last_hb": None, "steps": None, "rate": None, "version": None, "last_return": None, "_prev": None})
+        return self.workers.setdefault(name, {"status": "?", "last_hb": None, "steps": None, "rate": None, "version": None, "last_return": None, "_rate": StepRate()})
 
     def handle(self, topic: str, payload: bytes) -> None:
         try:
@@ -39,11 +39,7 @@ class FleetView:
             elif kind == "heartbeat":
                 hb = decode_json(payload, {"env_steps": int, "model_version": int})
                 w = self._w(name)
-                sent = hb.get("time") if isinstance(hb.get("time"), (int, float)) else time.time()
-                if w["_prev"] is not None and sent > w["_prev"][0] + 0.1:
-                    w["rate"] = (hb["env_steps"] - w["_prev"][1]) / (sent - w["_prev"][0])
-                if w["_prev"] is None or sent > w["_prev"][0] + 0.1:
-                    w["_prev"] = (sent, hb["env_steps"])
+                w["rate"] = w["_rate"].update(hb, time.time())
                 w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
             elif kind == "episodes":
                 self._w(name)["last_return"] = decode_episodes(payload)[-1]["return"]

@@ -23,7 +23,7 @@ from .points import Point
 from .plugins import get_registry
 from .topics import Topics
 from .transport import BrokerSettings, MqttNode
-from .wire import Rejected, RejectionCounter, decode_episodes, decode_json, encode_json
+from .wire import Rejected, RejectionCounter, StepRate, decode_episodes, decode_json, encode_json
 
 log = logging.getLogger("mqttrl.telemetry")
 
@@ -50,8 +50,7 @@ class WorkerView:
     lengths: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=1000))
     episodes: int = 0
     env_steps: int = 0
-    steps_rate: float = 0.0
-    _last_steps: tuple[float, int] | None = None
+    steps: StepRate = attrs.Factory(StepRate)
     model_version: int = -1
     last_return: float | None = None
     outbox: int = 0
@@ -156,12 +155,7 @@ class TelemetryNode:
             elif kind == "heartbeat":
                 hb = decode_json(payload, {"env_steps": int, "model_version": int})
                 w = self._worker(name)
-                # rate from the sender's clock: heartbeats can arrive bunched up
-                sent = hb.get("time") if isinstance(hb.get("time"), (int, float)) else now
-                if w._last_steps is not None and sent > w._last_steps[0] + 0.1:
-                    w.steps_rate = max(0.0, (hb["env_steps"] - w._last_steps[1]) / (sent - w._last_steps[0]))
-                if w._last_steps is None or sent > w._last_steps[0] + 0.1:
-                    w._last_steps = (sent, hb["env_steps"])
+                w.steps.update(hb, now)
                 w.env_steps = hb["env_steps"]
                 w.model_version = hb["model_version"]
                 w.outbox = int(hb.get("outbox", 0))
@@ -241,7 +235,7 @@ class TelemetryNode:
                 points.append(Point("episode_stats", wt, {
                     "mean_return": _mean(w.returns, self.s.window), "mean_length": _mean(w.lengths, self.s.window), "episodes": w.episodes,
                 }, now))
-            fields: dict[str, Any] = {"online": int(w.online), "env_steps": w.env_steps, "env_steps_per_s": float(w.steps_rate),
+            fields: dict[str, Any] = {"online": int(w.online), "env_steps": w.env_steps, "env_steps_per_s": float(w.steps.rate or 0.0),
                                       "outbox": w.outbox, "dropped": w.dropped}
             # always the same fields (None: not known yet) so every storage sees a stable schema
             fields["version_lag"] = max(0, version - w.model_version) if isinstance(version, int) and w.model_version >= 0 else None

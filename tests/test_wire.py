@@ -783,3 +783,15 @@ def test_rejected_requires_a_known_reason():
         Rejected("bogus", "x")
     r = Rejected("checksum", "bad")
     assert str(r) == "checksum: bad" and r.detail == "bad"
+
+
+def test_step_rate_uses_the_senders_clock_and_never_goes_negative():
+    from mqttrl.wire import StepRate
+
+    r = StepRate()
+    assert r.update({"env_steps": 0, "time": 100.0}, now=5000.0) is None  # one heartbeat: no rate yet
+    assert r.update({"env_steps": 1000, "time": 102.0}, now=5000.0) == pytest.approx(500.0)
+    # arrives bunched up right after (same sender second): ignored, not 1e6 steps/s
+    assert r.update({"env_steps": 1010, "time": 102.05}, now=5000.0) == pytest.approx(500.0)
+    # the worker restarted and its counter began again
+    assert r.update({"env_steps": 10, "time": 104.0}, now=5000.0) == 0.0

@@ -7,7 +7,7 @@ numpy buffers, weights are safetensors, control messages are JSON.
 from .errors import Rejected, RejectionCounter
 from .samples import FieldSpec, SampleBatch, SampleSpec, decode_batch, encode_batch
 from .weights import WeightsMessage, decode_weights, encode_weights
-from .control import decode_episodes, decode_json, encode_json
+from .control import StepRate, decode_episodes, decode_json, encode_json
 
 __all__ = [
     "Rejected",
@@ -20,6 +20,7 @@ __all__ = [
     "WeightsMessage",
     "decode_weights",
     "encode_weights",
+    "StepRate",
     "decode_episodes",
     "decode_json",
     "encode_json",

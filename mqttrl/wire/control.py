@@ -70,3 +70,26 @@ def decode_episodes(payload: bytes, max_episodes: int = 10000) -> list[dict]:
             raise Rejected("bad_value", f"episode length {n!r} is not a non-negative integer")
         out.append(e)
     return out
+
+
+class StepRate:
+    """Env steps per second from a worker's heartbeats, timed by the sender's clock.
+
+    Heartbeats can arrive bunched up (QoS 0 after a stall), so receive times would give
+    absurd rates; heartbeats less than 0.1 s apart by the sender's clock are skipped, and a
+    counter that went back (a restarted worker) reads as 0.
+    """
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self._last: tuple[float, int] | None = None
+
+    def update(self, heartbeat: dict, now: float) -> float | None:
+        sent = heartbeat.get("time")
+        sent = sent if isinstance(sent, (int, float)) and not isinstance(sent, bool) else now
+        steps = heartbeat["env_steps"]
+        if self._last is None or sent > self._last[0] + 0.1:
+            if self._last is not None:
+                self.rate = max(0.0, (steps - self._last[1]) / (sent - self._last[0]))
+            self._last = (sent, steps)
+        return self.rate
