@@ -54,21 +54,11 @@ def _logging(verbose: bool) -> None:
 
 
 def _load(config: str | None, overrides: list[str]):
-    from .config import ConfigError, from_dict, load_config
+    from .config import ConfigError, load_config
     from .plugins import UnknownPluginError, get_registry
 
     registry = get_registry()
     try:
-        if config and config.endswith(".json"):
-            data = json.loads(Path(config).read_text())
-            cfg = from_dict(data, lambda n: registry.algorithm(n).params)
-            if overrides:
-                from .config import _deep_set, parse_override
-
-                for item in overrides:
-                    _deep_set(data, *parse_override(item))
-                cfg = from_dict(data, lambda n: registry.algorithm(n).params)
-            return cfg
         return load_config(config, overrides, lambda n: registry.algorithm(n).params)
     except (ConfigError, UnknownPluginError) as e:
         raise SystemExit(f"config error: {e}") from None

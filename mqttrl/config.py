@@ -271,7 +271,7 @@ def load_config(
     overrides: list[str] = (),
     params_class: Callable[[str], type] | None = None,
 ) -> RunConfig:
-    """Defaults, then the TOML file, then ``--set`` overrides.
+    """Defaults, then the TOML file (or a run's resolved ``config.json``), then ``--set`` overrides.
 
     ``params_class(name)`` returns the attrs class of an algorithm's
     hyperparameters (looked up through the plugins).
@@ -281,10 +281,18 @@ def load_config(
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{p} is not valid TOML: {e}") from None
+        if p.suffix == ".json":  # a run directory's resolved config.json
+            try:
+                data = json.loads(p.read_text())
+            except ValueError as e:
+                raise ConfigError(f"{p} is not valid JSON: {e}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{p}: expected a JSON object")
+        else:
+            try:
+                data = tomllib.loads(p.read_text())
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"{p} is not valid TOML: {e}") from None
     for item in overrides:
         parts, value = parse_override(item)
         _deep_set(data, parts, value)

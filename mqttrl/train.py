@@ -67,8 +67,7 @@ class Evaluator(threading.Thread):
 
 def _python_env() -> dict:
     env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # thread counts: mqttrl/__init__ already set them in os.environ
     return env
 
 

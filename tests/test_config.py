@@ -300,3 +300,19 @@ def test_flat_keys_override_nested_params(params_class):
     d = load_config(None, ["algorithm.lr=0.003"], params_class).to_dict()
     d["algorithm"]["lr"] = 0.007  # flat key beside the nested form wins
     assert from_dict(d, params_class).algorithm.params.lr == 0.007
+
+
+def test_a_resolved_config_json_loads_with_overrides(tmp_path):
+    params = lambda n: get_registry().algorithm(n).params  # noqa: E731
+    cfg = load_config(None, ["algorithm.name=ppo", "env.num_envs=3"], params)
+    path = tmp_path / "config.json"
+    write_resolved(cfg, path)
+    again = load_config(path, ["learner.publish_every=7"], params)
+    assert again.learner.publish_every == 7
+    assert again.env == cfg.env and again.algorithm.params == cfg.algorithm.params
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="expected a JSON object"):
+        load_config(path, [], params)
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(path, [], params)
