@@ -129,7 +129,8 @@ class InferenceServer:
         log.info("inference server %s: %s forward for %s on %s (batch %d, delay %.1f ms, shared=%s)",
                  self.name, backend, cfg.algorithm.name, cfg.env.id, self.batch_size, self.max_delay * 1000, self.shared)
 
-    def _take(self, msg, requests: list) -> None:
+    def _take(self, msg, requests: list) -> int:
+        """Handle one inbox message; returns the observations it added to ``requests`` (0 for others)."""
         kind = None
         try:
             kind, _ = self.topics.parse(msg.topic)
@@ -151,8 +152,10 @@ class InferenceServer:
                 if not isinstance(reply_to, str) or not reply_to.startswith(self.topics.base + "/infer/") or not reply_to.endswith("/reply"):
                     raise Rejected("bad_header", f"reply_to {reply_to!r} is not an inference reply topic of this run")
                 requests.append((req, reply_to, time.perf_counter()))
+                return req.count
         except Rejected as r:
             self.rejections.add(r, kind or msg.topic)
+        return 0
 
     def _serve(self, requests: list) -> None:
         obs = np.concatenate([r[0].arrays["obs"] for r in requests]) if len(requests) > 1 else requests[0][0].arrays["obs"]
@@ -191,33 +194,20 @@ class InferenceServer:
             while not self._stop.is_set():
                 requests: list = []
                 try:
-                    self._take(inbox.get(timeout=0.1), requests)
+                    rows = self._take(inbox.get(timeout=0.1), requests)
                 except queue.Empty:
-                    pass
+                    rows = 0
                 if requests and self.batch_size:
-                    # take what is already queued (requests that arrived during the last forward), then
+                    # add what is already queued (requests that arrived during the last forward), then
                     # wait up to max_delay for more while the batch is not full
                     first = requests[0][2]
-                    rows = requests[0][0].count
                     while rows < self.batch_size:
-                        try:
-                            before = len(requests)
-                            self._take(inbox.get_nowait(), requests)
-                            if len(requests) > before:
-                                rows += requests[-1][0].count
-                            continue
-                        except queue.Empty:
-                            pass
                         left = self.max_delay - (time.perf_counter() - first)
-                        if left <= 0:
-                            break
                         try:
-                            before = len(requests)
-                            self._take(inbox.get(timeout=left), requests)
-                            if len(requests) > before:
-                                rows += requests[-1][0].count
+                            msg = inbox.get(timeout=left) if left > 0 else inbox.get_nowait()
                         except queue.Empty:
                             break
+                        rows += self._take(msg, requests)
                 if self._pending_weights is not None and self.forward is not None:
                     w, self._pending_weights = self._pending_weights, None
                     self.forward.load_weights(w.tensors, w.info)
@@ -259,11 +249,14 @@ class RemoteForward:
         self.latencies: collections.deque = collections.deque(maxlen=10000)
         self._await_servers(2.0)
 
+    def _online(self) -> list[str]:
+        return sorted(n for n, s in self.servers.items() if s.get("status") == "online")
+
     def _await_servers(self, seconds: float) -> None:
         """Read the retained server states first: without shared subscriptions (MQTT 3.1.1)
         a request can only go to a server the client knows by name."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not any(s.get("status") == "online" for s in self.servers.values()):
+        while time.monotonic() < deadline and not self._online():
             try:
                 msg = self.node.inbox.get(timeout=0.05)
             except queue.Empty:
@@ -287,21 +280,26 @@ class RemoteForward:
             pass
 
     def _target(self, attempt: int) -> str:
-        online = sorted(n for n, s in self.servers.items() if s.get("status") == "online")
+        online = self._online()
         if online and all(self.servers[n].get("shared") for n in online) and self.node.protocol == mqtt.MQTTv5:
             return self.topics.infer_request()  # the broker balances over the shared subscription
         if not online:
             return self.topics.infer_request()
         return self.topics.infer_request(online[(next(self._rr) + attempt) % len(online)])
 
+    def _send(self, obs: np.ndarray, attempt: int) -> int:
+        """Send one request; returns its correlation id."""
+        rid = next(self._ids)
+        payload = encode_batch(self.topics.run, self.worker, rid, max(self.version, 0), {"obs": obs},
+                               extra={"id": rid, "reply_to": self.reply_topic})
+        self.node.send_now(self._target(attempt), payload, kind="request")
+        return rid
+
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         obs = np.ascontiguousarray(obs, dtype=np.float32)
         for attempt in range(self.retries + 1):
-            rid = next(self._ids)
-            payload = encode_batch(self.topics.run, self.worker, rid, max(self.version, 0), {"obs": obs},
-                                   extra={"id": rid, "reply_to": self.reply_topic})
             sent = time.perf_counter()
-            self.node.send_now(self._target(attempt), payload, kind="request")
+            rid = self._send(obs, attempt)
             deadline = sent + self.timeout_s
             while True:
                 left = deadline - time.perf_counter()
@@ -323,10 +321,7 @@ class RemoteForward:
                 if rep.model_version < self.min_version:  # that server has not got the new weights yet
                     self.stale_replies += 1
                     time.sleep(0.001)
-                    rid = next(self._ids)
-                    payload = encode_batch(self.topics.run, self.worker, rid, max(self.version, 0), {"obs": obs},
-                                           extra={"id": rid, "reply_to": self.reply_topic})
-                    self.node.send_now(self._target(attempt), payload, kind="request")
+                    rid = self._send(obs, attempt)
                     continue
                 self.latencies.append(time.perf_counter() - sent)
                 self.version = rep.model_version
@@ -334,10 +329,9 @@ class RemoteForward:
             self.timeouts += 1
             log.warning("inference request %d got no answer in %.1fs (attempt %d of %d); retrying",
                         rid, self.timeout_s, attempt + 1, self.retries + 1)
-        online = sorted(n for n, s in self.servers.items() if s.get("status") == "online")
         raise InferenceUnavailable(
             f"no inference server answered for run {self.topics.run!r} after {self.retries + 1} tries of {self.timeout_s:.1f}s "
-            f"(servers online: {online or 'none'}). Start one with `mqttrl inference --run {self.topics.run} --broker URL`, "
+            f"(servers online: {self._online() or 'none'}). Start one with `mqttrl inference --run {self.topics.run} --broker URL`, "
             f"or use worker.inference = \"numpy\""
         )
 
