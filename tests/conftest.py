@@ -17,6 +17,20 @@ from mqttrl.broker import _wait_port, free_port, mosquitto_config
 REPO = Path(__file__).resolve().parent.parent
 
 
+def stop_server(proc: subprocess.Popen | None, log, timeout: float = 10.0) -> None:
+    """SIGTERM a test server (SIGKILL if it does not go in ``timeout``) and close its log."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
+
+
 class Mosquitto:
     """A mosquitto process with a config written for the test; can be stopped and restarted."""
 
@@ -52,15 +66,7 @@ class Mosquitto:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc:
-            self.log.close()
+        stop_server(self.proc, self.log)
         self.proc = None
 
     def restart(self, down_for: float = 0.0) -> None:
@@ -296,15 +302,7 @@ class InfluxDB:
             assert r.status == 204, r.read()
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc:
-            self.log.close()
+        stop_server(self.proc, self.log)
         self.proc = None
 
 

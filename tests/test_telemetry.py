@@ -14,7 +14,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from conftest import REPO, node_env, script
+from conftest import REPO, node_env, script, stop_server
 from mqttrl.broker import _wait_port, free_port
 from mqttrl.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.topics import Topics
@@ -49,10 +49,8 @@ class VictoriaMetrics:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(15)
-            self.log.close()
+        if self.proc is not None:
+            stop_server(self.proc, self.log, timeout=15)
         self.proc = None
 
     def export(self, selector: str) -> list[dict]:
