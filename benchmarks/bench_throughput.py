@@ -185,9 +185,9 @@ VARIANTS = ("raw", "loop", "encode", "publish", "full")
 
 def _make_actor_envs(num_envs: int, seed: int):
     from mqttrl.algorithm import ActorContext
-    from mqttrl.envs import make_env
-    from mqttrl.plugins import get_registry
-    from mqttrl.rollout import EnvSet
+    from mqttrl.envs.make import make_env
+    from mqttrl.envs.rollout import EnvSet
+    from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
     info = registry.algorithm("dqn")
@@ -200,7 +200,7 @@ def _make_actor_envs(num_envs: int, seed: int):
 def _raw_steps(num_envs: int, seconds: float, seed: int) -> dict:
     import numpy as np
 
-    from mqttrl.envs import make_env
+    from mqttrl.envs.make import make_env
 
     envs = [make_env("CartPole-v1") for _ in range(num_envs)]
     for i, env in enumerate(envs):
@@ -268,8 +268,14 @@ def _worker_steps(mode: str, num_envs: int, seconds: float, batch: int, node, to
                     episodes_topic,
                     encode_json(
                         {
-                            "worker": WORKER, "env": e.env_index, "return": e.episode_return, "length": e.length,
-                            "terminated": e.terminated, "model_version": 0, "env_steps": steps, "time": time.time(),
+                            "worker": WORKER,
+                            "env": e.env_index,
+                            "return": e.episode_return,
+                            "length": e.length,
+                            "terminated": e.terminated,
+                            "model_version": 0,
+                            "env_steps": steps,
+                            "time": time.time(),
                         }
                     ),
                     qos=1,
@@ -298,13 +304,21 @@ def _worker_steps(mode: str, num_envs: int, seconds: float, batch: int, node, to
     dt = perf() - t0
     cpu = time.process_time() - c0
     envs.close()
-    return {"steps": steps, "seconds": dt, "cpu_seconds": cpu, "transitions": transitions, "messages": messages, "episodes": episodes, "phases": ph}
+    return {
+        "steps": steps,
+        "seconds": dt,
+        "cpu_seconds": cpu,
+        "transitions": transitions,
+        "messages": messages,
+        "episodes": episodes,
+        "phases": ph,
+    }
 
 
 def part_worker(args, settings, host: str, port: int) -> dict:
     import torch
 
-    from mqttrl.transport import MqttNode
+    from mqttrl.transport.client import MqttNode
 
     torch.set_num_threads(1)  # WorkerConfig.torch_threads default
     ctx = mp.get_context("spawn")
@@ -313,7 +327,9 @@ def part_worker(args, settings, host: str, port: int) -> dict:
     sub.start()
     if not parent.recv():
         raise RuntimeError("part 1 subscriber did not subscribe")
-    node = MqttNode(settings, client_id="bench-worker", persistent=False, inbox_limit=1000, outbox_limit=2000).start(wait=10)
+    node = MqttNode(settings, client_id="bench-worker", persistent=False, inbox_limit=1000, outbox_limit=2000).start(
+        wait=10
+    )
 
     # warm-up: torch's first calls, imports, env registration
     _worker_steps("loop", max(args.envs), 0.5, args.batch, node, "bench/w/samples/warmup", 0)
@@ -336,8 +352,11 @@ def part_worker(args, settings, host: str, port: int) -> dict:
                         time.sleep(0.01)
                     time.sleep(0.05)
                 results[n][v].append(res)
-                print(f"  round {r + 1:2d} envs {n:2d} {v:8s} {res['steps'] / res['seconds']:7.0f} env-steps/s, "
-                      f"{res['steps'] / res['cpu_seconds']:7.0f} per CPU-s", flush=True)
+                print(
+                    f"  round {r + 1:2d} envs {n:2d} {v:8s} {res['steps'] / res['seconds']:7.0f} env-steps/s, "
+                    f"{res['steps'] / res['cpu_seconds']:7.0f} per CPU-s",
+                    flush=True,
+                )
 
     # how much of what was published arrived at the subscriber
     t_end = time.monotonic() + 20
@@ -354,8 +373,13 @@ def part_worker(args, settings, host: str, port: int) -> dict:
     dropped = dict(node.dropped)
     node.stop()
 
-    out: dict = {"per_envs": {}, "published_transitions": sum(published.values()), "arrived_transitions": sum(arrived.values()),
-                 "episode_messages_arrived": episode_msgs, "outbox_dropped": dropped}
+    out: dict = {
+        "per_envs": {},
+        "published_transitions": sum(published.values()),
+        "arrived_transitions": sum(arrived.values()),
+        "episode_messages_arrived": episode_msgs,
+        "outbox_dropped": dropped,
+    }
     for n in args.envs:
         per: dict = {}
         for v in VARIANTS:
@@ -406,7 +430,7 @@ class _Ingest:
     def __init__(self):
         import gymnasium as gym
 
-        from mqttrl.plugins import get_registry
+        from mqttrl.plugin.manager import get_registry
 
         info = get_registry().algorithm("dqn")
         params = info.params()
@@ -536,19 +560,33 @@ def _recv_raw(settings_host: str, port: int, topic: str, n_msgs: int, pub, backl
 def _recv_result(n: int, nbytes: int, t_start: float, t_last: float, cpu: float, pub_result) -> dict:
     """Rates over the whole run: from the start (publisher told to go, or reconnect) to the last message handled."""
     span = t_last - t_start if n else 0.0
-    return {"messages": n, "bytes": nbytes, "seconds": span, "msgs_per_s": n / span if span > 0 else 0.0,
-            "cpu_seconds": cpu, "cpu_us_per_msg": cpu / n * 1e6 if n else 0.0, "publisher": pub_result}
+    return {
+        "messages": n,
+        "bytes": nbytes,
+        "seconds": span,
+        "msgs_per_s": n / span if span > 0 else 0.0,
+        "cpu_seconds": cpu,
+        "cpu_us_per_msg": cpu / n * 1e6 if n else 0.0,
+        "publisher": pub_result,
+    }
 
 
 def _recv_ingest(settings, topic: str, n_msgs: int, pub, backlog: bool, ingest: _Ingest, timeout: float) -> dict:
     """Receiver B: an MqttNode; the main thread decodes, validates and inserts, as the learner does."""
-    from mqttrl.transport import MqttNode
+    from mqttrl.transport.client import MqttNode
 
     cid = f"bench-ingest-{topic.replace('/', '-')}"
 
     def node():
-        return MqttNode(settings, client_id=cid, subscriptions=[(topic, 1)], persistent=True,
-                        inbox_limit=20000, inbox_block_s=5.0, outbox_limit=1000)
+        return MqttNode(
+            settings,
+            client_id=cid,
+            subscriptions=[(topic, 1)],
+            persistent=True,
+            inbox_limit=20000,
+            inbox_block_s=5.0,
+            outbox_limit=1000,
+        )
 
     nd = node().start(wait=10)
     time.sleep(0.3)  # MqttNode.start returns once SUBSCRIBE is sent; give the SUBACK time
@@ -584,8 +622,12 @@ def _recv_ingest(settings, topic: str, n_msgs: int, pub, backlog: bool, ingest: 
     if not backlog:
         pub_result = pub.recv()
     nd.stop()
-    return {**_recv_result(n, nbytes, t_start, last, cpu, pub_result), "transitions": transitions, "max_inbox": max_inbox,
-            "inbox_dropped": nd.inbox_dropped}
+    return {
+        **_recv_result(n, nbytes, t_start, last, cpu, pub_result),
+        "transitions": transitions,
+        "max_inbox": max_inbox,
+        "inbox_dropped": nd.inbox_dropped,
+    }
 
 
 def part_ingest(args, settings, host: str, port: int) -> dict:
@@ -603,8 +645,11 @@ def part_ingest(args, settings, host: str, port: int) -> dict:
     print(f"  {M} messages of {args.batch} transitions, {total_bytes / M / 1024:.1f} KiB each", flush=True)
 
     inproc = _inprocess_ingest(payloads, ingest, max(0.5, args.seconds / 3))
-    print(f"  in-process: decode {inproc['decode_us']:.1f} us, validate {inproc['validate_us']:.1f} us, "
-          f"add {inproc['add_us']:.1f} us, full chain {inproc['full_us']:.1f} us per batch", flush=True)
+    print(
+        f"  in-process: decode {inproc['decode_us']:.1f} us, validate {inproc['validate_us']:.1f} us, "
+        f"add {inproc['add_us']:.1f} us, full chain {inproc['full_us']:.1f} us per batch",
+        flush=True,
+    )
 
     runs: dict[str, list[dict]] = {"live_raw": [], "live_ingest": [], "backlog_raw": [], "backlog_ingest": []}
     for r in range(args.ingest_rounds):
@@ -613,12 +658,18 @@ def part_ingest(args, settings, host: str, port: int) -> dict:
             a = _recv_raw(host, port, f"bench/ingest/{mode}-raw-{r}", M, parent, backlog, timeout=120)
             a["transitions"] = a["messages"] * args.batch
             runs[f"{mode}_raw"].append(a)
-            print(f"  round {r + 1} {mode:7s} A raw paho   {a['msgs_per_s'] * args.batch:9.0f} transitions/s "
-                  f"({a['messages']}/{M} msgs)", flush=True)
+            print(
+                f"  round {r + 1} {mode:7s} A raw paho   {a['msgs_per_s'] * args.batch:9.0f} transitions/s "
+                f"({a['messages']}/{M} msgs)",
+                flush=True,
+            )
             b = _recv_ingest(settings, f"bench/ingest/{mode}-ingest-{r}", M, parent, backlog, ingest, timeout=120)
             runs[f"{mode}_ingest"].append(b)
-            print(f"  round {r + 1} {mode:7s} B ingest     {b['msgs_per_s'] * args.batch:9.0f} transitions/s "
-                  f"({b['messages']}/{M} msgs, max inbox {b['max_inbox']})", flush=True)
+            print(
+                f"  round {r + 1} {mode:7s} B ingest     {b['msgs_per_s'] * args.batch:9.0f} transitions/s "
+                f"({b['messages']}/{M} msgs, max inbox {b['max_inbox']})",
+                flush=True,
+            )
     parent.send(None)
     pub.join(10)
 
@@ -628,14 +679,27 @@ def part_ingest(args, settings, host: str, port: int) -> dict:
         rate = msgs / secs if secs else 0.0
         pubs = [x["publisher"] for x in lst if x.get("publisher")]
         pub_rate = sum(M for _ in pubs) / sum(p["seconds"] for p in pubs) if pubs else 0.0
-        return {"msgs_per_s": rate, "transitions_per_s": rate * args.batch, "received": msgs,
-                "cpu_us_per_msg": sum(x["cpu_seconds"] for x in lst) / max(msgs, 1) * 1e6,
-                "expected": M * len(lst), "publisher_msgs_per_s": pub_rate,
-                "min_tps": min(x["msgs_per_s"] for x in lst) * args.batch, "max_tps": max(x["msgs_per_s"] for x in lst) * args.batch}
+        return {
+            "msgs_per_s": rate,
+            "transitions_per_s": rate * args.batch,
+            "received": msgs,
+            "cpu_us_per_msg": sum(x["cpu_seconds"] for x in lst) / max(msgs, 1) * 1e6,
+            "expected": M * len(lst),
+            "publisher_msgs_per_s": pub_rate,
+            "min_tps": min(x["msgs_per_s"] for x in lst) * args.batch,
+            "max_tps": max(x["msgs_per_s"] for x in lst) * args.batch,
+        }
 
-    out = {"messages": M, "message_bytes": total_bytes / M, "inprocess_us_per_batch": inproc, **{k: agg(v) for k, v in runs.items()}}
+    out = {
+        "messages": M,
+        "message_bytes": total_bytes / M,
+        "inprocess_us_per_batch": inproc,
+        **{k: agg(v) for k, v in runs.items()},
+    }
     for mode in ("live", "backlog"):
-        out[f"{mode}_ratio_B_A"] = _paired([x["msgs_per_s"] for x in runs[f"{mode}_ingest"]], [x["msgs_per_s"] for x in runs[f"{mode}_raw"]])
+        out[f"{mode}_ratio_B_A"] = _paired(
+            [x["msgs_per_s"] for x in runs[f"{mode}_ingest"]], [x["msgs_per_s"] for x in runs[f"{mode}_raw"]]
+        )
     return out
 
 
@@ -649,7 +713,7 @@ def part_weights(args) -> dict:
     import torch
 
     from mqttrl.algorithm import ActorContext
-    from mqttrl.plugins import get_registry
+    from mqttrl.plugin.manager import get_registry
     from mqttrl.wire import decode_weights, encode_weights
 
     torch.set_num_threads(1)
@@ -678,10 +742,20 @@ def part_weights(args) -> dict:
         dec_ms = timeit(lambda: decode_weights(payload))
         msg = decode_weights(payload)
         load_ms = timeit(lambda: actor.load_weights(msg.tensors, msg.info))
-        out[label] = {"params": int(n_params), "bytes": len(payload), "export_ms": export_ms, "encode_ms": enc_ms,
-                      "decode_ms": dec_ms, "encode_decode_ms": enc_ms + dec_ms, "actor_load_ms": load_ms}
-        print(f"  {label:8s} {n_params:8d} params: encode {enc_ms:.2f} ms, decode {dec_ms:.2f} ms, "
-              f"actor.load_weights {load_ms:.2f} ms", flush=True)
+        out[label] = {
+            "params": int(n_params),
+            "bytes": len(payload),
+            "export_ms": export_ms,
+            "encode_ms": enc_ms,
+            "decode_ms": dec_ms,
+            "encode_decode_ms": enc_ms + dec_ms,
+            "actor_load_ms": load_ms,
+        }
+        print(
+            f"  {label:8s} {n_params:8d} params: encode {enc_ms:.2f} ms, decode {dec_ms:.2f} ms, "
+            f"actor.load_weights {load_ms:.2f} ms",
+            flush=True,
+        )
     env.close()
     return out
 
@@ -699,7 +773,7 @@ def machine_info() -> dict:
 
     try:
         mosq = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True, timeout=5).stdout.splitlines()[0]
-    except Exception:  # noqa: BLE001
+    except Exception:
         mosq = "?"
     return {
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -721,78 +795,132 @@ def print_report(args, res: dict) -> None:
     print()
     print("=" * 78)
     print(f"mqttrl throughput, {m['date']}")
-    print(f"machine: nproc {m['nproc']} ({m['cpu']}), python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, "
-          f"gymnasium {m['gymnasium']}, paho {m['paho']}, {m['mosquitto']}")
+    print(
+        f"machine: nproc {m['nproc']} ({m['cpu']}), python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, "
+        f"gymnasium {m['gymnasium']}, paho {m['paho']}, {m['mosquitto']}"
+    )
     print(f"load average at start {m['loadavg_start'][0]:.2f}, at end {res['loadavg_end'][0]:.2f}")
-    print(f"settings: --seconds {args.seconds} --rounds {args.rounds} --envs {','.join(map(str, args.envs))} "
-          f"--batch {args.batch} --ingest-messages {args.ingest_messages} --ingest-rounds {args.ingest_rounds}")
+    print(
+        f"settings: --seconds {args.seconds} --rounds {args.rounds} --envs {','.join(map(str, args.envs))} "
+        f"--batch {args.batch} --ingest-messages {args.ingest_messages} --ingest-rounds {args.ingest_rounds}"
+    )
     w = res.get("worker")
     if w:
         print()
-        print("1. Worker loop, DQN actor + CartPole-v1. steps/CPU-s: env steps per CPU-second of the worker process (all")
+        print(
+            "1. Worker loop, DQN actor + CartPole-v1. steps/CPU-s: env steps per CPU-second of the worker process (all"
+        )
         print("   its threads: the publisher and paho threads count), the figure least disturbed by other load on the")
-        print("   machine; steps/s: wall clock, over all rounds [min-max of rounds]. 'vs' columns: median over rounds of")
-        print("   the ratio to the same round's run (a round's variants ran back to back). Phases: wall us per vector step.")
-        print(f"   {'envs':>4} | {'variant':<8} | {'steps/CPU-s':>11} | {'vs loop':>7} | {'vs raw':>6} | {'steps/s':>7} | {'range':>13} | "
-              f"{'vs loop':>7} | act step record take encode publish episodes")
+        print(
+            "   machine; steps/s: wall clock, over all rounds [min-max of rounds]. 'vs' columns: median over rounds of"
+        )
+        print(
+            "   the ratio to the same round's run (a round's variants ran back to back). Phases: wall us per vector step."
+        )
+        print(
+            f"   {'envs':>4} | {'variant':<8} | {'steps/CPU-s':>11} | {'vs loop':>7} | {'vs raw':>6} | {'steps/s':>7} | {'range':>13} | "
+            f"{'vs loop':>7} | act step record take encode publish episodes"
+        )
         for n, per in w["per_envs"].items():
             for v in VARIANTS:
                 x = per[v]
                 ph = x["us_per_vector_step"]
-                phs = " ".join(f"{ph.get(k, 0):.0f}" for k in ("act", "step", "record", "take", "encode", "publish", "episodes")) if ph else "-"
-                print(f"   {n:>4} | {v:<8} | {x['steps_per_cpu_s']:11.0f} | {x['vs_loop_cpu']:7.2f} | {x['vs_raw_cpu']:6.3f} | "
-                      f"{x['steps_per_s']:7.0f} | {x['min']:6.0f}-{x['max']:<6.0f} | {x['vs_loop']:7.2f} | {phs}")
+                phs = (
+                    " ".join(
+                        f"{ph.get(k, 0):.0f}"
+                        for k in ("act", "step", "record", "take", "encode", "publish", "episodes")
+                    )
+                    if ph
+                    else "-"
+                )
+                print(
+                    f"   {n:>4} | {v:<8} | {x['steps_per_cpu_s']:11.0f} | {x['vs_loop_cpu']:7.2f} | {x['vs_raw_cpu']:6.3f} | "
+                    f"{x['steps_per_s']:7.0f} | {x['min']:6.0f}-{x['max']:<6.0f} | {x['vs_loop']:7.2f} | {phs}"
+                )
             pub, full = per["publish"], per["full"]
-            print(f"   {n:>4}   with publishing / without (publish/loop): CPU {pub['vs_loop_cpu']:.2f}, wall {pub['vs_loop']:.2f}; "
-                  f"publish/encode: CPU {pub['vs_encode_cpu']:.2f}, wall {pub['vs_encode']:.2f}; publish/raw: CPU {pub['vs_raw_cpu']:.3f}, "
-                  f"wall {pub['vs_raw']:.3f}")
-            print(f"   {n:>4}   full/loop: CPU {full['vs_loop_cpu']:.2f}, wall {full['vs_loop']:.2f}; "
-                  f"{pub['messages'] / pub['seconds']:.0f} sample msgs/s in publish, {full['episodes'] / full['seconds']:.0f} episode msgs/s in full")
-        print(f"   delivery: {w['arrived_transitions']}/{w['published_transitions']} published transitions arrived at the "
-              f"subscriber process; {w['episode_messages_arrived']} episode messages; outbox drops {w['outbox_dropped'] or 0}")
+            print(
+                f"   {n:>4}   with publishing / without (publish/loop): CPU {pub['vs_loop_cpu']:.2f}, wall {pub['vs_loop']:.2f}; "
+                f"publish/encode: CPU {pub['vs_encode_cpu']:.2f}, wall {pub['vs_encode']:.2f}; publish/raw: CPU {pub['vs_raw_cpu']:.3f}, "
+                f"wall {pub['vs_raw']:.3f}"
+            )
+            print(
+                f"   {n:>4}   full/loop: CPU {full['vs_loop_cpu']:.2f}, wall {full['vs_loop']:.2f}; "
+                f"{pub['messages'] / pub['seconds']:.0f} sample msgs/s in publish, {full['episodes'] / full['seconds']:.0f} episode msgs/s in full"
+            )
+        print(
+            f"   delivery: {w['arrived_transitions']}/{w['published_transitions']} published transitions arrived at the "
+            f"subscriber process; {w['episode_messages_arrived']} episode messages; outbox drops {w['outbox_dropped'] or 0}"
+        )
     g = res.get("ingest")
     if g:
         B = args.batch
         print()
-        print(f"2. Learner ingest, {g['messages']} msgs x {B} transitions ({g['message_bytes'] / 1024:.1f} KiB) per run, "
-              f"{args.ingest_rounds} rounds. Wall rates from 'go' (live: the")
-        print("   publisher starts; backlog: the receiver reconnects to its queued session) to the last message handled;")
+        print(
+            f"2. Learner ingest, {g['messages']} msgs x {B} transitions ({g['message_bytes'] / 1024:.1f} KiB) per run, "
+            f"{args.ingest_rounds} rounds. Wall rates from 'go' (live: the"
+        )
+        print(
+            "   publisher starts; backlog: the receiver reconnects to its queued session) to the last message handled;"
+        )
         print("   CPU: the receiving process's CPU time (all threads) per message, and the rate that CPU cost allows")
-        print(f"   {'mode':<7} | {'receiver':<30} | {'transitions/s':>13} | {'range':>17} | {'msgs/s':>6} | {'CPU us/msg':>10} | "
-              f"{'transitions/CPU-s':>17} | {'got':>11} | publisher msgs/s")
+        print(
+            f"   {'mode':<7} | {'receiver':<30} | {'transitions/s':>13} | {'range':>17} | {'msgs/s':>6} | {'CPU us/msg':>10} | "
+            f"{'transitions/CPU-s':>17} | {'got':>11} | publisher msgs/s"
+        )
         for mode in ("live", "backlog"):
             for k, label in (("raw", "A bare paho, counts only"), ("ingest", "B MqttNode+decode+valid.+add")):
                 x = g[f"{mode}_{k}"]
-                print(f"   {mode:<7} | {label:<30} | {x['transitions_per_s']:13.0f} | {x['min_tps']:8.0f}-{x['max_tps']:<8.0f} | "
-                      f"{x['msgs_per_s']:6.0f} | {x['cpu_us_per_msg']:10.0f} | {B / x['cpu_us_per_msg'] * 1e6:17.0f} | "
-                      f"{x['received']:>5}/{x['expected']:<5} | {x['publisher_msgs_per_s']:.0f}")
+                print(
+                    f"   {mode:<7} | {label:<30} | {x['transitions_per_s']:13.0f} | {x['min_tps']:8.0f}-{x['max_tps']:<8.0f} | "
+                    f"{x['msgs_per_s']:6.0f} | {x['cpu_us_per_msg']:10.0f} | {B / x['cpu_us_per_msg'] * 1e6:17.0f} | "
+                    f"{x['received']:>5}/{x['expected']:<5} | {x['publisher_msgs_per_s']:.0f}"
+                )
             a, b = g[f"{mode}_raw"], g[f"{mode}_ingest"]
-            print(f"   {mode:<7}   ratio B/A: wall {g[f'{mode}_ratio_B_A']:.2f} (median of rounds), "
-                  f"CPU {a['cpu_us_per_msg'] / b['cpu_us_per_msg']:.2f}")
+            print(
+                f"   {mode:<7}   ratio B/A: wall {g[f'{mode}_ratio_B_A']:.2f} (median of rounds), "
+                f"CPU {a['cpu_us_per_msg'] / b['cpu_us_per_msg']:.2f}"
+            )
         ip = g["inprocess_us_per_batch"]
-        print(f"   in-process (CPU time), per batch of {B}: decode {ip['decode_us']:.1f} us, validate {ip['validate_us']:.1f} us, "
-              f"DQNLearner.add {ip['add_us']:.1f} us (it validates again), full chain {ip['full_us']:.1f} us "
-              f"= {B / ip['full_us'] * 1e6:,.0f} transitions/CPU-s")
+        print(
+            f"   in-process (CPU time), per batch of {B}: decode {ip['decode_us']:.1f} us, validate {ip['validate_us']:.1f} us, "
+            f"DQNLearner.add {ip['add_us']:.1f} us (it validates again), full chain {ip['full_us']:.1f} us "
+            f"= {B / ip['full_us'] * 1e6:,.0f} transitions/CPU-s"
+        )
     wt = res.get("weights")
     if wt:
         print()
         print("3. Weights (safetensors + checksum + finiteness check), one torch thread, CPU ms per call")
         for label, x in wt.items():
-            print(f"   {label:8s} {x['params']:>8} params, {x['bytes'] / 1024:7.0f} KiB: encode {x['encode_ms']:.2f} ms + decode "
-                  f"{x['decode_ms']:.2f} ms = {x['encode_decode_ms']:.2f} ms; export {x['export_ms']:.2f} ms, "
-                  f"actor.load_weights {x['actor_load_ms']:.2f} ms")
+            print(
+                f"   {label:8s} {x['params']:>8} params, {x['bytes'] / 1024:7.0f} KiB: encode {x['encode_ms']:.2f} ms + decode "
+                f"{x['decode_ms']:.2f} ms = {x['encode_decode_ms']:.2f} ms; export {x['export_ms']:.2f} ms, "
+                f"actor.load_weights {x['actor_load_ms']:.2f} ms"
+            )
     print("=" * 78)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Parts: 1 worker loop, 2 learner ingest, 3 weights encode/decode.")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Parts: 1 worker loop, 2 learner ingest, 3 weights encode/decode.",
+    )
     ap.add_argument("--seconds", type=float, default=0.5, help="seconds per worker-loop measurement (default 0.5)")
-    ap.add_argument("--rounds", type=int, default=16,
-                    help="interleaved rounds of the worker-loop measurements (default 16; short, many rounds resist noise best)")
-    ap.add_argument("--ingest-rounds", type=int, default=3, help="interleaved rounds of the ingest measurements (default 3)")
-    ap.add_argument("--envs", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8],
-                    help="envs per worker, comma separated (default 1,8)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=16,
+        help="interleaved rounds of the worker-loop measurements (default 16; short, many rounds resist noise best)",
+    )
+    ap.add_argument(
+        "--ingest-rounds", type=int, default=3, help="interleaved rounds of the ingest measurements (default 3)"
+    )
+    ap.add_argument(
+        "--envs",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 8],
+        help="envs per worker, comma separated (default 1,8)",
+    )
     ap.add_argument("--batch", type=int, default=256, help="transitions per sample message (default 256)")
     ap.add_argument("--ingest-messages", type=int, default=3000, help="messages per ingest measurement (default 3000)")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run (default 1,2,3)")
@@ -800,8 +928,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
 
-    from mqttrl.broker import EmbeddedBroker
-    from mqttrl.transport import BrokerSettings
+    from mqttrl.local.broker import EmbeddedBroker
+    from mqttrl.transport.client import BrokerSettings
 
     res: dict = {"machine": machine_info(), "args": vars(args)}
     t0 = time.monotonic()

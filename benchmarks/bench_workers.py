@@ -13,7 +13,6 @@ Not a test: it prints figures measured side by side in one run on this machine:
 
 from __future__ import annotations
 
-import mqttrl  # noqa: F401  (first: sets one BLAS thread per process before numpy loads)
 import argparse
 import json
 import os
@@ -28,15 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
+import mqttrl  # noqa: F401  (first: sets one BLAS thread per process before numpy loads)
 from mqttrl.algorithm import ActorContext
-from mqttrl.broker import EmbeddedBroker
 from mqttrl.config import load_config
-from mqttrl.envs import make_env
-from mqttrl.inference import RemoteForward
-from mqttrl.plugins import get_registry
-from mqttrl.rollout import EnvSet
-from mqttrl.topics import Topics
-from mqttrl.transport import BrokerSettings, MqttNode
+from mqttrl.envs.make import make_env
+from mqttrl.envs.rollout import EnvSet
+from mqttrl.local.broker import EmbeddedBroker
+from mqttrl.nodes.inference import RemoteForward
+from mqttrl.plugin.manager import get_registry
+from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_json, encode_batch, encode_json, encode_weights
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +88,9 @@ def worker_loop(cfg, info, forward, weights, broker_url: str, seconds: float) ->
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     n = cfg.env.num_envs
-    actor = info.make_actor(cfg.algorithm.params, obs_space, act_space, ActorContext(num_envs=n, total_envs=n), forward=forward)
+    actor = info.make_actor(
+        cfg.algorithm.params, obs_space, act_space, ActorContext(num_envs=n, total_envs=n), forward=forward
+    )
     actor.load_weights(*weights)
     envs = EnvSet(lambda: make_env(cfg.env.id), n, seed=1)
     tp = Topics(cfg.run)
@@ -101,7 +103,9 @@ def worker_loop(cfg, info, forward, weights, broker_url: str, seconds: float) ->
         actor.record(o, actions, extras, r, no, te, tr)
         steps += n
         if actor.pending() >= cfg.worker.batch_size:
-            node.publish(tp.samples("bench"), encode_batch(cfg.run, "bench", seq, 1, actor.take()), qos=1, kind="samples")
+            node.publish(
+                tp.samples("bench"), encode_batch(cfg.run, "bench", seq, 1, actor.take()), qos=1, kind="samples"
+            )
             seq += 1
     rate = steps / (time.perf_counter() - t0)
     node.stop(flush_timeout=5)
@@ -111,9 +115,29 @@ def worker_loop(cfg, info, forward, weights, broker_url: str, seconds: float) ->
 def supervisor_restart(broker_url: str, run: str, tmp: Path) -> float | None:
     """Start `mqttrl workers --processes 2`, SIGKILL one worker, time until it heartbeats again."""
     tp = Topics(run)
-    watch = MqttNode(BrokerSettings(url=broker_url), client_id="bench-watch-hb", subscriptions=[(tp.all_heartbeats, 0)]).start()
-    sup = subprocess.Popen([sys.executable, "-m", "mqttrl", "workers", "--broker", broker_url, "--run", run, "--processes", "2",
-                            "--name-prefix", "sup", "--log-dir", str(tmp / "sup-logs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watch = MqttNode(
+        BrokerSettings(url=broker_url), client_id="bench-watch-hb", subscriptions=[(tp.all_heartbeats, 0)]
+    ).start()
+    sup = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mqttrl",
+            "workers",
+            "--broker",
+            broker_url,
+            "--run",
+            run,
+            "--processes",
+            "2",
+            "--name-prefix",
+            "sup",
+            "--log-dir",
+            str(tmp / "sup-logs"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         seen: dict[str, dict] = {}
         deadline = time.monotonic() + 90
@@ -156,8 +180,11 @@ def main() -> None:
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
     registry = get_registry()
-    cfg = load_config(REPO / "configs" / f"cartpole_{args.algo}.toml", [f"env.num_envs={args.envs}", "run=bench-workers"],
-                      lambda n: registry.algorithm(n).params)
+    cfg = load_config(
+        REPO / "configs" / f"cartpole_{args.algo}.toml",
+        [f"env.num_envs={args.envs}", "run=bench-workers"],
+        lambda n: registry.algorithm(n).params,
+    )
     info = registry.algorithm(cfg.algorithm.name)
     env = make_env(cfg.env.id)
     learner = info.make_learner(cfg.algorithm.params, env.observation_space, env.action_space, "cpu", 0)
@@ -166,8 +193,14 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    figures: dict = {"algo": args.algo, "envs": args.envs, "cores": os.cpu_count(), "python": platform.python_version(),
-                     "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+    figures: dict = {
+        "algo": args.algo,
+        "envs": args.envs,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     with EmbeddedBroker("mosquitto") as broker, tempfile.TemporaryDirectory() as tmp:
         figures["raw_sampled"] = raw_sampled(cfg.env.id, args.seconds)
         figures["raw_1env"] = raw_single_env(cfg.env.id, args.seconds)
@@ -180,8 +213,11 @@ def main() -> None:
         pub = MqttNode(BrokerSettings(url=broker.url), client_id="bench-learner").start()
         pub.publish(tp.config, encode_json(cfg.to_dict()), qos=1, retain=True)
         pub.publish(tp.weights, encode_weights(1, cfg.algorithm.name, cfg.run, tensors, winfo), qos=1, retain=True)
-        server = subprocess.Popen([sys.executable, "-m", "mqttrl", "inference", "--broker", broker.url, "--run", cfg.run, "--name", "s0"],
-                                  stdout=open(Path(tmp) / "server.log", "wb"), stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mqttrl", "inference", "--broker", broker.url, "--run", cfg.run, "--name", "s0"],
+            stdout=open(Path(tmp) / "server.log", "wb"),
+            stderr=subprocess.STDOUT,
+        )
         try:
             remote = RemoteForward(BrokerSettings(url=broker.url), cfg.run, "bench", timeout_s=5.0)
             deadline = time.monotonic() + 60
@@ -203,16 +239,24 @@ def main() -> None:
             server.wait(20)
             pub.stop(flush_timeout=1)
     raw, sampled = figures["raw_envset"], figures["raw_sampled"]
-    print(f"\nworker throughput, {args.algo} policy, {args.envs} envs per process, CartPole-v1; "
-          f"{figures['cores']} cores, Python {figures['python']}, torch {figures['torch']}, {figures['date']}")
+    print(
+        f"\nworker throughput, {args.algo} policy, {args.envs} envs per process, CartPole-v1; "
+        f"{figures['cores']} cores, Python {figures['python']}, torch {figures['torch']}, {figures['date']}"
+    )
     print("| mode | env steps/s per process | / raw, action_space.sample() | / raw, precomputed actions |")
     print("|---|---|---|---|")
     print(f"| raw env, 1 env, action_space.sample() (ANCHORS' baseline) | {sampled:,.0f} | 1.00 | - |")
     print(f"| raw env, 1 env, precomputed random actions | {figures['raw_1env']:,.0f} | - | - |")
     print(f"| raw env, {args.envs} envs, precomputed random actions | {raw:,.0f} | - | 1.00 |")
-    for mode, key in (("local torch", "torch_steps_per_s"), ("local numpy", "numpy_steps_per_s"), ("central inference", "remote_steps_per_s")):
+    for mode, key in (
+        ("local torch", "torch_steps_per_s"),
+        ("local numpy", "numpy_steps_per_s"),
+        ("central inference", "remote_steps_per_s"),
+    ):
         print(f"| {mode} | {figures[key]:,.0f} | {figures[key] / sampled:.2f} | {figures[key] / raw:.2f} |")
-    print(f"central inference round trip: p50 {figures['remote_rtt_ms_p50']:.2f} ms, p99 {figures['remote_rtt_ms_p99']:.2f} ms")
+    print(
+        f"central inference round trip: p50 {figures['remote_rtt_ms_p50']:.2f} ms, p99 {figures['remote_rtt_ms_p99']:.2f} ms"
+    )
     r = figures["supervisor_restart_s"]
     print(f"supervisor: killed worker heartbeating again after {r:.1f} s" if r else "supervisor: restart not observed")
     if args.json:

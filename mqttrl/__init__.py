@@ -18,3 +18,8 @@ __version__ = "0.1.0"
 #: Version of the wire protocol (topic tree, headers, payload layouts).
 #: Bumped on any incompatible change; every decoder checks it.
 PROTOCOL_VERSION = 1
+
+# Plugin authors write ``from mqttrl import hookimpl`` (pluggy imports no numpy, so the thread defaults above hold).
+from mqttrl.plugin.spec import hookimpl  # noqa: E402
+
+__all__ = ["PROTOCOL_VERSION", "__version__", "hookimpl"]

@@ -1,3 +1,3 @@
-from .cli import main
+from mqttrl.cli import main
 
 main()

@@ -16,13 +16,14 @@ times out) the node calls ``train_round`` and publishes v+1.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 import attrs
 import gymnasium as gym
 import numpy as np
 
-from .wire import SampleBatch, SampleSpec
+from mqttrl.wire import SampleBatch, SampleSpec
 
 Tensors = dict[str, np.ndarray]
 

@@ -11,12 +11,13 @@ import json
 import tomllib
 import types
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import attrs
 
-from . import PROTOCOL_VERSION
+from mqttrl import PROTOCOL_VERSION
 
 
 class ConfigError(ValueError):
@@ -48,7 +49,6 @@ def unit_positive(inst, attribute, value):
 def layer_sizes(inst, attribute, value):
     if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
         raise ConfigError(f"{attribute.name}={value!r}: must be a list of positive integers, e.g. [256, 256]")
-
 
 
 @attrs.define
@@ -166,7 +166,13 @@ class RunConfig:
         return d
 
 
-_SECTIONS = {"env": EnvConfig, "worker": WorkerConfig, "learner": LearnerConfig, "train": TrainConfig, "inference": InferenceConfig}
+_SECTIONS = {
+    "env": EnvConfig,
+    "worker": WorkerConfig,
+    "learner": LearnerConfig,
+    "train": TrainConfig,
+    "inference": InferenceConfig,
+}
 
 
 def _allowed(cls) -> str:
@@ -310,7 +316,7 @@ def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | Non
     run = data.get("run", RunConfig.run if isinstance(RunConfig.run, str) else "cartpole")
     if not isinstance(run, str):
         raise ConfigError(f"run={run!r}: expected a string")
-    from .topics import check_name
+    from mqttrl.transport.topics import check_name
 
     try:
         check_name("run", run)

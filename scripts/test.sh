@@ -22,4 +22,7 @@ PY=${PYTHON:-python3}
 # torch first, pinned: an unpinned torch pulls several GB of CUDA packages
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+# lint and format first: a failure names the command that fixes it
+.venv/bin/ruff check . || { echo "ruff check failed: .venv/bin/ruff check --fix . fixes most"; exit 1; }
+.venv/bin/ruff format --check . || { echo "ruff format failed: run .venv/bin/ruff format ."; exit 1; }
 exec .venv/bin/python -m pytest -q "$@"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mqttrl.broker import _wait_port, free_port, mosquitto_config
+from mqttrl.local.broker import _wait_port, free_port, mosquitto_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ class Mosquitto:
     def ports(self) -> list[int]:
         return [self.port]
 
-    def start(self) -> "Mosquitto":
+    def start(self) -> Mosquitto:
         conf = self.workdir / "mosquitto.conf"
         conf.write_text(self.config_text())
         self.log = open(self.workdir / "mosquitto.log", "ab")
@@ -129,9 +129,24 @@ def make_test_pki(d: Path) -> dict[str, Path]:
         pytest.fail("openssl is not on PATH (apt-get install openssl)")
     d.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=mqttrl test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mqttrl test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
     openssl("req", "-new", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1", cwd=d)
     (d / "server.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
@@ -139,8 +154,24 @@ def make_test_pki(d: Path) -> dict[str, Path]:
         "keyUsage=critical,digitalSignature,keyEncipherment\n"
         "extendedKeyUsage=serverAuth\n"
     )
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=d)
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        cwd=d,
+    )
     return {"cafile": d / "ca.crt", "certfile": d / "server.crt", "keyfile": d / "server.key"}
 
 
@@ -163,8 +194,12 @@ def create_users(password_file: Path, users: dict[str, str] = BROKER_USERS) -> s
         MQTTRL_OPERATOR_PASSWORD=users["operator"],
     )
     workers = [f"{n}:{p}" for n, p in users.items() if n not in ("learner", "telemetry", "operator")]
-    r = subprocess.run(["bash", str(BROKER_KIT / "create-users.sh"), "-f", str(password_file), *workers],
-                       capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        ["bash", str(BROKER_KIT / "create-users.sh"), "-f", str(password_file), *workers],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -245,7 +280,7 @@ class InfluxDB:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20) -> "InfluxDB":
+    def start(self, timeout: float = 20) -> InfluxDB:
         import urllib.request
 
         w = self.workdir

@@ -70,7 +70,9 @@ class Worker:
         self.name = f"w{k}"
         self.envs = [gym.make(ENV_ID) for _ in range(num_envs)]
         obs_space, act_space = self.envs[0].observation_space, self.envs[0].action_space
-        ctx = ActorContext(num_envs=num_envs, first_env_index=k * num_envs, total_envs=num_workers * num_envs, seed=seed * 100 + k + 1)
+        ctx = ActorContext(
+            num_envs=num_envs, first_env_index=k * num_envs, total_envs=num_workers * num_envs, seed=seed * 100 + k + 1
+        )
         self.actor = DQNActor(params, obs_space, act_space, ctx)
         self.obs = np.stack([env.reset(seed=seed * 1000 + k * num_envs + i)[0] for i, env in enumerate(self.envs)])
         self.ep_ret = np.zeros(num_envs)
@@ -99,7 +101,16 @@ class Worker:
         return n
 
 
-def run(params: DQNParams, seed: int, num_envs: int, num_workers: int, eval_every: int, max_steps: int, target: float, quiet: bool) -> dict:
+def run(
+    params: DQNParams,
+    seed: int,
+    num_envs: int,
+    num_workers: int,
+    eval_every: int,
+    max_steps: int,
+    target: float,
+    quiet: bool,
+) -> dict:
     torch.manual_seed(seed)
     workers = [Worker(params, k, num_envs, num_workers, seed) for k in range(num_workers)]
     obs_space, act_space = workers[0].envs[0].observation_space, workers[0].envs[0].action_space
@@ -154,7 +165,9 @@ def run(params: DQNParams, seed: int, num_envs: int, num_workers: int, eval_ever
                     flush=True,
                 )
             if score >= target:
-                result.update(solved=True, steps=steps, updates=learner.updates, seconds=wall, train_seconds=wall - eval_time)
+                result.update(
+                    solved=True, steps=steps, updates=learner.updates, seconds=wall, train_seconds=wall - eval_time
+                )
                 break
     else:
         result.update(steps=steps, updates=learner.updates, seconds=time.perf_counter() - t0)
@@ -169,7 +182,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=5000)
     ap.add_argument("--max-steps", type=int, default=200_000)
     ap.add_argument("--target", type=float, default=475.0)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a DQNParams field (TOML value)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a DQNParams field (TOML value)"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@ Not a pytest test (no ``test_`` prefix): a script for picking and checking
 the defaults of :class:`mqttrl_plugins.ppo.PPOParams`. It mimics the
 distributed sync loop in one process:
 
-* ``--workers`` actors, each with its own :class:`mqttrl.rollout.EnvSet` of
+* ``--workers`` actors, each with its own :class:`mqttrl.envs.rollout.EnvSet` of
   ``--envs`` envs (seeded like the worker node does), all holding model
   version v;
 * each actor steps its envs until ``pending()`` says its share of the round
@@ -13,7 +13,7 @@ distributed sync loop in one process:
 * ``learner.train_round(batches)``; ``export_weights`` goes through
   ``encode_weights`` / ``decode_weights`` to every actor (version v+1);
 * every ``--eval-every`` env steps a separate greedy actor plays 20 episodes
-  with :func:`mqttrl.rollout.evaluate`; the run stops at a mean >= the target.
+  with :func:`mqttrl.envs.rollout.evaluate`; the run stops at a mean >= the target.
 
 The workers step one after the other here; in a real run they step in
 parallel, so the wall time below is an upper bound of a 2-worker run's
@@ -41,14 +41,25 @@ import torch
 
 from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
-from mqttrl.rollout import EnvSet, evaluate
+from mqttrl.envs.rollout import EnvSet, evaluate
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.ppo import PPOActor, PPOParams, make_forward, sample_spec
 from mqttrl_plugins.ppo_torch import PPOLearner
 
 
-def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, eval_every: int, eval_episodes: int,
-        max_steps: int, target: float, quiet: bool, forward: str = "numpy") -> dict:
+def run(
+    params: PPOParams,
+    env_id: str,
+    seed: int,
+    workers: int,
+    num_envs: int,
+    eval_every: int,
+    eval_episodes: int,
+    max_steps: int,
+    target: float,
+    quiet: bool,
+    forward: str = "numpy",
+) -> dict:
     torch.manual_seed(seed)
     make = lambda: gym.make(env_id)  # noqa: E731
     probe = make()
@@ -61,9 +72,18 @@ def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, 
         wseed = seed * 1000 + w * 97  # as the worker node seeds its envs
         envsets.append(EnvSet(make, num_envs, wseed))
         ctx = ActorContext(num_envs=num_envs, first_env_index=w * num_envs, total_envs=workers * num_envs, seed=wseed)
-        actors.append(PPOActor(params, obs_space, act_space, ctx, forward=make_forward(params, obs_space, act_space, forward, wseed)))
-    evaluator = PPOActor(params, obs_space, act_space, ActorContext(num_envs=eval_episodes, seed=10**6),
-                         forward=make_forward(params, obs_space, act_space, forward))
+        actors.append(
+            PPOActor(
+                params, obs_space, act_space, ctx, forward=make_forward(params, obs_space, act_space, forward, wseed)
+            )
+        )
+    evaluator = PPOActor(
+        params,
+        obs_space,
+        act_space,
+        ActorContext(num_envs=eval_episodes, seed=10**6),
+        forward=make_forward(params, obs_space, act_space, forward),
+    )
 
     version = 0
 
@@ -117,7 +137,9 @@ def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, 
                     flush=True,
                 )
             if score >= target:
-                result.update(solved=True, steps=steps, rounds=learner.rounds, seconds=wall, train_seconds=wall - eval_time)
+                result.update(
+                    solved=True, steps=steps, rounds=learner.rounds, seconds=wall, train_seconds=wall - eval_time
+                )
                 break
     else:
         wall = time.perf_counter() - t0
@@ -129,7 +151,9 @@ def run(params: PPOParams, env_id: str, seed: int, workers: int, num_envs: int, 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="a run config: [env] id/num_envs, [algorithm] params, [train] workers/target_return")
+    ap.add_argument(
+        "--config", help="a run config: [env] id/num_envs, [algorithm] params, [train] workers/target_return"
+    )
     ap.add_argument("--env", default=None, help="gymnasium id (default: the config's, else CartPole-v1)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workers", type=int, default=None)
@@ -138,8 +162,12 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--max-steps", type=int, default=200_000)
     ap.add_argument("--target", type=float, default=None)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PPOParams field (TOML value)")
-    ap.add_argument("--forward", choices=["numpy", "torch"], default="numpy", help="the actors' forward (default numpy)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a PPOParams field (TOML value)"
+    )
+    ap.add_argument(
+        "--forward", choices=["numpy", "torch"], default="numpy", help="the actors' forward (default numpy)"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -160,8 +188,19 @@ def main(argv=None) -> int:
     print("params:", attrs.asdict(params), flush=True)
     results = []
     for seed in args.seeds:
-        r = run(params, env_id, seed, workers, num_envs, args.eval_every, args.eval_episodes, args.max_steps, target, args.quiet,
-                args.forward)
+        r = run(
+            params,
+            env_id,
+            seed,
+            workers,
+            num_envs,
+            args.eval_every,
+            args.eval_episodes,
+            args.max_steps,
+            target,
+            args.quiet,
+            args.forward,
+        )
         results.append(r)
         print(
             f"seed {seed}: {'SOLVED' if r['solved'] else 'NOT SOLVED'} env_steps {r['steps']} rounds {r['rounds']} "

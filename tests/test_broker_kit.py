@@ -23,13 +23,13 @@ import time
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
+from conftest import BROKER_KIT, BROKER_USERS, Proc, ProductionMosquitto, create_users, script
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from conftest import BROKER_KIT, BROKER_USERS, Proc, ProductionMosquitto, create_users, script
-from mqttrl import transport
-from mqttrl.topics import Topics
-from mqttrl.transport import BrokerSettings, BrokerUnavailable, MqttNode
+from mqttrl.transport import client as transport
+from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, MqttNode
+from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights, encode_json
 from mqttrl.wire.weights import encode_weights
 
@@ -46,9 +46,18 @@ def ok(reason) -> bool:
 class Client:
     """A raw paho client that records CONNACK, PUBACK reason codes, messages and disconnects."""
 
-    def __init__(self, port: int, user: str | None, *, password: str | None = None, protocol=mqtt.MQTTv5,
-                 client_id: str | None = None, will: tuple[str, bytes, bool] | None = None,
-                 session_expiry: int | None = None, connect: bool = True):
+    def __init__(
+        self,
+        port: int,
+        user: str | None,
+        *,
+        password: str | None = None,
+        protocol=mqtt.MQTTv5,
+        client_id: str | None = None,
+        will: tuple[str, bytes, bool] | None = None,
+        session_expiry: int | None = None,
+        connect: bool = True,
+    ):
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.acks: dict[int, object] = {}
         self.connack = None
@@ -59,8 +68,12 @@ class Client:
         self.protocol = protocol
         self.session_expiry = session_expiry
         self.port = port
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or f"{user}-{time.monotonic_ns()}",
-                             protocol=protocol, **({"clean_session": True} if protocol == mqtt.MQTTv311 else {}))
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id or f"{user}-{time.monotonic_ns()}",
+            protocol=protocol,
+            **({"clean_session": True} if protocol == mqtt.MQTTv311 else {}),
+        )
         if user:
             self.c.username_pw_set(user, BROKER_USERS.get(user) if password is None else password)
         if will:
@@ -73,7 +86,7 @@ class Client:
         if connect:
             self.connect()
 
-    def connect(self) -> "Client":
+    def connect(self) -> Client:
         props = None
         kwargs = {}
         if self.protocol == mqtt.MQTTv5:
@@ -99,7 +112,7 @@ class Client:
             self.acks[mid] = rc
             self._acked.notify_all()
 
-    def sub(self, *topics: str) -> "Client":
+    def sub(self, *topics: str) -> Client:
         for t in topics:
             self._subscribed.clear()
             self.c.subscribe(t, 1)
@@ -162,12 +175,16 @@ def test_create_users_script(tmp_path):
     def run(*args, **env):
         e = {k: v for k, v in os.environ.items() if not k.startswith("MQTTRL_")}
         e.update(env)
-        return subprocess.run(["bash", str(BROKER_KIT / "create-users.sh"), *args], capture_output=True, text=True, env=e)
+        return subprocess.run(
+            ["bash", str(BROKER_KIT / "create-users.sh"), *args], capture_output=True, text=True, env=e
+        )
 
     fresh = tmp_path / "none"
     r = run("-f", str(fresh), "w1")  # no passwords at all: refuses, writes nothing
     assert r.returncode != 0 and "no password" in r.stderr and not fresh.exists()
-    roles = dict(MQTTRL_LEARNER_PASSWORD="x" * 12, MQTTRL_TELEMETRY_PASSWORD="y" * 12, MQTTRL_OPERATOR_PASSWORD="z" * 12)
+    roles = dict(
+        MQTTRL_LEARNER_PASSWORD="x" * 12, MQTTRL_TELEMETRY_PASSWORD="y" * 12, MQTTRL_OPERATOR_PASSWORD="z" * 12
+    )
     r = run("-f", str(fresh), "w1", **roles)  # worker without a password
     assert r.returncode != 0 and "no password for worker" in r.stderr and not fresh.exists()
     assert "shorter than" in run("-f", str(fresh), "w1:short", **roles).stderr
@@ -207,7 +224,9 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
     learner = Client(broker.port, "learner")
     telemetry = Client(broker.port, "telemetry").sub("mqttrl/#")
     # the learner's own subscriptions (mqttrl/learner.py)
-    observer = Client(broker.port, "learner").sub(T.all_samples, T.all_heartbeats, T.all_worker_states, T.all_commands, T.weights)
+    observer = Client(broker.port, "learner").sub(
+        T.all_samples, T.all_heartbeats, T.all_worker_states, T.all_commands, T.weights
+    )
     genuine_weights = encode_weights(3, "dqn", RUN, {"w": np.arange(10, dtype=np.float32)})
     genuine_config = encode_json({"run": RUN, "protocol": 1})
     assert ok(learner.pub(T.weights, genuine_weights, retain=True))
@@ -215,10 +234,19 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
     telemetry.until(lambda m: m.topic == T.config)
 
     attempts = [
-        (T.weights, True), (T.config, True), (T.flow, True), (T.learner_state, True), (T.learner_metrics, False),
-        (T.command("quicksave"), False), (T.samples("w2"), False), (T.episodes("w2"), False),
-        (T.heartbeat("w2"), False), (T.worker_state("w2"), True), (T.evaluation("w1"), False),
-        ("mqttrl/other-run/weights", True), ("elsewhere/topic", False),
+        (T.weights, True),
+        (T.config, True),
+        (T.flow, True),
+        (T.learner_state, True),
+        (T.learner_metrics, False),
+        (T.command("quicksave"), False),
+        (T.samples("w2"), False),
+        (T.episodes("w2"), False),
+        (T.heartbeat("w2"), False),
+        (T.worker_state("w2"), True),
+        (T.evaluation("w1"), False),
+        ("mqttrl/other-run/weights", True),
+        ("elsewhere/topic", False),
     ]
     for topic, retain in attempts:
         forbidden(broker, "w1", topic, b"forged " + topic.encode(), retain)
@@ -236,7 +264,12 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
 
     # the worker's own topics work, and its messages arrive
     w1 = Client(broker.port, "w1", will=(T.worker_state("w1"), b'{"status": "offline"}', True))
-    for topic, retain in [(T.worker_state("w1"), True), (T.episodes("w1"), False), (T.heartbeat("w1"), False), (T.samples("w1"), False)]:
+    for topic, retain in [
+        (T.worker_state("w1"), True),
+        (T.episodes("w1"), False),
+        (T.heartbeat("w1"), False),
+        (T.samples("w1"), False),
+    ]:
         assert ok(w1.pub(topic, b"genuine " + topic.encode(), retain)), topic
     sentinel = lambda m: m.topic == T.samples("w1")  # noqa: E731
     seen = [(m.topic, m.payload) for m in telemetry.until(sentinel)]
@@ -282,8 +315,16 @@ def test_who_reads_and_who_commands(broker):
     got = [(m.topic, m.payload) for m in learner_sub.until(lambda m: m.topic == T.flow)]
     assert (T.command("quicksave"), b'{"name": "best"}') in got
     assert (T.command("quicksave"), b'{"name": "by-operator"}') in got
-    assert {t for t, _ in got} == {T.config, T.weights, T.learner_state, T.learner_metrics, T.samples("w1"),
-                                   T.heartbeat("w1"), T.command("quicksave"), T.flow}  # no eval, no replies
+    assert {t for t, _ in got} == {
+        T.config,
+        T.weights,
+        T.learner_state,
+        T.learner_metrics,
+        T.samples("w1"),
+        T.heartbeat("w1"),
+        T.command("quicksave"),
+        T.flow,
+    }  # no eval, no replies
     got = [m.topic for m in operator.until(lambda m: m.topic == T.base + "/reply/operator")]
     assert got == [T.evaluation("operator"), T.base + "/reply/operator"]
     for c in (w2, learner_sub, learner, w1, telemetry, operator):
@@ -300,8 +341,12 @@ def test_who_reads_and_who_commands(broker):
 
 def test_tls_with_mqttnode(broker, broker_pki, fresh_negotiation):
     def settings(user: str, host: str = "127.0.0.1", password: str | None = None) -> BrokerSettings:
-        return BrokerSettings(url=f"mqtts://{host}:{broker.tls_port}", tls_ca=str(broker_pki["cafile"]),
-                              username=user, password=password or BROKER_USERS[user])
+        return BrokerSettings(
+            url=f"mqtts://{host}:{broker.tls_port}",
+            tls_ca=str(broker_pki["cafile"]),
+            username=user,
+            password=password or BROKER_USERS[user],
+        )
 
     worker = MqttNode(settings("w1", "localhost"), "w1", subscriptions=[(T.weights, 1)]).start()
     learner = MqttNode(settings("learner"), "learner-tls", persistent=True).start()
@@ -323,7 +368,10 @@ def test_tls_with_mqttnode(broker, broker_pki, fresh_negotiation):
     # the test CA is not in the system store, and a wrong password is refused over TLS too
     transport._negotiated.clear()
     with pytest.raises(BrokerUnavailable, match="certificate verify failed"):
-        MqttNode(BrokerSettings(url=f"mqtts://127.0.0.1:{broker.tls_port}", username="w1", password=BROKER_USERS["w1"]), "no-ca")
+        MqttNode(
+            BrokerSettings(url=f"mqtts://127.0.0.1:{broker.tls_port}", username="w1", password=BROKER_USERS["w1"]),
+            "no-ca",
+        )
     with pytest.raises(BrokerUnavailable, match="refused"):
         MqttNode(settings("w1", password="wrong-password-123"), "bad-pw")
 
@@ -334,7 +382,9 @@ def test_tls_with_mqttnode(broker, broker_pki, fresh_negotiation):
 def test_retained_config_weights_and_queued_samples_survive_restart(broker):
     learner = Client(broker.port, "learner")
     config = encode_json({"run": RUN, "env": {"id": "CartPole-v1"}, "protocol": 1})
-    weights = encode_weights(42, "dqn", RUN, {"w": np.random.default_rng(0).standard_normal(500_000).astype(np.float32)})
+    weights = encode_weights(
+        42, "dqn", RUN, {"w": np.random.default_rng(0).standard_normal(500_000).astype(np.float32)}
+    )
     assert ok(learner.pub(T.config, config, retain=True))
     assert ok(learner.pub(T.weights, weights, retain=True))
     learner.close()
@@ -420,7 +470,9 @@ def test_compose_mounts_match_the_production_config():
     grafana = compose["services"]["grafana"]
     assert "./grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
     assert "INFLUXDB_TOKEN" in grafana["environment"]
-    provider = yaml.safe_load((BROKER_KIT / "grafana/provisioning/dashboards/dashboards.yml").read_text())["providers"][0]
+    provider = yaml.safe_load((BROKER_KIT / "grafana/provisioning/dashboards/dashboards.yml").read_text())["providers"][
+        0
+    ]
     assert provider["options"]["path"] == "/etc/grafana/provisioning/dashboards"
     ds = yaml.safe_load((BROKER_KIT / "grafana/provisioning/datasources/influxdb.yml").read_text())["datasources"][0]
     assert ds["url"] == "http://influxdb:8086" and ds["jsonData"]["version"] == "InfluxQL"
@@ -456,24 +508,67 @@ def test_real_learner_and_worker_under_the_acl_survive_a_broker_restart(tmp_path
     cfg = tmp_path / "run.toml"
     cfg.write_text(CONFIG.format(run=run))
     watch = Watcher(broker.port, run, "telemetry", BROKER_USERS["telemetry"])
-    learner = Proc([script("mqttrl-learner"), "--config", str(cfg), "--broker", broker.url, "--run-dir", str(tmp_path / "run"),
-                    "--username", "learner", "--password", BROKER_USERS["learner"]], tmp_path / "learner.log")
-    worker = Proc([script("mqttrl-worker"), "--broker", f"mqtts://127.0.0.1:{broker.tls_port}", "--tls-ca", str(broker_pki["cafile"]),
-                   "--username", "w1", "--password", BROKER_USERS["w1"], "--run", run, "--name", "w1"], tmp_path / "worker.log")
+    learner = Proc(
+        [
+            script("mqttrl-learner"),
+            "--config",
+            str(cfg),
+            "--broker",
+            broker.url,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--username",
+            "learner",
+            "--password",
+            BROKER_USERS["learner"],
+        ],
+        tmp_path / "learner.log",
+    )
+    worker = Proc(
+        [
+            script("mqttrl-worker"),
+            "--broker",
+            f"mqtts://127.0.0.1:{broker.tls_port}",
+            "--tls-ca",
+            str(broker_pki["cafile"]),
+            "--username",
+            "w1",
+            "--password",
+            BROKER_USERS["w1"],
+            "--run",
+            run,
+            "--name",
+            "w1",
+        ],
+        tmp_path / "worker.log",
+    )
     try:
-        watch.wait(lambda w: w.latest["updates"] > 20 and w.latest["workers_online"] == 1, 90, "training with w1 online")
+        watch.wait(
+            lambda w: w.latest["updates"] > 20 and w.latest["workers_online"] == 1, 90, "training with w1 online"
+        )
         assert sum(watch.latest["rejected"].values()) == 0, watch.latest["rejected"]
         broker.restart(down_for=0.5)  # the watcher's paho loop reconnects and re-subscribes by itself
         samples, batches = watch.latest["samples"], watch.batches.get("w1", 0)
-        watch.wait(lambda w: w.batches["w1"] >= batches + 5 and w.latest["samples"] > samples + 200
-                   and w.latest["workers_online"] == 1, 60, "samples from w1 after the broker restart")
+        watch.wait(
+            lambda w: (
+                w.batches["w1"] >= batches + 5
+                and w.latest["samples"] > samples + 200
+                and w.latest["workers_online"] == 1
+            ),
+            60,
+            "samples from w1 after the broker restart",
+        )
         # what an outage may legitimately cause: QoS 1 is at-least-once, so a batch in flight
         # when the broker stopped may come twice (duplicate), and batches the worker made
         # while the learner trained on alone may be too old by now (stale_version)
-        assert {k for k, v in watch.latest["rejected"].items() if v} <= {"duplicate", "stale_version"}, watch.latest["rejected"]
+        assert {k for k, v in watch.latest["rejected"].items() if v} <= {"duplicate", "stale_version"}, watch.latest[
+            "rejected"
+        ]
         assert worker.p.poll() is None and learner.p.poll() is None
     finally:
         assert worker.terminate() == 0, worker.text()[-3000:]
         assert learner.terminate(60) == 0, learner.text()[-3000:]
         watch.close()
-    assert "Bad socket" not in (broker.workdir / "mosquitto.log").read_text(), "a node was disconnected for a denied publish"
+    assert "Bad socket" not in (broker.workdir / "mosquitto.log").read_text(), (
+        "a node was disconnected for a denied publish"
+    )

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-import mqttrl.checkpoint as ckpt
-from mqttrl.checkpoint import CheckpointError, CheckpointStore, read_checkpoint, write_checkpoint
+import mqttrl.state.checkpoint as ckpt
+from mqttrl.state.checkpoint import CheckpointError, CheckpointStore, read_checkpoint, write_checkpoint
 
 
 def tensors(seed: int) -> dict[str, np.ndarray]:
@@ -59,7 +59,7 @@ def _failing_save(calls):
         calls.append(filename)
         # write part of the file first, as a crash half way would
         with open(filename, "wb") as fh:
-            fh.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+            fh.write(b'\x08\x00\x00\x00\x00\x00\x00\x00{"a":')
         raise OSError("disk full")
 
     return save_file

@@ -20,7 +20,7 @@ from mqttrl.config import (
     parse_override,
     write_resolved,
 )
-from mqttrl.plugins import UnknownPluginError, get_registry
+from mqttrl.plugin.manager import UnknownPluginError, get_registry
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,11 @@ def test_set_overrides_take_precedence_over_file(tmp_path, params_class):
         ("algorithm.dueling=false", lambda c: c.algorithm.params.dueling, False),
         ("algorithm.hidden=[16, 8]", lambda c: c.algorithm.params.hidden, [16, 8]),
         ("algorithm.lr=1e-4", lambda c: c.algorithm.params.lr, 1e-4),
-        ("env.kwargs={max_episode_steps = 50, render_mode = 'rgb_array'}", lambda c: c.env.kwargs,
-         {"max_episode_steps": 50, "render_mode": "rgb_array"}),
+        (
+            "env.kwargs={max_episode_steps = 50, render_mode = 'rgb_array'}",
+            lambda c: c.env.kwargs,
+            {"max_episode_steps": 50, "render_mode": "rgb_array"},
+        ),
         ('learner.device="cuda:1"', lambda c: c.learner.device, "cuda:1"),
         ("train.target_return=12.5", lambda c: c.train.target_return, 12.5),
         # bare strings (not valid TOML values) are taken as strings
@@ -166,8 +169,9 @@ def test_parse_override():
 
 
 # ---------------------------------------------------------------- unknown keys
-@pytest.mark.parametrize("section,cls", [("worker", WorkerConfig), ("learner", LearnerConfig),
-                                         ("env", EnvConfig), ("train", TrainConfig)])
+@pytest.mark.parametrize(
+    "section,cls", [("worker", WorkerConfig), ("learner", LearnerConfig), ("env", EnvConfig), ("train", TrainConfig)]
+)
 def test_unknown_key_names_key_and_allowed(section, cls, params_class):
     with pytest.raises(ConfigError) as ei:
         load_config(None, [f"{section}.bogus_key=1"], params_class)
@@ -271,8 +275,15 @@ def test_unknown_algorithm_lists_installed(params_class):
 def test_to_dict_from_dict_round_trip(tmp_path, params_class):
     cfg = load_config(
         None,
-        ["run=rt", "algorithm.lr=0.003", "algorithm.hidden=[8]", "env.kwargs={a = 1}", "worker.batch_size=9",
-         "train.target_return=1.25", "learner.checkpoint_replay=false"],
+        [
+            "run=rt",
+            "algorithm.lr=0.003",
+            "algorithm.hidden=[8]",
+            "env.kwargs={a = 1}",
+            "worker.batch_size=9",
+            "train.target_return=1.25",
+            "learner.checkpoint_replay=false",
+        ],
         params_class,
     )
     d = cfg.to_dict()

@@ -15,7 +15,6 @@ import re
 import time
 
 import pytest
-
 from conftest import BROKER_KIT, REPO
 
 PROVISIONING = BROKER_KIT / "grafana" / "provisioning"
@@ -50,23 +49,75 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
     for i in range(N):
         t = t_end - (N - 1 - i) * STEP
         for j, w in enumerate(("w0", "w1")):
-            point("episode", {"worker": w}, {"return": 10.0 * (j + 1) + i + off, "length": 20 + i, "model_version": i, "env_steps": 100 * i}, t)
-            point("episode_stats", {"worker": w}, {"mean_return": 100.0 * (j + 1) + i + off, "mean_length": 50.0 + i + 10 * j, "episodes": i}, t)
-            point("worker", {"worker": w}, {
-                "online": 0 if (j == 1 and i == N - 1) else 1, "env_steps": 100 * i, "env_steps_per_s": 300.0 + 100 * j + off,
-                "version_lag": j + 1, "last_return": 10.0 + i, "outbox": 5 * j, "dropped": j}, t)
-        point("episode_stats", {"worker": "all"}, {"mean_return": 150.0 + i + off, "mean_length": 55.0 + i, "episodes": 2 * i}, t)
-        point("learner", {}, {
-            "updates": 10 * i, "updates_per_s": 5.0 + off, "samples": 1000 * i, "samples_per_s": 1000.0 + off,
-            "model_version": i, "workers_online": 1 if i < 30 else 2, "inbox": i % 7, "missing_batches": 3,
-            "rejected_total": (i if i < 40 else i - 40) + (4 if i >= 50 else 0),
-            "train_loss": 1.0 / (i + 1), "train_policy_loss": 0.5, "train_value_loss": 0.25}, t)
+            point(
+                "episode",
+                {"worker": w},
+                {"return": 10.0 * (j + 1) + i + off, "length": 20 + i, "model_version": i, "env_steps": 100 * i},
+                t,
+            )
+            point(
+                "episode_stats",
+                {"worker": w},
+                {"mean_return": 100.0 * (j + 1) + i + off, "mean_length": 50.0 + i + 10 * j, "episodes": i},
+                t,
+            )
+            point(
+                "worker",
+                {"worker": w},
+                {
+                    "online": 0 if (j == 1 and i == N - 1) else 1,
+                    "env_steps": 100 * i,
+                    "env_steps_per_s": 300.0 + 100 * j + off,
+                    "version_lag": j + 1,
+                    "last_return": 10.0 + i,
+                    "outbox": 5 * j,
+                    "dropped": j,
+                },
+                t,
+            )
+        point(
+            "episode_stats",
+            {"worker": "all"},
+            {"mean_return": 150.0 + i + off, "mean_length": 55.0 + i, "episodes": 2 * i},
+            t,
+        )
+        point(
+            "learner",
+            {},
+            {
+                "updates": 10 * i,
+                "updates_per_s": 5.0 + off,
+                "samples": 1000 * i,
+                "samples_per_s": 1000.0 + off,
+                "model_version": i,
+                "workers_online": 1 if i < 30 else 2,
+                "inbox": i % 7,
+                "missing_batches": 3,
+                "rejected_total": (i if i < 40 else i - 40) + (4 if i >= 50 else 0),
+                "train_loss": 1.0 / (i + 1),
+                "train_policy_loss": 0.5,
+                "train_value_loss": 0.25,
+            },
+            t,
+        )
         # cumulative counts; the learner restarts at i == 40 (stale_version resets)
         point("rejections", {"reason": "stale_version"}, {"count": i if i < 40 else i - 40}, t)
         point("rejections", {"reason": "garbage"}, {"count": 4 if i >= 50 else 0}, t)
         point("telemetry", {}, {"loop_ms": 0.5, "messages_per_s": 120.0 + off, "pending_points": i % 3}, t)
         if i % 6 == 0:
-            point("eval", {"evaluator": "train"}, {"mean": 300.0 + i + off, "std": 5.0, "min": 290.0 + i, "max": 310.0 + i, "model_version": i, "episodes": 20}, t)
+            point(
+                "eval",
+                {"evaluator": "train"},
+                {
+                    "mean": 300.0 + i + off,
+                    "std": 5.0,
+                    "min": 290.0 + i,
+                    "max": 310.0 + i,
+                    "model_version": i,
+                    "episodes": 20,
+                },
+                t,
+            )
         if i % 10 == 0:
             point("best", {}, {"mean_return": 150.0 + i + off, "model_version": i}, t)
     return lines
@@ -81,22 +132,33 @@ EXPECT = {
     "Samples": {"A": {None: {"last": 1000 * L}}},
     "Best return": {"A": {None: {"last": 150.0 + 50}}},
     "Rejected messages": {"A": {None: {"last": (L - 40) + 4}}},
-    "Return (moving average)": {"A": {"w0": {"last": 100.0 + L}, "w1": {"last": 200.0 + L}},
-                                "B": {None: {"last": 150.0 + L}},
-                                "C": {"train": {"mean": 300.0 + 54}}},
-    "Episode length (moving average)": {"A": {"w0": {"last": 50.0 + L}, "w1": {"last": 60.0 + L}},
-                                        "B": {None: {"last": 55.0 + L}}},
-    "Throughput": {"A": {"w0": {"mean": 300.0}, "w1": {"mean": 400.0}},
-                   "B": {None: {"mean": 1000.0}},
-                   "C": {None: {"mean": 5.0}}},
+    "Return (moving average)": {
+        "A": {"w0": {"last": 100.0 + L}, "w1": {"last": 200.0 + L}},
+        "B": {None: {"last": 150.0 + L}},
+        "C": {"train": {"mean": 300.0 + 54}},
+    },
+    "Episode length (moving average)": {
+        "A": {"w0": {"last": 50.0 + L}, "w1": {"last": 60.0 + L}},
+        "B": {None: {"last": 55.0 + L}},
+    },
+    "Throughput": {
+        "A": {"w0": {"mean": 300.0}, "w1": {"mean": 400.0}},
+        "B": {None: {"mean": 1000.0}},
+        "C": {None: {"mean": 5.0}},
+    },
     "Model version lag": {"A": {"w0": {"max": 1}, "w1": {"max": 2}}},
-    "Rejections by reason": {"A": {"stale_version": {"non_negative_difference": 1}, "garbage": {"non_negative_difference": 0}}},
+    "Rejections by reason": {
+        "A": {"stale_version": {"non_negative_difference": 1}, "garbage": {"non_negative_difference": 0}}
+    },
     "Worker availability": {"A": {None: {"last": 2}}, "B": {"w0": {"last": 1}, "w1": {"last": 0}}},
     "Rejections since learner start": {"A": {"stale_version": {"last": L - 40}, "garbage": {"last": 4}}},
     "Training loss": {"A": {None: {"mean": 1.0 / N}}, "B": {None: {"mean": 0.5}}, "C": {None: {"mean": 0.25}}},
     "Episode returns": {"A": {"w0": {"mean": 10.0 + L}, "w1": {"mean": 20.0 + L}}},
     "Learner backlog": {"A": {None: {"last": L % 7}}, "B": {None: {"last": 3}}},
-    "Worker outbox and drops": {"A": {"w0": {"last": 0}, "w1": {"last": 5}}, "B": {"w0": {"last": 0}, "w1": {"last": 1}}},
+    "Worker outbox and drops": {
+        "A": {"w0": {"last": 0}, "w1": {"last": 5}},
+        "B": {"w0": {"last": 0}, "w1": {"last": 1}},
+    },
     "Evaluation": {"A": {"train": {"mean": 354.0, "min": 344.0, "max": 364.0, "std": 5.0}}},
     "Telemetry": {"A": {None: {"mean": 0.5}}, "B": {None: {"mean": 120.0}}, "C": {None: {"last": L % 3}}},
 }
@@ -137,8 +199,11 @@ def db(influxdb) -> str:
     influxdb.query(f'CREATE DATABASE "{name}"', method="POST")
     t_end = (int(time.time()) // STEP) * STEP - STEP
     influxdb.write(name, fake_run(RUN, 0.0, t_end))
-    influxdb.write(name, fake_run(OTHER, 1000.0, t_end, shift=5) + [
-        f"learner,run={OTHER} workers_online=99i,model_version=999i {t_end + 5}"])
+    influxdb.write(
+        name,
+        fake_run(OTHER, 1000.0, t_end, shift=5)
+        + [f"learner,run={OTHER} workers_online=99i,model_version=999i {t_end + 5}"],
+    )
     return name
 
 
@@ -166,14 +231,18 @@ def test_dashboard_is_influxql_over_the_documented_schema(dashboard):
     assert var["datasource"]["uid"] == uid
     titles = [p["title"] for p in panels(dashboard)]
     assert len(titles) == len(set(titles)), "panel titles must be unique"
-    assert set(titles) == set(EXPECT), f"panels without expectations here, or expectations without panels: {set(titles) ^ set(EXPECT)}"
+    assert set(titles) == set(EXPECT), (
+        f"panels without expectations here, or expectations without panels: {set(titles) ^ set(EXPECT)}"
+    )
     used = set()
     for p in panels(dashboard):
         assert p.get("targets"), f"panel {p['title']!r} has no query"
         for t in p["targets"]:
             where = f"panel {p['title']!r} target {t.get('refId')}"
             assert t.get("rawQuery") is True and t.get("query", "").strip(), f"{where}: not a raw InfluxQL query"
-            assert (t.get("datasource") or p["datasource"])["uid"] == uid and p["datasource"]["type"] == "influxdb", where
+            assert (t.get("datasource") or p["datasource"])["uid"] == uid and p["datasource"]["type"] == "influxdb", (
+                where
+            )
             q = t["query"]
             assert "$timeFilter" in q and '"run" =~ /^$run$/' in q, f"{where}: must filter by $run and $timeFilter: {q}"
             if "GROUP BY time(" in q:
@@ -215,14 +284,25 @@ def test_every_panel_query_returns_the_written_data(influxdb, db, dashboard):
                 assert rows, f"{where}: series {key} is empty"
                 last = rows[-1]
                 for col, value in expected.items():
-                    assert last[col] is not None and math.isclose(last[col], value, rel_tol=1e-9), \
+                    assert last[col] is not None and math.isclose(last[col], value, rel_tol=1e-9), (
                         f"{where} series {key}: {col} = {last[col]}, expected {value} (last row {last})"
+                    )
                 if "GROUP BY time(" in t["query"]:
                     assert len(rows) > 1, f"{where}: expected a time series, got {rows}"
     # the counter reset at the learner restart is not shown as a negative rate
-    rej = run_query(influxdb, db, interpolate(next(p for p in panels(dashboard) if p["title"] == "Rejections by reason")["targets"][0]["query"], RUN))
+    rej = run_query(
+        influxdb,
+        db,
+        interpolate(
+            next(p for p in panels(dashboard) if p["title"] == "Rejections by reason")["targets"][0]["query"], RUN
+        ),
+    )
     assert all(r["non_negative_difference"] >= 0 for rows in rej.values() for r in rows)
     assert sum(r["non_negative_difference"] for r in rej["stale_version"]) == 39 + (L - 40)
     # and the other run's values show through its own $run
-    other = run_query(influxdb, db, interpolate(next(p for p in panels(dashboard) if p["title"] == "Workers online")["targets"][0]["query"], OTHER))
+    other = run_query(
+        influxdb,
+        db,
+        interpolate(next(p for p in panels(dashboard) if p["title"] == "Workers online")["targets"][0]["query"], OTHER),
+    )
     assert other[None][-1]["last"] == 99

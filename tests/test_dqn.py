@@ -45,8 +45,13 @@ def play(actor: DQNActor, rewards, end: str):
         last = t == T - 1
         nxt = np.array([[99.0, 0.0]] if last else [[t + 1.0, 0.0]], np.float32)
         actor.record(
-            np.array([[t, 0.0]], np.float32), np.array([t % 3]), {}, np.array([r], np.float32), nxt,
-            np.array([last and end == "terminated"]), np.array([last and end == "truncated"]),
+            np.array([[t, 0.0]], np.float32),
+            np.array([t % 3]),
+            {},
+            np.array([r], np.float32),
+            nxt,
+            np.array([last and end == "terminated"]),
+            np.array([last and end == "truncated"]),
         )
 
 
@@ -121,7 +126,9 @@ def test_epsilon_decay_counts_recorded_env_steps():
     actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, total_envs=2))
     f = np.zeros(2, bool)
     for _ in range(2):
-        actor.record(np.zeros((2, 2), np.float32), np.zeros(2, int), {}, np.zeros(2), np.zeros((2, 2), np.float32), f, f)
+        actor.record(
+            np.zeros((2, 2), np.float32), np.zeros(2, int), {}, np.zeros(2), np.zeros((2, 2), np.float32), f, f
+        )
     assert actor.env_steps == 4
     np.testing.assert_allclose(actor.epsilons(), [0.7, 0.5 + 0.5 * 0.4**8])
 
@@ -284,7 +291,9 @@ def test_bootstrap_target_double_and_plain(double):
         k = int(torch.nonzero(qo.argmax(1) != qt.argmax(1))[0, 0])  # online and target pick different actions
     s_next, qo, qt = cands[k].numpy(), qo[k].numpy(), qt[k].numpy()
     arrays = random_arrays(64, np.random.default_rng(3))
-    arrays.update(reward=np.full(64, 0.5, np.float32), discount=np.full(64, 0.9, np.float32), next_obs=np.tile(s_next, (64, 1)))
+    arrays.update(
+        reward=np.full(64, 0.5, np.float32), discount=np.full(64, 0.9, np.float32), next_obs=np.tile(s_next, (64, 1))
+    )
     learner.add(as_batch(arrays))
     double_target = 0.5 + 0.9 * qt[qo.argmax()]
     plain_target = 0.5 + 0.9 * qt.max()
@@ -377,8 +386,15 @@ class OneStep(gym.Env):
 def test_learns_one_step_values(end, expected):
     env = OneStep(end)
     p = small_params(
-        gamma=0.5, n_step=2, lr=3e-3, batch_size=32, learning_starts=64, replay_ratio=16.0,
-        target_update_every=20, epsilon_decay_steps=0, epsilon_base=1.0,
+        gamma=0.5,
+        n_step=2,
+        lr=3e-3,
+        batch_size=32,
+        learning_starts=64,
+        replay_ratio=16.0,
+        target_update_every=20,
+        epsilon_decay_steps=0,
+        epsilon_base=1.0,
     )
     actor = DQNActor(p, env.observation_space, env.action_space, ActorContext(num_envs=4, total_envs=4))
     learner = DQNLearner(p, env.observation_space, env.action_space, "cpu", 0)
@@ -388,8 +404,15 @@ def test_learns_one_step_values(end, expected):
         actions, extras = actor.act(obs)
         steps = [env.step(int(a)) for a in actions]
         rewards = np.array([s[1] for s in steps], np.float32)
-        actor.record(obs, actions, extras, rewards, np.stack([s[0] for s in steps]),
-                     np.array([s[2] for s in steps]), np.array([s[3] for s in steps]))
+        actor.record(
+            obs,
+            actions,
+            extras,
+            rewards,
+            np.stack([s[0] for s in steps]),
+            np.array([s[2] for s in steps]),
+            np.array([s[3] for s in steps]),
+        )
         if actor.pending() >= 32:
             learner.add(as_batch(actor.take()))
         while learner.train_due():

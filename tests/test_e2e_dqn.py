@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-
 from conftest import Proc, script
 from watch import Watcher
-from mqttrl.topics import Topics
+
+from mqttrl.transport.topics import Topics
 from mqttrl.wire import encode_batch, encode_json
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +59,7 @@ def test_learner_and_two_workers_learn_cartpole(tmp_path, mosquitto):
     learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run")
     workers = [start_worker(tmp_path, mosquitto.url, run, f"w{i}", i) for i in range(2)]
     try:
+
         def improving(w):
             eps = w.episodes[-40:]
             return len(eps) == 40 and np.mean([e["return"] for e in eps]) > 150
@@ -134,7 +135,11 @@ def test_learner_sigkill_resume(tmp_path, mosquitto):
         learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, "--resume")
         assert learner.wait_for("resumed from", 60), learner.text()[-3000:]
         assert ckpt in learner.text()
-        watch.wait(lambda w: len(w.metrics) > n_metrics + 4 and w.latest["workers"]["w0"]["first_seq"] >= 0, 60, "metrics after restart")
+        watch.wait(
+            lambda w: len(w.metrics) > n_metrics + 4 and w.latest["workers"]["w0"]["first_seq"] >= 0,
+            60,
+            "metrics after restart",
+        )
         m = watch.latest
         # the resumed learner's first batch from w0 was one published while it was down
         assert m["workers"]["w0"]["first_seq"] < seq_while_down
@@ -151,7 +156,9 @@ def test_learner_sigkill_resume(tmp_path, mosquitto):
 
 
 def _announce(c: mqtt.Client, topics: Topics, worker: str) -> None:
-    c.publish(topics.worker_state(worker), encode_json({"status": "online", "worker": worker}), qos=1, retain=True).wait_for_publish(5)
+    c.publish(
+        topics.worker_state(worker), encode_json({"status": "online", "worker": worker}), qos=1, retain=True
+    ).wait_for_publish(5)
 
 
 def _batch(run, worker, seq, version, n=8, **changes):

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import Proc, script
 from watch import Watcher
 
@@ -43,13 +42,17 @@ def write_config(tmp_path: Path, run: str, round_timeout=4.0, sync_timeout=60.0)
 
 
 def learner(tmp_path, cfg, url, run_dir, *extra) -> Proc:
-    return Proc([script("mqttrl-learner"), "--config", str(cfg), "--broker", url, "--run-dir", str(run_dir), *extra],
-                tmp_path / f"learner-{time.monotonic_ns()}.log")
+    return Proc(
+        [script("mqttrl-learner"), "--config", str(cfg), "--broker", url, "--run-dir", str(run_dir), *extra],
+        tmp_path / f"learner-{time.monotonic_ns()}.log",
+    )
 
 
 def worker(tmp_path, url, run, name, index) -> Proc:
-    return Proc([script("mqttrl-worker"), "--broker", url, "--run", run, "--name", name, "--index", str(index)],
-                tmp_path / f"worker-{name}.log")
+    return Proc(
+        [script("mqttrl-worker"), "--broker", url, "--run", run, "--name", name, "--index", str(index)],
+        tmp_path / f"worker-{name}.log",
+    )
 
 
 def rounds(run_dir: Path) -> list[dict]:
@@ -66,12 +69,19 @@ def test_rounds_survive_a_stuck_worker_and_admit_a_new_one(tmp_path, mosquitto):
     workers = {f"w{i}": worker(tmp_path, mosquitto.url, run, f"w{i}", i) for i in range(3)}
     late = None
     try:
-        watch.wait(lambda w: len([r for r in rounds(run_dir) if len(r["workers"]) == 3]) >= 3, 120, "three full rounds of 3 workers")
+        watch.wait(
+            lambda w: len([r for r in rounds(run_dir) if len(r["workers"]) == 3]) >= 3,
+            120,
+            "three full rounds of 3 workers",
+        )
         # freeze w2 mid-round: its connection stays open (no last will), so only the round timeout can save the round
         os.kill(workers["w2"].p.pid, signal.SIGSTOP)
         frozen_at = time.time()
-        watch.wait(lambda w: any(r["time"] > frozen_at and r["missing"] == ["w2"] for r in rounds(run_dir)), 60,
-                   "a round that timed out without w2")
+        watch.wait(
+            lambda w: any(r["time"] > frozen_at and r["missing"] == ["w2"] for r in rounds(run_dir)),
+            60,
+            "a round that timed out without w2",
+        )
         short = next(r for r in rounds(run_dir) if r["time"] > frozen_at and r["missing"] == ["w2"])
         assert short["workers"] == ["w0", "w1"] and short["seconds"] >= 4.0
         n = len(rounds(run_dir))

@@ -7,7 +7,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import REPO, node_env, script
 from test_e2e_dqn import start_learner, start_worker, write_config
 from watch import Watcher
@@ -17,7 +16,15 @@ pytestmark = pytest.mark.e2e
 
 def run_train(tmp_path, *args, timeout=300):
     run_dir = tmp_path / "run"
-    argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir), "--no-progress", *args]
+    argv = [
+        script("mqttrl"),
+        "train",
+        str(REPO / "configs" / "cartpole_dqn.toml"),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        *args,
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=node_env())
     return out, run_dir
 
@@ -49,8 +56,15 @@ def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
 def test_train_falls_back_to_amqtt(tmp_path):
     """amqtt speaks only MQTT 3.1.1: the whole run must work over it."""
     out, run_dir = run_train(
-        tmp_path, "--embedded-broker", "amqtt", "--workers", "1", "--set", "train.max_seconds=30",
-        "--set", "train.target_return=10000",
+        tmp_path,
+        "--embedded-broker",
+        "amqtt",
+        "--workers",
+        "1",
+        "--set",
+        "train.max_seconds=30",
+        "--set",
+        "train.target_return=10000",
     )
     assert out.returncode == 3, out.stdout + out.stderr
     assert "embedded amqtt broker" in out.stderr
@@ -78,7 +92,9 @@ def test_worker_keeps_stepping_through_a_broker_outage(tmp_path, mosquitto):
         mosquitto.restart(down_for=4)
         watch = Watcher(mosquitto.port, run)
         # the worker stepped while the broker was down (its counter moved on by more than the outage's idle)
-        watch.wait(lambda w: w.heartbeats["w0"]["env_steps"] > steps_before + 2000, 60, "worker heartbeats after the outage")
+        watch.wait(
+            lambda w: w.heartbeats["w0"]["env_steps"] > steps_before + 2000, 60, "worker heartbeats after the outage"
+        )
         assert w0.p.poll() is None and learner.p.poll() is None
         assert "reconnect" in w0.text().lower() or "disconnected" in w0.text().lower()
         updates = watch.latest.get("updates", 0)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import Proc, node_env, script
 
 CORRIDOR_DIST = "mqttrl-corridor"
@@ -27,7 +26,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.hookspecs import hookimpl
+from mqttrl.plugin.spec import hookimpl
 
 MAX_STEPS = 50
 
@@ -110,9 +109,23 @@ def corridor_site(tmp_path_factory) -> Path:
     (pkg / "mqttrl_corridor.py").write_text(textwrap.dedent(CORRIDOR_MODULE))
     site = root / "site"
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--quiet", "--target", str(site), str(pkg)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, f"pip install failed:\n{r.stdout}\n{r.stderr}"
     assert (site / "mqttrl_corridor.py").exists()
@@ -182,7 +195,7 @@ def test_third_party_plugin_is_listed(full_report):
 @pytest.fixture
 def registry_with(corridor_site, monkeypatch):
     """get_registry() in this process, with the corridor site importable and a plugin filter."""
-    from mqttrl.plugins import get_registry
+    from mqttrl.plugin.manager import get_registry
 
     def load(wanted: str | None):
         if wanted is None:
@@ -200,7 +213,7 @@ def registry_with(corridor_site, monkeypatch):
 
 def test_third_party_env_and_algorithm_resolve(registry_with):
     from mqttrl.config import load_config
-    from mqttrl.envs import make_env
+    from mqttrl.envs.make import make_env
 
     reg = registry_with("corridor")
     assert [p["name"] for p in reg.plugins] == ["corridor"]  # the filter applies to third-party plugins too
@@ -229,7 +242,7 @@ def test_third_party_env_and_algorithm_resolve(registry_with):
     assert spec.fields  # the renamed algorithm works on the plugin's spaces
 
     # with gym_envs only, neither is known, and the error lists what is installed
-    from mqttrl.plugins import UnknownPluginError
+    from mqttrl.plugin.manager import UnknownPluginError
 
     reg = registry_with("gym_envs")
     with pytest.raises(UnknownPluginError, match="gym/"):
@@ -288,12 +301,25 @@ def test_third_party_env_end_to_end(corridor_site, mosquitto, tmp_path):
     env = node_env(PYTHONPATH=str(corridor_site))
     env.pop("MQTTRL_LOAD_PLUGINS", None)
     learner = Proc(
-        [script("mqttrl-learner"), "--config", str(config), "--broker", mosquitto.url, "--run-dir", str(run_dir),
-         "--max-seconds", "25"],
-        tmp_path / "learner.log", env=env,
+        [
+            script("mqttrl-learner"),
+            "--config",
+            str(config),
+            "--broker",
+            mosquitto.url,
+            "--run-dir",
+            str(run_dir),
+            "--max-seconds",
+            "25",
+        ],
+        tmp_path / "learner.log",
+        env=env,
     )
-    worker = Proc([script("mqttrl-worker"), "--broker", mosquitto.url, "--run", run, "--name", "w0"],
-                  tmp_path / "worker.log", env=env)
+    worker = Proc(
+        [script("mqttrl-worker"), "--broker", mosquitto.url, "--run", run, "--name", "w0"],
+        tmp_path / "worker.log",
+        env=env,
+    )
     metrics_path = run_dir / "learner_metrics.jsonl"
     seen = None
     try:

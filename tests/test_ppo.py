@@ -19,7 +19,7 @@ from safetensors.numpy import save as st_save
 
 from mqttrl.algorithm import ActorContext
 from mqttrl.config import ConfigError, build
-from mqttrl.rollout import EnvSet
+from mqttrl.envs.rollout import EnvSet
 from mqttrl.wire import SampleBatch, decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.ppo import NumpyForward, PPOActor, PPOParams, compute_gae, make_forward, normalize_obs, sample_spec
 from mqttrl_plugins.ppo_torch import PPOLearner, TorchForward
@@ -109,8 +109,15 @@ def test_rollout_advantages_with_termination_and_truncation_bootstrap(backend):
         o = np.array([[obs0[t], 0.0]], np.float32)
         actions, extras = actor.act(o)
         assert extras["value"][0] == pytest.approx(obs0[t])
-        actor.record(o, actions, extras, np.array([rewards[t]], np.float32), np.array([[nxt0[t], 0.0]], np.float32),
-                     np.array([term[t]]), np.array([trunc[t]]))
+        actor.record(
+            o,
+            actions,
+            extras,
+            np.array([rewards[t]], np.float32),
+            np.array([[nxt0[t], 0.0]], np.float32),
+            np.array([term[t]]),
+            np.array([trunc[t]]),
+        )
     assert actor.pending() == 6
     out = actor.take()
     assert actor.pending() == 0
@@ -119,23 +126,27 @@ def test_rollout_advantages_with_termination_and_truncation_bootstrap(backend):
     r = np.array(rewards, np.float64)
     r[3] += gamma * 7.0
     v = np.array(obs0)
-    delta = np.array([
-        r[0] + gamma * v[1] - v[0],
-        r[1] - v[1],                 # terminated: no bootstrap
-        r[2] + gamma * v[3] - v[2],
-        r[3] - v[3],                 # truncated: bootstrap is in the reward
-        r[4] + gamma * v[5] - v[4],
-        r[5] + gamma * 9.0 - v[5],   # end of rollout: bootstrap from V(next obs) = 9
-    ])
+    delta = np.array(
+        [
+            r[0] + gamma * v[1] - v[0],
+            r[1] - v[1],  # terminated: no bootstrap
+            r[2] + gamma * v[3] - v[2],
+            r[3] - v[3],  # truncated: bootstrap is in the reward
+            r[4] + gamma * v[5] - v[4],
+            r[5] + gamma * 9.0 - v[5],  # end of rollout: bootstrap from V(next obs) = 9
+        ]
+    )
     gl = gamma * lam
-    adv = np.array([
-        delta[0] + gl * delta[1],
-        delta[1],
-        delta[2] + gl * delta[3],
-        delta[3],
-        delta[4] + gl * delta[5],
-        delta[5],
-    ])
+    adv = np.array(
+        [
+            delta[0] + gl * delta[1],
+            delta[1],
+            delta[2] + gl * delta[3],
+            delta[3],
+            delta[4] + gl * delta[5],
+            delta[5],
+        ]
+    )
     np.testing.assert_allclose(out["advantage"], adv, rtol=1e-6)
     np.testing.assert_allclose(out["ret"], adv + v, rtol=1e-6)
     np.testing.assert_allclose(out["value"], v)
@@ -149,8 +160,15 @@ def test_terminated_and_truncated_together_does_not_bootstrap(backend):
     value_is_first_coordinate(actor, PPOLearner(params, OBS, ACT))
     o = np.array([[3.0, 0.0]], np.float32)
     actions, extras = actor.act(o)
-    actor.record(o, actions, extras, np.array([1.0], np.float32), np.array([[100.0, 0.0]], np.float32),
-                 np.array([True]), np.array([True]))
+    actor.record(
+        o,
+        actions,
+        extras,
+        np.array([1.0], np.float32),
+        np.array([[100.0, 0.0]], np.float32),
+        np.array([True]),
+        np.array([True]),
+    )
     assert actor.take()["advantage"][0] == pytest.approx(1.0 - 3.0)
 
 
@@ -192,7 +210,15 @@ def test_greedy_act_takes_any_batch_and_record_needs_sampling_extras(backend):
     with pytest.raises(ValueError, match="one per env"):
         actor.act(np.zeros((5, 2), np.float32))
     with pytest.raises(ValueError, match="extras"):
-        actor.record(np.zeros((2, 2)), np.zeros(2, np.int64), {}, np.zeros(2), np.zeros((2, 2)), np.zeros(2, bool), np.zeros(2, bool))
+        actor.record(
+            np.zeros((2, 2)),
+            np.zeros(2, np.int64),
+            {},
+            np.zeros(2),
+            np.zeros((2, 2)),
+            np.zeros(2, bool),
+            np.zeros(2, bool),
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -254,7 +280,9 @@ def test_load_weights_rejects_other_spaces_and_bad_tensors_without_replacing_any
     actor.load_weights(good, info)
     assert not np.allclose(actor.forward(x)["value"], initial)
     with pytest.raises(ValueError, match="obs_norm.mean"):  # obs_norm on, statistics missing
-        make_forward(PPOParams(hidden=[8], obs_norm=True), OBS, ACT, backend).load_weights(good, {**info, "obs_norm": True})
+        make_forward(PPOParams(hidden=[8], obs_norm=True), OBS, ACT, backend).load_weights(
+            good, {**info, "obs_norm": True}
+        )
 
 
 # ---------------------------------------------------------------- the clipped objective
@@ -287,7 +315,9 @@ def test_identical_policies_give_ratio_one_and_no_clipping(backend):
 def test_clipped_ratio_gives_the_policy_no_gradient():
     # (no advantage normalisation: it would make some advantages negative, and for those the
     # unclipped term is the pessimistic one, so they rightly keep their gradient)
-    params = PPOParams(rollout_steps=16, hidden=[16], epochs=1, minibatch_size=64, clip_coef=0.2, anneal_clip=False, norm_adv=False)
+    params = PPOParams(
+        rollout_steps=16, hidden=[16], epochs=1, minibatch_size=64, clip_coef=0.2, anneal_clip=False, norm_adv=False
+    )
     learner = PPOLearner(params, OBS, ACT, seed=2)
     arrays = random_rollout(params, learner)
     arrays["logprob"] = arrays["logprob"] - 1.0  # ratio e > 1.2 everywhere
@@ -440,8 +470,15 @@ def trained_learner(params, act_space, seed=0):
 @pytest.mark.parametrize("obs_norm", [False, True], ids=["raw", "obs_norm"])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 def test_numpy_forward_equals_torch_forward_and_the_learners_network(act_space, obs_norm, activation):
-    params = PPOParams(rollout_steps=16, hidden=[32, 16], activation=activation, obs_norm=obs_norm, epochs=2,
-                       minibatch_size=32, log_std_init=-0.5)
+    params = PPOParams(
+        rollout_steps=16,
+        hidden=[32, 16],
+        activation=activation,
+        obs_norm=obs_norm,
+        epochs=2,
+        minibatch_size=32,
+        log_std_init=-0.5,
+    )
     learner = trained_learner(params, act_space)
     tensors, info = through_wire(learner)  # read-only arrays, as a worker gets them
     fwd_np, fwd_t = make_forward(params, OBS, act_space, "numpy"), make_forward(params, OBS, act_space, "torch")
@@ -471,8 +508,15 @@ def test_numpy_forward_equals_torch_forward_and_the_learners_network(act_space, 
 @pytest.mark.parametrize("act_space", [gym.spaces.Discrete(4), BOX_ACT], ids=["discrete", "box"])
 @pytest.mark.parametrize("obs_norm", [False, True], ids=["raw", "obs_norm"])
 def test_actor_logprobs_equal_the_learners_so_the_first_ratio_is_one(backend, act_space, obs_norm):
-    params = PPOParams(rollout_steps=32, hidden=[32, 32], obs_norm=obs_norm, epochs=1, minibatch_size=10**6,
-                       log_std_init=0.3, anneal_clip=False)
+    params = PPOParams(
+        rollout_steps=32,
+        hidden=[32, 32],
+        obs_norm=obs_norm,
+        epochs=1,
+        minibatch_size=10**6,
+        log_std_init=0.3,
+        anneal_clip=False,
+    )
     learner = trained_learner(params, act_space, seed=3)
     actor = make_actor(params, OBS, act_space, ActorContext(num_envs=256, seed=9), backend)
     actor.load_weights(*through_wire(learner))
@@ -486,8 +530,13 @@ def test_actor_logprobs_equal_the_learners_so_the_first_ratio_is_one(backend, ac
     np.testing.assert_allclose(ex["logprob"], logprob.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ex["value"], value.numpy(), rtol=1e-5, atol=1e-5)
     # through train_round: one minibatch, first (and only) gradient step sees ratio 1
-    m = learner.train_round([as_batch(random_rollout(params, learner, n_envs=8, seed=4, act_space=act_space,
-                                                      obs_shift=7.0, backend=backend))])
+    m = learner.train_round(
+        [
+            as_batch(
+                random_rollout(params, learner, n_envs=8, seed=4, act_space=act_space, obs_shift=7.0, backend=backend)
+            )
+        ]
+    )
     assert m["epochs_done"] == 1 and abs(m["approx_kl"]) < 1e-7 and m["clipfrac"] == 0.0
 
 
@@ -587,8 +636,8 @@ else:
 import gymnasium as gym
 import numpy as np
 from mqttrl.algorithm import ActorContext
-from mqttrl.plugins import get_registry
-from mqttrl.rollout import EnvSet
+from mqttrl.plugin.manager import get_registry
+from mqttrl.envs.rollout import EnvSet
 from mqttrl.wire import decode_weights
 import mqttrl_plugins.ppo as ppo
 
@@ -639,15 +688,30 @@ def test_worker_side_runs_without_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "blocker"), os.environ.get("PYTHONPATH", "")])}
     env.pop("MQTTRL_LOAD_PLUGINS", None)
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TORCH_FREE_WORKER), str(weights_file),
-         json.dumps({"rollout_steps": 16, "hidden": [32, 32], "obs_norm": True}), str(out_file)],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(TORCH_FREE_WORKER),
+            str(weights_file),
+            json.dumps({"rollout_steps": 16, "hidden": [32, 32], "obs_norm": True}),
+            str(out_file),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["blocked"] == "torch is blocked for this test"
-    assert res == {**res, "steps": 16, "forward": "NumpyForward", "default_forward": "NumpyForward",
-                   "learner_needs_torch": True, "torch_loaded": False}
+    assert res == {
+        **res,
+        "steps": 16,
+        "forward": "NumpyForward",
+        "default_forward": "NumpyForward",
+        "learner_needs_torch": True,
+        "torch_loaded": False,
+    }
     with np.load(out_file) as z:
         out = {k: z[k] for k in z.files}
     assert len(out["logprob"]) == 64
@@ -676,7 +740,7 @@ def test_params_are_validated():
 
 
 def test_registered_as_a_sync_algorithm():
-    from mqttrl.plugins import get_registry
+    from mqttrl.plugin.manager import get_registry
 
     info = get_registry().algorithm("ppo")
     assert info.mode == "sync" and info.params is PPOParams
@@ -692,7 +756,7 @@ def test_registered_as_a_sync_algorithm():
 
 def test_a_few_rounds_on_cartpole_improve_the_return():
     """2 actors x 4 envs x 64 steps a round, as the sync loop runs them (a few seconds)."""
-    from mqttrl.rollout import evaluate
+    from mqttrl.envs.rollout import evaluate
 
     params = PPOParams()
     make = lambda: gym.make("CartPole-v1")  # noqa: E731

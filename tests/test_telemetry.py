@@ -13,12 +13,12 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-
 from conftest import REPO, node_env, script, stop_server
-from mqttrl.broker import _wait_port, free_port
-from mqttrl.telemetry import TelemetryNode, TelemetrySettings
-from mqttrl.topics import Topics
-from mqttrl.transport import BrokerSettings
+
+from mqttrl.local.broker import _wait_port, free_port
+from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
+from mqttrl.transport.client import BrokerSettings
+from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights, encode_json
 from mqttrl_plugins.files_storage import FilesStorage
 from mqttrl_plugins.influxdb_storage import InfluxStorage
@@ -38,12 +38,18 @@ class VictoriaMetrics:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "VictoriaMetrics":
+    def start(self) -> VictoriaMetrics:
         self.log = open(self.workdir / "vm.log", "ab")
         self.proc = subprocess.Popen(
-            ["victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}", f"-storageDataPath={self.workdir / 'data'}",
-             "-retentionPeriod=100y", "-search.disableCache"],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                "victoria-metrics",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-storageDataPath={self.workdir / 'data'}",
+                "-retentionPeriod=100y",
+                "-search.disableCache",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         assert _wait_port(self.port, 15), (self.workdir / "vm.log").read_text()[-2000:]
         return self
@@ -77,14 +83,18 @@ def victoria(tmp_path):
 
 
 def _publisher(port: int) -> mqtt.Client:
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"fake-nodes-{time.monotonic_ns()}", protocol=mqtt.MQTTv5)
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2, client_id=f"fake-nodes-{time.monotonic_ns()}", protocol=mqtt.MQTTv5
+    )
     c.connect("127.0.0.1", port)
     c.loop_start()
     return c
 
 
 def _start_telemetry(mosquitto, run, storages, **settings):
-    node = TelemetryNode(BrokerSettings(url=mosquitto.url), run, storages, TelemetrySettings(interval_s=0.5, **settings))
+    node = TelemetryNode(
+        BrokerSettings(url=mosquitto.url), run, storages, TelemetrySettings(interval_s=0.5, **settings)
+    )
     thread = threading.Thread(target=node.run, daemon=True)
     thread.start()
     assert node.node.wait_connected(15)
@@ -112,13 +122,33 @@ def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, vict
     try:
         pub.publish(tp.worker_state("w0"), encode_json({"status": "online"}), qos=1, retain=True)
         for step, r in enumerate(returns):
-            pub.publish(tp.episodes("w0"), encode_json({"return": r, "length": int(r), "model_version": 7, "env_steps": 100 * step}), qos=1).wait_for_publish(5)
-        metrics = {"updates": 1234, "model_version": 9, "samples": 5000, "samples_per_s": 800.0, "updates_per_s": 55.5,
-                   "workers_online": 1, "rejected": {"garbage": 3, "stale_version": 2}, "train": {"loss": 0.25}}
+            pub.publish(
+                tp.episodes("w0"),
+                encode_json({"return": r, "length": int(r), "model_version": 7, "env_steps": 100 * step}),
+                qos=1,
+            ).wait_for_publish(5)
+        metrics = {
+            "updates": 1234,
+            "model_version": 9,
+            "samples": 5000,
+            "samples_per_s": 800.0,
+            "updates_per_s": 55.5,
+            "workers_online": 1,
+            "rejected": {"garbage": 3, "stale_version": 2},
+            "train": {"loss": 0.25},
+        }
         pub.publish(tp.learner_metrics, encode_json(metrics), qos=1).wait_for_publish(5)
-        pub.publish(tp.heartbeat("w0"), encode_json({"env_steps": 1000, "model_version": 6, "time": time.time()}), qos=1).wait_for_publish(5)
-        pub.publish(tp.evaluation("train"), encode_json({"mean": 321.5, "std": 1.0, "min": 300.0, "max": 340.0, "model_version": 8, "episodes": 20}), qos=1).wait_for_publish(5)
-        _wait(lambda: node.episodes == 30 and node.learner.get("updates") == 1234, 20, "telemetry to take every message")
+        pub.publish(
+            tp.heartbeat("w0"), encode_json({"env_steps": 1000, "model_version": 6, "time": time.time()}), qos=1
+        ).wait_for_publish(5)
+        pub.publish(
+            tp.evaluation("train"),
+            encode_json({"mean": 321.5, "std": 1.0, "min": 300.0, "max": 340.0, "model_version": 8, "episodes": 20}),
+            qos=1,
+        ).wait_for_publish(5)
+        _wait(
+            lambda: node.episodes == 30 and node.learner.get("updates") == 1234, 20, "telemetry to take every message"
+        )
         time.sleep(1.5)  # a few aggregate intervals
     finally:
         node.stop()
@@ -133,7 +163,9 @@ def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, vict
     assert victoria.values(sel + ',reason="stale_version",__name__="rejections_count"}')[-1] == 2
     assert victoria.values(sel + ',__name__="eval_mean"}') == [321.5]
     # moving average over the last 5 episodes, overall and for w0; lag = learner version 9 - worker version 6
-    assert victoria.values(sel + ',worker="all",__name__="episode_stats_mean_return"}')[-1] == pytest.approx(sum(returns[-5:]) / 5)
+    assert victoria.values(sel + ',worker="all",__name__="episode_stats_mean_return"}')[-1] == pytest.approx(
+        sum(returns[-5:]) / 5
+    )
     assert victoria.values(sel + ',worker="w0",__name__="worker_version_lag"}')[-1] == 3
     # the files storage got the same episodes and drew the curves
     rows = (tmp_path / "files" / "episode.csv").read_text().splitlines()
@@ -146,16 +178,22 @@ def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, vict
 def test_no_point_lost_when_the_database_restarts_mid_run(tmp_path, mosquitto, victoria):
     run = "tele-restart"
     tp = Topics(run)
-    influx = InfluxStorage({"url": victoria.url, "token": "", "org": "", "bucket": "mqttrl", "flush_interval_s": 0.2, "timeout_ms": 2000})
+    influx = InfluxStorage(
+        {"url": victoria.url, "token": "", "org": "", "bucket": "mqttrl", "flush_interval_s": 0.2, "timeout_ms": 2000}
+    )
     node, thread = _start_telemetry(mosquitto, run, [influx], quicksave_best=False)
     pub = _publisher(mosquitto.port)
     try:
         for i in range(50):
-            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(5)
+            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(
+                5
+            )
         _wait(lambda: node.episodes == 50 and influx.pending == 0, 20, "first half written")
         victoria.stop()
         for i in range(50, 120):
-            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(5)
+            pub.publish(tp.episodes("w0"), encode_json({"return": float(i), "length": i + 1}), qos=1).wait_for_publish(
+                5
+            )
         _wait(lambda: node.episodes == 120, 20, "second half received")
         time.sleep(1.5)
         assert influx.failures > 0 and influx.pending > 0, "writes should have failed while the database was down"
@@ -173,8 +211,18 @@ def test_no_point_lost_when_the_database_restarts_mid_run(tmp_path, mosquitto, v
 @pytest.mark.e2e
 def test_train_with_telemetry_draws_curves_and_saves_best(tmp_path):
     run_dir = tmp_path / "run"
-    argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir), "--no-progress",
-            "--set", "train.max_seconds=50", "--set", "train.target_return=10000"]
+    argv = [
+        script("mqttrl"),
+        "train",
+        str(REPO / "configs" / "cartpole_dqn.toml"),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--set",
+        "train.max_seconds=50",
+        "--set",
+        "train.target_return=10000",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=node_env())
     assert out.returncode == 3, out.stderr[-3000:]
     tele = run_dir / "telemetry"
@@ -202,13 +250,23 @@ def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
     worker = start_worker(tmp_path, mosquitto.url, run, "w0")
     try:
         assert worker.wait_for("stepping", 60), worker.text()[-2000:]
-        out = subprocess.run([script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url],
-                             capture_output=True, text=True, timeout=60, env=node_env())
+        out = subprocess.run(
+            [script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=node_env(),
+        )
         assert out.returncode == 0, out.stderr
         path = Path(out.stdout.split("checkpoint written to ")[1].split(" (")[0])
         assert path.is_dir() and (path / "meta.json").exists() and path.parent == tmp_path / "run" / "checkpoints"
-        st = subprocess.run([script("mqttrl"), "status", "--run", run, "--broker", mosquitto.url, "--once", "4", "--json"],
-                            capture_output=True, text=True, timeout=60, env=node_env())
+        st = subprocess.run(
+            [script("mqttrl"), "status", "--run", run, "--broker", mosquitto.url, "--once", "4", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=node_env(),
+        )
         rows = {r["node"]: r for r in json.loads(st.stdout)}
         assert rows["learner"]["status"] == "online" and rows["w0"]["status"] == "online"
         assert rows["w0"]["steps"] > 0
@@ -216,6 +274,11 @@ def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
         worker.terminate()
         learner.terminate(60)
     # with the learner gone, quicksave says what to check instead of hanging
-    out = subprocess.run([script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url, "--timeout", "3"],
-                         capture_output=True, text=True, timeout=60, env=node_env())
+    out = subprocess.run(
+        [script("mqttrl"), "quicksave", "--run", run, "--broker", mosquitto.url, "--timeout", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=node_env(),
+    )
     assert out.returncode != 0 and "offline" in out.stderr and "Check that it is running" in out.stderr

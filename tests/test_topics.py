@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mqttrl.topics import ROOT, Topics, check_name
+from mqttrl.transport.topics import ROOT, Topics, check_name
 
 RUN = "run-1.a_b"
 

@@ -13,10 +13,10 @@ import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
-
 from conftest import Mosquitto, node_env
-from mqttrl.broker import EmbeddedBroker, free_port
-from mqttrl.transport import BrokerSettings, BrokerUnavailable, Message, MqttNode, Outgoing, negotiate_protocol
+
+from mqttrl.local.broker import EmbeddedBroker, free_port
+from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, Message, MqttNode, Outgoing, negotiate_protocol
 
 
 # ---------------------------------------------------------------- helpers
@@ -219,7 +219,7 @@ def test_message_sent_in_the_disconnect_window_arrives_once(tmp_path, nodes, pre
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from mqttrl.transport import BrokerSettings, MqttNode, Outgoing
+    from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
     url, topic = sys.argv[1:3]
     MqttNode(
         BrokerSettings(url=url), "will-child-" + topic.rsplit("/", 2)[-2],
@@ -235,11 +235,17 @@ CHILD = textwrap.dedent(
 def test_last_will_fires_when_client_dies(shared_mosquitto, nodes, prefix):
     topic = f"{prefix}/state"
     obs = nodes(shared_mosquitto, subscriptions=[(topic, 1)])
-    child = subprocess.Popen([sys.executable, "-c", CHILD, shared_mosquitto.url, topic],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=node_env())
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, shared_mosquitto.url, topic],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=node_env(),
+    )
     try:
         got = take(obs, 1, timeout=20)
-        assert [m.payload for m in got] == [b"online"], child.stdout.read1().decode() if child.poll() is not None else ""
+        assert [m.payload for m in got] == [b"online"], (
+            child.stdout.read1().decode() if child.poll() is not None else ""
+        )
         child.kill()  # SIGKILL: no DISCONNECT packet, the socket just closes
         child.wait(10)
         got = take(obs, 1, timeout=10)

@@ -34,7 +34,7 @@ from mqttrl.wire import (
     encode_weights,
 )
 from mqttrl.wire.errors import REASONS
-from mqttrl.wire.samples import ALLOWED_DTYPES, MAGIC, MAX_HEADER, _PREFIX, _align
+from mqttrl.wire.samples import _PREFIX, ALLOWED_DTYPES, MAGIC, MAX_HEADER, _align
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -291,7 +291,15 @@ def test_hand_assembled_payload_decodes():
 
 @pytest.mark.parametrize(
     "payload",
-    [b"", b"M", b"MQS", b"XXXXXXXXXXXXXXXXXXXX", b"\x00" * 100, b"PK\x03\x04" + b"\x00" * 40, json.dumps({"a": 1}).encode()],
+    [
+        b"",
+        b"M",
+        b"MQS",
+        b"XXXXXXXXXXXXXXXXXXXX",
+        b"\x00" * 100,
+        b"PK\x03\x04" + b"\x00" * 40,
+        json.dumps({"a": 1}).encode(),
+    ],
 )
 def test_decode_garbage(payload):
     assert rejected(decode_batch, payload).reason == "garbage"
@@ -420,9 +428,7 @@ def test_decode_dtype_not_allowed(dtype):
     assert r.reason == "dtype"
 
 
-@pytest.mark.parametrize(
-    "shape", [[], [2] * 9, "2,2", [2, -1], [2, 2.0], [2, True], [2, 2**31], None, [[2], 2]]
-)
+@pytest.mark.parametrize("shape", [[], [2] * 9, "2,2", [2, -1], [2, 2.0], [2, True], [2, 2**31], None, [[2], 2]])
 def test_decode_bad_shape(shape):
     assert rejected(decode_batch, _mutated(a_shape=shape)).reason == "shape"
 
@@ -471,8 +477,10 @@ VALID_PAYLOAD = encode_batch("r", "w", 9, 2, sample_arrays(6), extra={"x": 1})
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.integers(0, len(VALID_PAYLOAD) - 1), st.integers(0, 255)), min_size=1, max_size=8),
-       st.integers(0, len(VALID_PAYLOAD)))
+@given(
+    st.lists(st.tuples(st.integers(0, len(VALID_PAYLOAD) - 1), st.integers(0, 255)), min_size=1, max_size=8),
+    st.integers(0, len(VALID_PAYLOAD)),
+)
 def test_fuzz_decode_batch_byte_flips_and_truncation(flips, cut):
     buf = bytearray(VALID_PAYLOAD)
     for pos, val in flips:
@@ -509,7 +517,11 @@ def test_fuzz_decode_batch_header_mutations(mutations, pad_data):
     _, _, header, start = split(VALID_PAYLOAD)
     data = VALID_PAYLOAD[start:]
     for op, key, value in mutations:
-        entry = header["arrays"][0] if isinstance(header.get("arrays"), list) and header["arrays"] and isinstance(header["arrays"][0], dict) else None
+        entry = (
+            header["arrays"][0]
+            if isinstance(header.get("arrays"), list) and header["arrays"] and isinstance(header["arrays"][0], dict)
+            else None
+        )
         if op == "top":
             header[key] = value
         elif op == "del":
@@ -614,9 +626,18 @@ def test_weights_non_finite(value):
     assert r.reason == "non_finite" and "l1.bias" in r.detail
 
 
-@pytest.mark.parametrize("payload", [b"", b"1234567", b"\xff" * 8, b"\x10\x00\x00\x00\x00\x00\x00\x00" + b"x" * 16,
-                                     b"\x02\x00\x00\x00\x00\x00\x00\x00" + b"[]", b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
-                                     b"\x06\x00\x00\x00\x00\x00\x00\x00" + b"[" * 3 + b"]" * 3])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"1234567",
+        b"\xff" * 8,
+        b"\x10\x00\x00\x00\x00\x00\x00\x00" + b"x" * 16,
+        b"\x02\x00\x00\x00\x00\x00\x00\x00" + b"[]",
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
+        b"\x06\x00\x00\x00\x00\x00\x00\x00" + b"[" * 3 + b"]" * 3,
+    ],
+)
 def test_weights_garbage(payload):
     r = rejected(decode_weights, payload)
     assert r.reason in ("garbage", "truncated", "bad_header")
@@ -654,8 +675,17 @@ def test_weights_other_rejections():
     assert decode_weights(with_meta()).version == 2  # re-assembly itself is sound
     assert rejected(decode_weights, with_meta(format="other")).reason == "garbage"
     assert rejected(decode_weights, with_meta(protocol="99")).reason == "protocol_version"
-    for bad in ({"version": "x"}, {"version": "-1"}, {"version": ...}, {"algorithm": ...}, {"checksum": ...},
-                {"info": "[1]"}, {"info": "{"}, {"published_at": "soon"}, {"info": "[" * 5000 + "]" * 5000}):
+    for bad in (
+        {"version": "x"},
+        {"version": "-1"},
+        {"version": ...},
+        {"algorithm": ...},
+        {"checksum": ...},
+        {"info": "[1]"},
+        {"info": "{"},
+        {"published_at": "soon"},
+        {"info": "[" * 5000 + "]" * 5000},
+    ):
         assert rejected(decode_weights, with_meta(**bad)).reason == "bad_header", bad
     assert rejected(decode_weights, payload, max_bytes=len(payload) - 1).reason == "oversize"
 
@@ -672,8 +702,10 @@ def test_fuzz_decode_weights_arbitrary_bytes(data):
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.integers(0, len(WEIGHTS_PAYLOAD) - 1), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(0, len(WEIGHTS_PAYLOAD)))
+@given(
+    st.lists(st.tuples(st.integers(0, len(WEIGHTS_PAYLOAD) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(0, len(WEIGHTS_PAYLOAD)),
+)
 def test_fuzz_decode_weights_byte_flips_and_truncation(flips, cut):
     buf = bytearray(WEIGHTS_PAYLOAD)
     for pos, val in flips:
@@ -687,8 +719,16 @@ def test_fuzz_decode_weights_byte_flips_and_truncation(flips, cut):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(["format", "protocol", "version", "algorithm", "run", "checksum",
-                                        "published_at", "info", "other"]), json_values, min_size=1, max_size=4))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["format", "protocol", "version", "algorithm", "run", "checksum", "published_at", "info", "other"]
+        ),
+        json_values,
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_fuzz_decode_weights_metadata_mutations(changes):
     base, header = _tensor_region(WEIGHTS_PAYLOAD)
     header["__metadata__"].update(changes)
@@ -729,8 +769,11 @@ def test_fuzz_decode_json_arbitrary_bytes(data):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), json_values, max_size=4),
-       st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4), st.integers(0, 300))
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), json_values, max_size=4),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4),
+    st.integers(0, 300),
+)
 def test_fuzz_decode_json_mutations(obj, flips, cut):
     buf = bytearray(json.dumps(obj).encode())
     for pos, val in flips:

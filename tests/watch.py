@@ -8,7 +8,7 @@ import time
 
 import paho.mqtt.client as mqtt
 
-from mqttrl.topics import Topics
+from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_batch, decode_episodes, decode_weights
 
 
@@ -23,7 +23,9 @@ class Watcher:
         self.states: dict[str, dict] = {}
         self.episodes: list[dict] = []
         self._lock = threading.Lock()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{run}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5)
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{run}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5
+        )
         if username:
             self.c.username_pw_set(username, password)
         self.c.on_message = self._on_message
@@ -71,7 +73,9 @@ class Watcher:
             except (KeyError, IndexError, TypeError):
                 pass
             time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last metrics: {json.dumps(self.latest)[:2000]}")
+        raise AssertionError(
+            f"timed out after {timeout:.0f}s waiting for {what}; last metrics: {json.dumps(self.latest)[:2000]}"
+        )
 
     def close(self):
         self.c.loop_stop()

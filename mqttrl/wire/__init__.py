@@ -4,24 +4,24 @@ No pickle and no ``torch.load``: sample batches are a versioned header plus raw
 numpy buffers, weights are safetensors, control messages are JSON.
 """
 
+from .control import StepRate, decode_episodes, decode_json, encode_json
 from .errors import Rejected, RejectionCounter
 from .samples import FieldSpec, SampleBatch, SampleSpec, decode_batch, encode_batch
 from .weights import WeightsMessage, decode_weights, encode_weights
-from .control import StepRate, decode_episodes, decode_json, encode_json
 
 __all__ = [
+    "FieldSpec",
     "Rejected",
     "RejectionCounter",
-    "FieldSpec",
     "SampleBatch",
     "SampleSpec",
-    "decode_batch",
-    "encode_batch",
-    "WeightsMessage",
-    "decode_weights",
-    "encode_weights",
     "StepRate",
+    "WeightsMessage",
+    "decode_batch",
     "decode_episodes",
     "decode_json",
+    "decode_weights",
+    "encode_batch",
     "encode_json",
+    "encode_weights",
 ]

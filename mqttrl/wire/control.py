@@ -26,7 +26,9 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not allowed")
 
 
-def decode_json(payload: bytes, required: dict[str, type | tuple[type, ...]] | None = None, max_bytes: int = MAX_JSON) -> dict:
+def decode_json(
+    payload: bytes, required: dict[str, type | tuple[type, ...]] | None = None, max_bytes: int = MAX_JSON
+) -> dict:
     """Parse a JSON object and check required keys and their types.
 
     NaN/Infinity literals are refused: metrics and episode returns must be finite.

@@ -18,7 +18,7 @@ import json
 import math
 import struct
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -57,7 +57,10 @@ class SampleSpec:
     def validate(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
         """Raise :class:`Rejected` unless ``arrays`` matches this spec exactly."""
         if count < 1 or count > self.max_transitions:
-            raise Rejected("oversize" if count > 0 else "bad_header", f"batch of {count} transitions (allowed 1..{self.max_transitions})")
+            raise Rejected(
+                "oversize" if count > 0 else "bad_header",
+                f"batch of {count} transitions (allowed 1..{self.max_transitions})",
+            )
         missing = set(self.fields) - set(arrays)
         if missing:
             raise Rejected("missing_field", f"missing {sorted(missing)}")
@@ -228,6 +231,13 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         arr = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
         arrays[name] = arr
     return SampleBatch(
-        run=run, worker=worker, seq=seq, model_version=version, count=count, arrays=arrays,
-        sent_at=float(sent_at), protocol=proto, extra=extra,
+        run=run,
+        worker=worker,
+        seq=seq,
+        model_version=version,
+        count=count,
+        arrays=arrays,
+        sent_at=float(sent_at),
+        protocol=proto,
+        extra=extra,
     )

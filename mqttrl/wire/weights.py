@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -109,4 +109,6 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
     for name, arr in tensors.items():
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise Rejected("non_finite", f"tensor {name} contains NaN or inf")
-    return WeightsMessage(version=version, algorithm=algorithm, run=run, tensors=tensors, info=info, published_at=published_at)
+    return WeightsMessage(
+        version=version, algorithm=algorithm, run=run, tensors=tensors, info=info, published_at=published_at
+    )

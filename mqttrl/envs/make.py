@@ -1,0 +1,40 @@
+"""Building environments from an id: plugin names, ``module:Env-v0`` and gymnasium ids."""
+
+from __future__ import annotations
+
+import importlib
+
+import gymnasium as gym
+
+from mqttrl.plugin.manager import Registry, UnknownPluginError, get_registry
+
+
+def make_env(env_id: str, kwargs: dict | None = None, registry: Registry | None = None) -> gym.Env:
+    """Make one env.
+
+    Order: an exact name an env plugin registered; a registered namespace
+    (``"ns/"`` prefix); ``"module:Env-v0"`` (imports the module, whose import
+    registers the env with gymnasium); a plain gymnasium id.
+    """
+    kwargs = dict(kwargs or {})
+    registry = registry or get_registry()
+    if env_id in registry.envs:
+        return registry.envs[env_id].obj(**kwargs)
+    for name, reg in registry.envs.items():
+        if name.endswith("/") and env_id.startswith(name):
+            return reg.obj(env_id[len(name) :], **kwargs)
+    if ":" in env_id:
+        module, _, inner = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownPluginError(f"env {env_id!r}: cannot import module {module!r} ({exc})") from None
+        env_id = inner
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.Error as exc:
+        plugin_envs = ", ".join(sorted(registry.envs)) or "none"
+        raise UnknownPluginError(
+            f"unknown env {env_id!r} ({exc}). Use a gymnasium id, 'module:Env-v0', "
+            f"or a name registered by a plugin (installed: {plugin_envs})"
+        ) from None

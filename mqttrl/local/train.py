@@ -1,0 +1,418 @@
+"""``mqttrl train``: a whole run on one machine, as separate processes.
+
+Starts an embedded broker (unless one is given), the learner and N workers as
+child processes (exactly what you would run on separate hosts), then watches
+the run over MQTT: a live progress display, episode and evaluation CSVs, a
+greedy evaluation of the newest weights every ``train.eval_every_s``, and a
+supervisor that restarts a worker process that died. Stops at the target
+return, the time or step budget, or Ctrl-C, and writes ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mqttrl.config import RunConfig, write_resolved
+from mqttrl.envs.rollout import evaluate, greedy_actor
+from mqttrl.local.broker import EmbeddedBroker
+from mqttrl.local.progress import Progress
+from mqttrl.local.supervisor import Child, Supervisor
+from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.topics import Topics
+from mqttrl.wire import Rejected, decode_episodes, decode_json, decode_weights, encode_json
+
+log = logging.getLogger("mqttrl.train")
+
+
+class Evaluator(threading.Thread):
+    """Greedy evaluation of the newest weights, off the display thread."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, on_result):
+        super().__init__(name="evaluator", daemon=True)
+        self.config = config
+        self.actor, self.make = greedy_actor(config, config.train.eval_episodes)
+        self.run_dir = run_dir
+        self.on_result = on_result
+        self.requests: queue.Queue = queue.Queue(maxsize=1)
+        self.count = 0
+
+    def submit(self, weights_payload: bytes) -> bool:
+        try:
+            self.requests.put_nowait(weights_payload)
+            return True
+        except queue.Full:
+            return False
+
+    def run(self) -> None:
+        while True:
+            payload = self.requests.get()
+            if payload is None:
+                return
+            w = decode_weights(payload)
+            self.actor.load_weights(w.tensors, w.info)
+            t0 = time.monotonic()
+            returns = evaluate(self.actor, self.make, self.config.train.eval_episodes, seed=10**6 + 1000 * self.count)
+            self.count += 1
+            self.on_result(w.version, returns, time.monotonic() - t0, payload)
+
+
+def _python_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # thread counts: mqttrl/__init__ already set them in os.environ
+    return env
+
+
+def train(
+    config: RunConfig,
+    broker: BrokerSettings | None = None,
+    broker_args: list[str] | None = None,
+    run_dir: Path | None = None,
+    embedded: str = "auto",
+    progress: bool = True,
+) -> dict:
+    tc = config.train
+    run_dir = Path(run_dir or f"runs/{config.run}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / "config.json"
+    write_resolved(config, cfg_path)
+    t_start = time.monotonic()
+    embedded_broker = None
+    if broker is None:
+        embedded_broker = EmbeddedBroker(embedded, workdir=run_dir / "broker").start()
+        broker = BrokerSettings(url=embedded_broker.url)
+        log.info("embedded %s broker at %s", embedded_broker.kind, broker.url)
+    env = _python_env()
+    if broker.password:
+        env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
+    conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
+    py = [sys.executable, "-m", "mqttrl"]
+    logs = run_dir / "logs"
+    learner = Child(
+        "learner",
+        py + ["learner", "--config", str(cfg_path), "--run-dir", str(run_dir)] + conn,
+        logs / "learner.log",
+        env,
+    )
+    workers = [
+        Child(
+            f"w{i}",
+            py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn,
+            logs / f"worker-w{i}.log",
+            env,
+        )
+        for i in range(tc.workers)
+    ]
+    children = [learner, *workers]
+    for i in range(config.inference.servers):
+        children.append(
+            Child(
+                f"inference{i}",
+                py + ["inference", "--run", config.run, "--name", f"inference{i}"] + conn,
+                logs / f"inference{i}.log",
+                env,
+            )
+        )
+    if tc.telemetry:
+        storage_args = []
+        for name in tc.telemetry_storages:
+            storage_args += ["--storage", str(name)]
+        telemetry = Child(
+            "telemetry",
+            py
+            + ["telemetry", "--run", config.run, *storage_args, "--storage-opt", f"files.dir={run_dir / 'telemetry'}"]
+            + conn,
+            logs / "telemetry.log",
+            env,
+        )
+        children.append(telemetry)
+    supervisor = Supervisor(children[1:])
+    monitor = Monitor(config, broker, run_dir)
+    evaluator = Evaluator(config, run_dir, monitor.on_eval)
+    evaluator.start()
+    learner.start()
+    supervisor.start()
+    display = Progress(config, enabled=progress)
+    stop_reason = "interrupted"
+    interrupted = threading.Event()
+    old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    try:
+        monitor.start()
+        next_eval = time.monotonic() + tc.eval_every_s
+        while not interrupted.is_set():
+            monitor.pump(0.25)
+            now = time.monotonic()
+            if (
+                monitor.latest_weights is not None
+                and now >= next_eval
+                and monitor.latest_version > monitor.evaluated_version
+            ) and evaluator.submit(monitor.latest_weights):
+                monitor.evaluated_version = monitor.latest_version
+                next_eval = now + tc.eval_every_s
+            display.update(monitor.snapshot(now - t_start))
+            if monitor.solved_at is not None:
+                stop_reason = "target reached"
+                break
+            if tc.max_seconds and now - t_start > tc.max_seconds:
+                stop_reason = "time budget"
+                break
+            if tc.max_env_steps and monitor.env_steps >= tc.max_env_steps:
+                stop_reason = "env step budget"
+                break
+            if not learner.alive():
+                code = learner.proc.returncode
+                if learner.restarts >= 3:
+                    stop_reason = f"learner exited ({code}) {learner.restarts} times"
+                    break
+                log.warning("learner exited with %s; restarting it with --resume (see %s)", code, learner.log_path)
+                learner.restarts += 1
+                learner.argv = learner.argv + (["--resume"] if "--resume" not in learner.argv else [])
+                learner.start()
+            supervisor.check()
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
+        display.close()
+        supervisor.stop()
+        learner.stop(timeout=60)
+        evaluator.requests.put(None)
+        monitor.stop()
+        if embedded_broker is not None:
+            embedded_broker.stop()
+    summary = monitor.summary(stop_reason, time.monotonic() - t_start)
+    summary["restarts"] = supervisor.restarts
+    summary["learner_restarts"] = learner.restarts
+    summary["run_dir"] = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    _print_summary(summary)
+    return summary
+
+
+def _print_summary(s: dict) -> None:
+    lines = [f"run {s['run']} stopped: {s['stop_reason']} after {s['wall_s']:.0f}s"]
+    if s["solved"]:
+        lines.append(
+            f"SOLVED: greedy evaluation mean {s['solve_eval_mean']:.1f} >= {s['target_return']} "
+            f"(model version {s['solve_model_version']}); time-to-solve {s['time_to_solve_s']:.1f}s "
+            f"(training time to that model {s['training_time_to_solve_s']}s), {s['env_steps_at_solve']} env steps"
+        )
+    elif s["best_eval_mean"] is not None:
+        lines.append(f"not solved: best greedy evaluation mean {s['best_eval_mean']:.1f} (target {s['target_return']})")
+    lines.append(f"run directory: {s['run_dir']}")
+    print("\n".join(lines), flush=True)
+
+
+class Monitor:
+    """Watches the run over MQTT and writes episodes.csv / evaluations.csv."""
+
+    def __init__(self, config: RunConfig, broker: BrokerSettings, run_dir: Path):
+        self.config = config
+        self.topics = Topics(config.run)
+        self.run_dir = run_dir
+        self.node = MqttNode(
+            broker,
+            client_id=f"mqttrl-train-{config.run}-{os.getpid()}",
+            subscriptions=[
+                (self.topics.all_episodes, 1),
+                (self.topics.learner_metrics, 0),
+                (self.topics.learner_state, 1),
+                (self.topics.all_worker_states, 1),
+                (self.topics.weights, 1),
+            ],
+            inbox_limit=100000,
+        )
+        self.t0 = time.monotonic()
+        self.episodes = 0
+        self.env_steps_by_worker: dict[str, int] = {}
+        self.recent_returns: list[float] = []
+        self.metrics: dict = {}
+        self.learner_status = "starting"
+        self.worker_status: dict[str, str] = {}
+        self.latest_weights: bytes | None = None
+        self.latest_version = -1
+        self.first_published_at: float | None = None  # the learner's first model of this run
+        self.evaluated_version = -1
+        self.evals: list[dict] = []
+        self.best_eval: float | None = None
+        self.solved_at: dict | None = None
+        self._eval_lock = threading.Lock()
+        self._episodes_file = open(run_dir / "episodes.csv", "a", newline="")
+        self._episodes = csv.writer(self._episodes_file)
+        if self._episodes_file.tell() == 0:
+            self._episodes.writerow(
+                ["wall_s", "worker", "env", "return", "length", "terminated", "model_version", "worker_env_steps"]
+            )
+        self._evals_file = open(run_dir / "evaluations.csv", "a", newline="")
+        self._evals = csv.writer(self._evals_file)
+        if self._evals_file.tell() == 0:
+            self._evals.writerow(
+                [
+                    "wall_s",
+                    "model_version",
+                    "env_steps",
+                    "episodes",
+                    "mean",
+                    "std",
+                    "min",
+                    "max",
+                    "eval_s",
+                    "training_s",
+                ]
+            )
+
+    @property
+    def env_steps(self) -> int:
+        return sum(self.env_steps_by_worker.values())
+
+    def start(self) -> None:
+        self.node.start(wait=30)
+
+    def pump(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                msg = self.node.inbox.get(timeout=remaining)
+            except queue.Empty:
+                break
+            try:
+                self._handle(msg)
+            except Rejected as r:
+                log.debug("monitor ignored %s: %s", msg.topic, r)
+        self._episodes_file.flush()
+
+    def _handle(self, msg) -> None:
+        kind, name = self.topics.parse(msg.topic)
+        if kind == "episodes":
+            for e in decode_episodes(msg.payload):
+                self.episodes += 1
+                self.recent_returns.append(float(e["return"]))
+                self.env_steps_by_worker[name] = max(self.env_steps_by_worker.get(name, 0), int(e.get("env_steps", 0)))
+                self._episodes.writerow(
+                    [
+                        round(time.monotonic() - self.t0, 3),
+                        name,
+                        e.get("env"),
+                        e["return"],
+                        e["length"],
+                        e.get("terminated"),
+                        e.get("model_version"),
+                        e.get("env_steps"),
+                    ]
+                )
+            del self.recent_returns[:-100]
+        elif kind == "learner_metrics":
+            self.metrics = decode_json(msg.payload)
+        elif kind == "learner_state":
+            if msg.payload:
+                self.learner_status = decode_json(msg.payload, {"status": str})["status"]
+        elif kind == "worker_state":
+            if msg.payload:
+                self.worker_status[name] = decode_json(msg.payload, {"status": str})["status"]
+        elif kind == "weights":
+            # the version sits in the safetensors metadata; decoding validates the payload too
+            w = decode_weights(msg.payload)
+            if self.first_published_at is None or w.published_at < self.first_published_at:
+                self.first_published_at = w.published_at
+            if w.version > self.latest_version:
+                self.latest_version = w.version
+                self.latest_weights = msg.payload
+
+    def on_eval(self, version: int, returns: list[float], eval_s: float, payload: bytes) -> None:
+        import numpy as np
+
+        r = np.asarray(returns)
+        wall = time.monotonic() - self.t0
+        published_at = decode_weights(payload).published_at
+        training_s = published_at - self.first_published_at if self.first_published_at else None
+        row = {
+            "wall_s": round(wall, 2),
+            "model_version": version,
+            "env_steps": self.env_steps,
+            "episodes": len(r),
+            "mean": float(r.mean()),
+            "std": float(r.std()),
+            "min": float(r.min()),
+            "max": float(r.max()),
+            "eval_s": round(eval_s, 3),
+            "training_s": round(training_s, 2) if training_s is not None else None,
+        }
+        with self._eval_lock:
+            self.evals.append(row)
+            self._evals.writerow(list(row.values()))
+            self._evals_file.flush()
+            if self.best_eval is None or row["mean"] > self.best_eval:
+                self.best_eval = row["mean"]
+                best = self.run_dir / "best"
+                best.mkdir(exist_ok=True)
+                tmp = best / "weights.safetensors.tmp"
+                tmp.write_bytes(payload)
+                tmp.replace(best / "weights.safetensors")
+                (best / "evaluation.json").write_text(json.dumps(row, indent=2))
+            target = self.config.train.target_return
+            if target is not None and row["mean"] >= target and self.solved_at is None:
+                self.solved_at = row
+        self.node.publish(self.topics.evaluation("train"), encode_json(row), qos=1, kind="eval")
+
+    def snapshot(self, elapsed: float) -> dict:
+        import numpy as np
+
+        m = self.metrics
+        return {
+            "elapsed": elapsed,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "mean_return": float(np.mean(self.recent_returns)) if self.recent_returns else None,
+            "samples_per_s": m.get("samples_per_s"),
+            "updates_per_s": m.get("updates_per_s"),
+            "updates": m.get("updates"),
+            "model_version": m.get("model_version", self.latest_version),
+            "learner": self.learner_status,
+            "workers_online": sum(s == "online" for s in self.worker_status.values()),
+            "workers": len(self.worker_status),
+            "rejected": sum((m.get("rejected") or {}).values()),
+            "last_eval": self.evals[-1] if self.evals else None,
+            "best_eval": self.best_eval,
+        }
+
+    def summary(self, stop_reason: str, wall: float) -> dict:
+        s = self.solved_at
+        return {
+            "run": self.config.run,
+            "algorithm": self.config.algorithm.name,
+            "env": self.config.env.id,
+            "seed": self.config.train.seed,
+            "stop_reason": stop_reason,
+            "wall_s": round(wall, 2),
+            "solved": s is not None,
+            "target_return": self.config.train.target_return,
+            "time_to_solve_s": s["wall_s"] if s else None,
+            # from the learner's first model to the publication of the model that solved: no start-up,
+            # no evaluation cadence (what a single-process library's clock measures)
+            "training_time_to_solve_s": s["training_s"] if s else None,
+            "env_steps_at_solve": s["env_steps"] if s else None,
+            "solve_eval_mean": s["mean"] if s else None,
+            "solve_model_version": s["model_version"] if s else None,
+            "best_eval_mean": self.best_eval,
+            "evaluations": len(self.evals),
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "updates": self.metrics.get("updates"),
+            "model_version": self.latest_version,
+            "rejected": self.metrics.get("rejected", {}),
+        }
+
+    def stop(self) -> None:
+        self.node.stop(flush_timeout=2)
+        self._episodes_file.close()
+        self._evals_file.close()

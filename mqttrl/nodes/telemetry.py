@@ -1,0 +1,355 @@
+"""The telemetry node: watches a run, aggregates, writes to storages, asks for best-model saves.
+
+It subscribes to episode stats, learner metrics, heartbeats, node states and
+evaluations; turns them into :class:`~mqttrl.storage.Point` s (schema in
+docs/telemetry.md) for every configured storage plugin; and when the moving
+average return beats the best so far, publishes ``cmd/learner/quicksave`` with
+``name="best"`` so the learner writes that model to ``checkpoints/best/``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import signal
+import threading
+import time
+from typing import Any
+
+import attrs
+
+from mqttrl.plugin.manager import get_registry
+from mqttrl.storage import Point
+from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.topics import Topics
+from mqttrl.wire import Rejected, RejectionCounter, StepRate, decode_episodes, decode_json, encode_json
+
+log = logging.getLogger("mqttrl.telemetry")
+
+
+@attrs.define
+class TelemetrySettings:
+    #: episodes in the moving averages
+    window: int = 20
+    #: aggregate points every this many seconds
+    interval_s: float = 2.0
+    #: ask for a best-model checkpoint when the moving average beats the best by this much
+    best_min_improvement: float = 0.0
+    #: at most one best-model quicksave this often
+    best_min_interval_s: float = 5.0
+    #: send best-model quicksave commands at all
+    quicksave_best: bool = True
+
+
+@attrs.define
+class WorkerView:
+    name: str
+    online: bool = False
+    returns: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=1000))
+    lengths: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=1000))
+    episodes: int = 0
+    env_steps: int = 0
+    steps: StepRate = attrs.Factory(StepRate)
+    model_version: int = -1
+    last_return: float | None = None
+    outbox: int = 0
+    dropped: int = 0
+    last_seen: float = 0.0
+
+
+def _mean(xs, n: int) -> float | None:
+    if not xs:
+        return None
+    tail = list(xs)[-n:]
+    return sum(tail) / len(tail)
+
+
+class TelemetryNode:
+    def __init__(self, broker: BrokerSettings, run: str, storages: list, settings: TelemetrySettings | None = None):
+        self.topics = Topics(run)
+        self.run_name = run
+        self.storages = storages
+        self.s = settings or TelemetrySettings()
+        self.rejections = RejectionCounter(log)
+        self.workers: dict[str, WorkerView] = {}
+        self.all_returns: collections.deque = collections.deque(maxlen=10000)
+        self.all_lengths: collections.deque = collections.deque(maxlen=10000)
+        self.episodes = 0
+        self.learner: dict = {}
+        self.learner_status = "unknown"
+        self.best: float | None = None
+        self.best_pending: tuple[float, int] | None = None
+        self._last_best_sent = 0.0
+        self.quicksaves_sent = 0
+        self._stop = threading.Event()
+        self._handled = 0
+        self._handle_time = 0.0
+        self.node = MqttNode(
+            broker,
+            client_id=f"mqttrl-telemetry-{run}",
+            persistent=True,
+            subscriptions=[
+                (self.topics.all_episodes, 1),
+                (self.topics.learner_metrics, 0),
+                (self.topics.learner_state, 1),
+                (self.topics.all_worker_states, 1),
+                (self.topics.all_heartbeats, 0),
+                (self.topics.all_evaluations, 1),
+            ],
+            inbox_limit=100000,
+        )
+
+    # ---- messages ----------------------------------------------------------
+    def _worker(self, name: str) -> WorkerView:
+        w = self.workers.get(name)
+        if w is None:
+            w = self.workers[name] = WorkerView(name=name)
+        return w
+
+    def _write(self, points: list[Point]) -> None:
+        for st in self.storages:
+            try:
+                st.write(points)
+            except Exception:  # one broken storage must not stop the others
+                log.exception("storage %s failed to take points", type(st).__name__)
+
+    def handle(self, topic: str, payload: bytes) -> None:
+        t0 = time.perf_counter()
+        try:
+            kind, name = self.topics.parse(topic)
+        except ValueError:
+            return
+        now = time.time()
+        tags = {"run": self.run_name}
+        try:
+            if kind == "episodes":
+                w = self._worker(name)
+                points = []
+                for e in decode_episodes(payload):
+                    ret = float(e["return"])
+                    w.returns.append(ret)
+                    w.lengths.append(e["length"])
+                    w.episodes += 1
+                    w.last_return = ret
+                    self.all_returns.append(ret)
+                    self.all_lengths.append(e["length"])
+                    self.episodes += 1
+                    fields = {"return": ret, "length": int(e["length"])}
+                    for k in ("model_version", "env_steps"):
+                        if isinstance(e.get(k), int):
+                            fields[k] = e[k]
+                    t = e.get("time")
+                    points.append(
+                        Point(
+                            "episode",
+                            {**tags, "worker": name},
+                            fields,
+                            t if isinstance(t, (int, float)) and abs(t - now) < 3600 else now,
+                        )
+                    )
+                    self._check_best(now)
+                self._write(points)
+            elif kind == "learner_metrics":
+                self.learner = decode_json(payload, {"updates": int, "model_version": int})
+                self._write(self._learner_points(now))
+            elif kind == "learner_state":
+                if payload:
+                    self.learner_status = decode_json(payload, {"status": str})["status"]
+            elif kind == "worker_state":
+                if payload:
+                    self._worker(name).online = decode_json(payload, {"status": str})["status"] == "online"
+            elif kind == "heartbeat":
+                hb = decode_json(payload, {"env_steps": int, "model_version": int})
+                w = self._worker(name)
+                w.steps.update(hb, now)
+                w.env_steps = hb["env_steps"]
+                w.model_version = hb["model_version"]
+                w.outbox = int(hb.get("outbox", 0))
+                w.dropped = int(sum((hb.get("dropped") or {}).values()))
+                w.last_seen = now
+                w.online = True
+            elif kind == "eval":
+                ev = decode_json(payload, {"mean": (int, float)})
+                fields = {k: float(ev[k]) for k in ("mean", "std", "min", "max") if isinstance(ev.get(k), (int, float))}
+                for k in ("model_version", "episodes"):
+                    if isinstance(ev.get(k), int):
+                        fields[k] = ev[k]
+                self._write([Point("eval", {**tags, "evaluator": name}, fields, now)])
+        except Rejected as r:
+            self.rejections.add(r, f"{kind} from {name or 'learner'}")
+        finally:
+            self._handled += 1
+            self._handle_time += time.perf_counter() - t0
+
+    def _learner_points(self, now: float) -> list[Point]:
+        m = self.learner
+        tags = {"run": self.run_name}
+        fields: dict[str, Any] = {}
+        for k in ("updates", "samples", "model_version", "workers_online", "inbox", "missing_batches"):
+            if isinstance(m.get(k), int):
+                fields[k] = m[k]
+        for k in ("updates_per_s", "samples_per_s"):
+            if isinstance(m.get(k), (int, float)):
+                fields[k] = float(m[k])
+        rejected = m.get("rejected") or {}
+        fields["rejected_total"] = int(sum(v for v in rejected.values() if isinstance(v, int)))
+        for k, v in (m.get("train") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                fields[f"train_{k}"] = float(v)
+        points = [Point("learner", tags, fields, now)]
+        points += [
+            Point("rejections", {**tags, "reason": r}, {"count": int(c)}, now)
+            for r, c in rejected.items()
+            if isinstance(c, int)
+        ]
+        return points
+
+    # ---- best model ---------------------------------------------------------
+    def _check_best(self, now: float) -> None:
+        if len(self.all_returns) < self.s.window:
+            return
+        avg = _mean(self.all_returns, self.s.window)
+        if self.best is not None and avg <= self.best + self.s.best_min_improvement:
+            return
+        self.best = avg
+        version = int(self.learner.get("model_version", -1))
+        self._write([Point("best", {"run": self.run_name}, {"mean_return": avg, "model_version": version}, now)])
+        self.best_pending = (avg, version)
+        self._maybe_send_best()
+
+    def _maybe_send_best(self) -> None:
+        if not self.s.quicksave_best or self.best_pending is None:
+            return
+        if time.monotonic() - self._last_best_sent < self.s.best_min_interval_s:
+            return
+        avg, version = self.best_pending
+        self.best_pending = None
+        self._last_best_sent = time.monotonic()
+        self.quicksaves_sent += 1
+        self.node.publish(
+            self.topics.command("quicksave"),
+            encode_json(
+                {
+                    "name": "best",
+                    "model_version": version,
+                    "mean_return": avg,
+                    "window": self.s.window,
+                    "from": "telemetry",
+                }
+            ),
+            qos=1,
+            kind="cmd",
+        )
+        log.info("new best moving-average return %.1f (model version %d): asked the learner to save it", avg, version)
+
+    # ---- aggregates ---------------------------------------------------------
+    def aggregate_points(self, now: float) -> list[Point]:
+        tags = {"run": self.run_name}
+        points = []
+        version = self.learner.get("model_version")
+        for w in self.workers.values():
+            wt = {**tags, "worker": w.name}
+            if w.returns:
+                points.append(
+                    Point(
+                        "episode_stats",
+                        wt,
+                        {
+                            "mean_return": _mean(w.returns, self.s.window),
+                            "mean_length": _mean(w.lengths, self.s.window),
+                            "episodes": w.episodes,
+                        },
+                        now,
+                    )
+                )
+            fields: dict[str, Any] = {
+                "online": int(w.online),
+                "env_steps": w.env_steps,
+                "env_steps_per_s": float(w.steps.rate or 0.0),
+                "outbox": w.outbox,
+                "dropped": w.dropped,
+            }
+            # always the same fields (None: not known yet) so every storage sees a stable schema
+            fields["version_lag"] = (
+                max(0, version - w.model_version) if isinstance(version, int) and w.model_version >= 0 else None
+            )
+            fields["last_return"] = w.last_return
+            points.append(Point("worker", wt, fields, now))
+        if self.all_returns:
+            points.append(
+                Point(
+                    "episode_stats",
+                    {**tags, "worker": "all"},
+                    {
+                        "mean_return": _mean(self.all_returns, self.s.window),
+                        "mean_length": _mean(self.all_lengths, self.s.window),
+                        "episodes": self.episodes,
+                    },
+                    now,
+                )
+            )
+        return points
+
+    # ---- main loop ------------------------------------------------------------
+    def stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def run(self, max_seconds: float | None = None) -> None:
+        self.node.start(wait=30)
+        log.info("telemetry for run %s: storages %s", self.run_name, [type(s).__name__ for s in self.storages])
+        next_agg = time.monotonic() + self.s.interval_s
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        window_t, window_n = time.monotonic(), 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    msg = self.node.inbox.get(timeout=0.1)
+                    self.handle(msg.topic, msg.payload)
+                except queue.Empty:
+                    pass
+                now = time.monotonic()
+                if now >= next_agg:
+                    next_agg = now + self.s.interval_s
+                    self._maybe_send_best()
+                    points = self.aggregate_points(time.time())
+                    n = self._handled - window_n
+                    points.append(
+                        Point(
+                            "telemetry",
+                            {"run": self.run_name},
+                            {
+                                "loop_ms": (self._handle_time / n * 1000) if n else 0.0,
+                                "messages_per_s": n / max(now - window_t, 1e-6),
+                                "pending_points": int(sum(getattr(s, "pending", 0) for s in self.storages)),
+                            },
+                            time.time(),
+                        )
+                    )
+                    self._handle_time, window_n, window_t = 0.0, self._handled, now
+                    self._write(points)
+                if deadline and now > deadline:
+                    break
+        finally:
+            self._write(self.aggregate_points(time.time()))
+            for st in self.storages:
+                try:
+                    st.close()
+                except Exception:
+                    log.exception("closing storage %s failed", type(st).__name__)
+            self.node.stop()
+
+
+def make_storages(names: list[str], options: dict[str, dict]) -> list:
+    registry = get_registry()
+    return [registry.storage(name)(dict(options.get(name, {}))) for name in names]
+
+
+def run_telemetry(
+    broker: BrokerSettings, run: str, storages: list, settings: TelemetrySettings, max_seconds: float | None = None
+) -> TelemetryNode:
+    node = TelemetryNode(broker, run, storages, settings)
+    signal.signal(signal.SIGTERM, node.stop)
+    signal.signal(signal.SIGINT, node.stop)
+    node.run(max_seconds=max_seconds)
+    return node

@@ -1,0 +1,1 @@
+"""Saving and restoring a learner: atomic checkpoints, RNG state, torch modules as numpy tensors."""

@@ -1,0 +1,452 @@
+"""MQTT transport: paho-mqtt 2.x, v2 callbacks, MQTT 5 with a 3.1.1 fallback.
+
+Rules this module enforces for every node:
+
+* network callbacks only enqueue (inbox) or set events;
+* one thread (the publisher) owns all publishing and subscribing;
+* the outbox is bounded and counts what it drops, per topic kind;
+* reconnects use paho's backoff; on every (re)connect the publisher thread
+  re-subscribes and re-publishes the node's birth messages;
+* the last will is set on every connect; a clean stop publishes the "offline"
+  state itself and disconnects without triggering the will.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+
+import attrs
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+log = logging.getLogger("mqttrl.transport")
+
+
+class BrokerUnavailable(ConnectionError):
+    """The broker could not be reached or refused us; the message says what to check."""
+
+
+@attrs.frozen
+class BrokerSettings:
+    """How to reach the broker. Credentials never travel in the run config."""
+
+    url: str = "mqtt://127.0.0.1:1883"
+    username: str | None = None
+    password: str | None = None
+    #: CA bundle for TLS (mqtts://); None uses the system store
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: skip hostname verification (self-signed test setups only)
+    tls_insecure: bool = False
+    #: "auto" tries MQTT 5 and falls back to 3.1.1; or "5" / "3.1.1"
+    protocol: str = "auto"
+    keepalive: int = 15
+    #: how long the broker keeps a persistent session while we are away
+    session_expiry_s: int = 3600
+
+    @property
+    def parsed(self) -> urllib.parse.SplitResult:
+        u = urllib.parse.urlsplit(self.url if "://" in self.url else f"mqtt://{self.url}")
+        if u.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
+            raise ValueError(f"broker URL {self.url!r}: scheme must be mqtt:// or mqtts://")
+        return u
+
+    @property
+    def host(self) -> str:
+        return self.parsed.hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return self.parsed.port or (8883 if self.tls else 1883)
+
+    @property
+    def tls(self) -> bool:
+        return self.parsed.scheme in ("mqtts", "ssl") or self.tls_ca is not None
+
+    @property
+    def user(self) -> str | None:
+        return self.username or (urllib.parse.unquote(self.parsed.username) if self.parsed.username else None)
+
+    @property
+    def secret(self) -> str | None:
+        return self.password or (urllib.parse.unquote(self.parsed.password) if self.parsed.password else None)
+
+
+@attrs.frozen
+class Message:
+    topic: str
+    payload: bytes
+    retain: bool = False
+
+
+@attrs.frozen
+class Outgoing:
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = False
+    #: topic kind used for drop accounting ("samples", "weights", ...)
+    kind: str = "other"
+
+
+_PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
+_negotiated: dict[tuple[str, int], int] = {}
+
+
+def _configure(client: mqtt.Client, settings: BrokerSettings) -> None:
+    if settings.user:
+        client.username_pw_set(settings.user, settings.secret)
+    if settings.tls:
+        client.tls_set(
+            ca_certs=settings.tls_ca,
+            certfile=settings.tls_cert,
+            keyfile=settings.tls_key,
+            cert_reqs=ssl.CERT_REQUIRED,
+        )
+        if settings.tls_insecure:
+            client.tls_insecure_set(True)
+
+
+def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[bool, str]:
+    """Connect once with a throwaway clean session; report whether the broker accepted."""
+    result: dict = {}
+    done = threading.Event()
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=f"mqttrl-probe-{socket.gethostname()[:20]}-{time.monotonic_ns() % 10**9}",
+        protocol=protocol,
+    )
+    _configure(c, settings)
+
+    def on_connect(client, userdata, flags, reason_code, properties):
+        result["rc"] = reason_code
+        done.set()
+
+    def on_disconnect(client, userdata, flags, reason_code, properties):
+        result.setdefault("rc", reason_code)
+        done.set()
+
+    c.on_connect = on_connect
+    c.on_disconnect = on_disconnect
+    try:
+        c.connect(settings.host, settings.port, keepalive=5)
+    except ssl.SSLError as exc:
+        return (
+            False,
+            f"cannot connect to {settings.host}:{settings.port}: TLS handshake failed ({exc}); check --tls-ca and the server certificate's host name",
+        )
+    except OSError as exc:
+        return False, f"cannot connect to {settings.host}:{settings.port} ({exc})"
+    c.loop_start()
+    try:
+        done.wait(timeout)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+    rc = result.get("rc")
+    if rc is None:
+        return False, "no answer from the broker"
+    if getattr(rc, "is_failure", False):
+        return False, str(rc)
+    return True, "ok"
+
+
+def negotiate_protocol(settings: BrokerSettings, timeout: float = 5.0) -> int:
+    """Pick MQTT 5 when the broker speaks it, else 3.1.1 (amqtt speaks only 3.1.1)."""
+    if settings.protocol in _PROTOCOLS:
+        return _PROTOCOLS[settings.protocol]
+    if settings.protocol != "auto":
+        raise ValueError(f"protocol {settings.protocol!r}: use auto, 5 or 3.1.1")
+    key = (settings.host, settings.port)
+    if key in _negotiated:
+        return _negotiated[key]
+    ok5, why5 = _probe(settings, mqtt.MQTTv5, timeout)
+    if ok5:
+        _negotiated[key] = mqtt.MQTTv5
+        return mqtt.MQTTv5
+    if "TLS handshake" in why5:
+        raise BrokerUnavailable(f"MQTT broker at {settings.url}: {why5}")
+    if "cannot connect" in why5:
+        raise BrokerUnavailable(
+            f"MQTT broker at {settings.url} is unreachable: {why5}. Check the host and port, "
+            "that the broker is running, and any firewall in between"
+        )
+    ok3, why3 = _probe(settings, mqtt.MQTTv311, timeout)
+    if ok3:
+        _negotiated[key] = mqtt.MQTTv311
+        log.info("broker %s speaks MQTT 3.1.1 only; using it", settings.url)
+        return mqtt.MQTTv311
+    raise BrokerUnavailable(
+        f"broker at {settings.url} refused us (MQTT 5: {why5}; MQTT 3.1.1: {why3}). "
+        "Check username/password, TLS settings and the broker's ACL"
+    )
+
+
+class MqttNode:
+    """One MQTT client with an inbox, a bounded outbox and a publisher thread.
+
+    ``birth`` is a callable returning the messages to (re)publish on every
+    connect (retained state, ...). ``will`` is the last-will message.
+    """
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        client_id: str,
+        *,
+        subscriptions: Iterable[tuple[str, int]] = (),
+        persistent: bool = False,
+        will: Outgoing | None = None,
+        birth: Callable[[], list[Outgoing]] | None = None,
+        inbox_limit: int = 10000,
+        inbox_block_s: float = 2.0,
+        outbox_limit: int = 10000,
+        inflight: int = 64,
+    ):
+        self.settings = settings
+        self.client_id = client_id
+        self.subscriptions = list(subscriptions)
+        self.persistent = persistent
+        self.will = will
+        self.birth = birth or (lambda: [])
+        self.inbox: queue.Queue[Message] = queue.Queue(maxsize=inbox_limit)
+        self._inbox_block_s = inbox_block_s
+        self._outbox: collections.deque[Outgoing] = collections.deque()
+        self._outbox_limit = outbox_limit
+        self._cv = threading.Condition()
+        self._connected = threading.Event()
+        self._need_setup = False
+        self._stopping = False
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self.inbox_dropped = 0
+        self.refused = 0
+        self.connects = 0
+        self.disconnects = 0
+        self.protocol = negotiate_protocol(settings)
+        self._client = self._make_client(inflight)
+        self._thread = threading.Thread(target=self._publisher, name=f"mqtt-pub-{client_id}", daemon=True)
+        self._started = False
+        self._last_drop_log = 0.0
+
+    # ---- setup -------------------------------------------------------------
+    def _make_client(self, inflight: int) -> mqtt.Client:
+        kwargs = {}
+        if self.protocol == mqtt.MQTTv311:
+            kwargs["clean_session"] = not self.persistent
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=self.protocol, **kwargs)
+        _configure(c, self.settings)
+        c.reconnect_delay_set(min_delay=0.25, max_delay=8)
+        c.max_inflight_messages_set(inflight)
+        c.max_queued_messages_set(inflight * 4)
+        if self.will is not None:
+            c.will_set(self.will.topic, self.will.payload, qos=self.will.qos, retain=self.will.retain)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_message = self._on_message
+        c.on_publish = self._on_publish
+        return c
+
+    def start(self, wait: float | None = 10.0) -> MqttNode:
+        """Connect in the background; with ``wait``, block until connected or raise."""
+        props = None
+        clean_start: bool | int = mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        if self.protocol == mqtt.MQTTv5:
+            props = Properties(PacketTypes.CONNECT)
+            if self.persistent:
+                props.SessionExpiryInterval = self.settings.session_expiry_s
+                clean_start = False
+            else:
+                clean_start = True
+        self._client.connect_async(
+            self.settings.host,
+            self.settings.port,
+            keepalive=self.settings.keepalive,
+            clean_start=clean_start if self.protocol == mqtt.MQTTv5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
+            properties=props,
+        )
+        self._client.loop_start()
+        self._thread.start()
+        self._started = True
+        if wait and not self._connected.wait(wait):
+            raise BrokerUnavailable(
+                f"{self.client_id}: no connection to {self.settings.url} after {wait:.0f}s; "
+                "check that the broker runs and accepts this client's credentials"
+            )
+        return self
+
+    # ---- callbacks: enqueue only ------------------------------------------
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        if reason_code.is_failure:
+            log.error("%s: broker refused connection: %s", self.client_id, reason_code)
+            return
+        self.connects += 1
+        sock = client.socket()
+        if sock is not None and hasattr(sock, "setsockopt"):
+            try:  # paho leaves Nagle on: small messages would wait for delayed ACKs (~40 ms on loopback)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        with self._cv:
+            self._need_setup = True
+            self._cv.notify_all()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self._connected.clear()
+        if not self._stopping:
+            self.disconnects += 1
+            log.warning("%s: disconnected from broker (%s); reconnecting", self.client_id, reason_code)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties):
+        if getattr(reason_code, "is_failure", False):  # MQTT 5 tells us; 3.1.1 brokers drop silently
+            self.refused += 1
+            if self.refused == 1 or self.refused % 100 == 0:
+                log.error(
+                    "%s: the broker refused a publish (%s, %d so far): check this user's ACL rights "
+                    "(a worker's MQTT username must equal its worker name)",
+                    self.client_id,
+                    reason_code,
+                    self.refused,
+                )
+
+    def _on_message(self, client, userdata, msg):
+        try:
+            self.inbox.put(Message(msg.topic, msg.payload, bool(msg.retain)), timeout=self._inbox_block_s)
+        except queue.Full:
+            self.inbox_dropped += 1
+
+    # ---- the publisher thread ---------------------------------------------
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False, kind: str = "other") -> None:
+        """Queue a message; if the outbox is full the oldest message of the same kind is dropped."""
+        msg = Outgoing(topic, payload, qos, retain, kind)
+        with self._cv:
+            if len(self._outbox) >= self._outbox_limit:
+                self._drop_one(kind)
+            self._outbox.append(msg)
+            self._cv.notify_all()
+
+    def send_now(self, topic: str, payload: bytes, kind: str = "other") -> None:
+        """QoS 0 from the calling thread, skipping the publisher thread's hop (for request/reply
+        latency). Use it from one thread only (that thread then owns this client's QoS 0 traffic);
+        while disconnected it falls back to the outbox."""
+        if self._connected.is_set():
+            info = self._client.publish(topic, payload, qos=0)
+            if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                return
+        self.publish(topic, payload, qos=0, kind=kind)
+
+    def _drop_one(self, kind: str) -> None:
+        for i, m in enumerate(self._outbox):
+            if m.kind == kind:
+                del self._outbox[i]
+                break
+        else:
+            m = self._outbox.popleft()
+        self.dropped[m.kind] += 1
+        now = time.monotonic()
+        if now - self._last_drop_log > 5:
+            self._last_drop_log = now
+            log.warning(
+                "%s: outbox full (%d messages; broker slow or unreachable); dropped oldest %s messages so far: %s",
+                self.client_id,
+                self._outbox_limit,
+                m.kind,
+                dict(self.dropped),
+            )
+
+    @property
+    def outbox_size(self) -> int:
+        with self._cv:
+            return len(self._outbox)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self._connected.wait(timeout)
+
+    def _setup(self) -> None:
+        """Runs on the publisher thread after each connect: subscribe, then birth messages."""
+        for topic, qos in self.subscriptions:
+            self._client.subscribe(topic, qos)
+        for m in self.birth():
+            self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain)
+        self._connected.set()
+        log.info("%s: connected to %s", self.client_id, self.settings.url)
+
+    def _publisher(self) -> None:
+        while True:
+            with self._cv:
+                while (
+                    not self._stopping and not self._need_setup and (not self._outbox or not self._connected.is_set())
+                ):
+                    self._cv.wait(0.2)
+                if self._stopping and (not self._outbox or not self._connected.is_set()):
+                    return
+                setup = self._need_setup
+                self._need_setup = False
+                msg = None if setup else self._outbox.popleft()
+            if setup:
+                try:
+                    self._setup()
+                except Exception:  # never let the publisher die
+                    log.exception("%s: setup after connect failed", self.client_id)
+                continue
+            self._send(msg)
+
+    def _send(self, msg: Outgoing) -> None:
+        while True:
+            info = self._client.publish(msg.topic, msg.payload, qos=msg.qos, retain=msg.retain)
+            if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                return
+            if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:  # paho's inflight window is full: wait for acks
+                time.sleep(0.002)
+                continue
+            if info.rc == mqtt.MQTT_ERR_NO_CONN and msg.qos > 0:
+                # the connection dropped just before on_disconnect ran: paho has kept this
+                # QoS>0 message and resends it after the reconnect, so re-queueing it here
+                # would deliver it twice
+                self._connected.clear()
+                return
+            # not connected: put it back at the front and wait for the reconnect
+            with self._cv:
+                self._outbox.appendleft(msg)
+                self._connected.clear()
+            return
+
+    # ---- shutdown ------------------------------------------------------------
+    def stop(self, final: Iterable[Outgoing] = (), flush_timeout: float = 5.0) -> None:
+        """Flush the outbox (bounded wait), publish ``final`` messages, disconnect cleanly."""
+        if not self._started:
+            return
+        deadline = time.monotonic() + flush_timeout
+        while self.outbox_size and self.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        infos = []
+        if self.connected:
+            for m in final:
+                infos.append(self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain))
+        for info in infos:
+            try:
+                info.wait_for_publish(max(0.1, deadline - time.monotonic()))
+            except (RuntimeError, ValueError):
+                pass
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        # wait for paho to finish sending what it holds
+        while self._client.want_write() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._thread.join(timeout=2)

@@ -1,0 +1,355 @@
+"""DQN's torch half: the Q-network, the replay learner and a torch forward for actors/servers.
+
+Imported only where torch is wanted (the learner, a torch forward). Workers
+that have no torch use :mod:`mqttrl_plugins.dqn` with its numpy forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mqttrl.state.rng import rng_from_json, rng_to_json
+from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
+from mqttrl.wire import SampleBatch
+
+from .dqn import _REPLAY_FIELDS, DQNParams, Tensors, _net_info, _spaces, sample_spec
+
+
+class QNetwork(nn.Module):
+    def __init__(self, obs_dim: int, n_actions: int, hidden: list[int], dueling: bool):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        self.trunk = nn.Sequential(*layers)
+        self.dueling = dueling
+        if dueling:
+            self.value = nn.Linear(width, 1)
+            self.advantage = nn.Linear(width, n_actions)
+        else:
+            self.head = nn.Linear(width, n_actions)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.trunk(obs.flatten(1))
+        if self.dueling:
+            adv = self.advantage(x)
+            return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+        return self.head(x)
+
+
+def _net_from_info(info: Mapping[str, Any]) -> QNetwork:
+    return QNetwork(
+        int(info["obs_dim"]), int(info["n_actions"]), [int(h) for h in info["hidden"]], bool(info["dueling"])
+    )
+
+
+class TorchQForward:
+    """Q-values with torch (inference mode), loaded from the exported weights."""
+
+    def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+        self.obs_dim, self.n_actions = _spaces(obs_space, act_space)
+        self.info = _net_info(self.obs_dim, self.n_actions, params)
+        with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
+            torch.manual_seed(seed)
+            self.net = _net_from_info(self.info)
+        self.net.eval()
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        full = {**self.info, **{k: info[k] for k in ("hidden", "dueling") if k in info}}
+        with torch.random.fork_rng(devices=[]):
+            net = _net_from_info(full)
+        load_module(net, tensors)  # raises before anything is replaced
+        net.eval()
+        self.net = net  # the swap: one assignment
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        x = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+        with torch.inference_mode():
+            return {"q": self.net(x).numpy()}
+
+
+# --------------------------------------------------------------------------
+# 5. Replay and learner
+# --------------------------------------------------------------------------
+
+
+class SumTree:
+    """A binary sum tree in one numpy array: root at 1, leaf i at ``leaves + i``.
+
+    Updates and prefix-sum searches work on whole index batches, one tree level
+    per numpy operation.
+    """
+
+    def __init__(self, capacity: int):
+        self.leaves = 1 << max(0, (capacity - 1).bit_length())
+        self.depth = self.leaves.bit_length() - 1
+        self.tree = np.zeros(2 * self.leaves, dtype=np.float64)
+
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def get(self, idx: np.ndarray) -> np.ndarray:
+        return self.tree[self.leaves + np.asarray(idx)]
+
+    def min(self, n: int) -> float:
+        """Smallest of the first ``n`` leaves."""
+        return float(self.tree[self.leaves : self.leaves + n].min())
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        pos = self.leaves + np.asarray(idx, dtype=np.int64)
+        self.tree[pos] = values
+        for _ in range(self.depth):  # parents recomputed from children (duplicates write the same value)
+            pos = pos // 2
+            self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """Leaf index holding each prefix-sum value in ``mass`` (each in [0, total))."""
+        mass = np.array(mass, dtype=np.float64)
+        idx = np.ones(len(mass), dtype=np.int64)
+        for _ in range(self.depth):
+            left = self.tree[2 * idx]
+            right = mass >= left
+            mass = np.where(right, mass - left, mass)
+            idx = 2 * idx + right
+        return idx - self.leaves
+
+
+class DQNLearner:
+    def __init__(
+        self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+    ):
+        self.params = p = params
+        self.obs_dim, self.n_actions = _spaces(obs_space, act_space)
+        self.spec = sample_spec(params, obs_space, act_space)
+        self.device = torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.online = QNetwork(self.obs_dim, self.n_actions, list(p.hidden), p.dueling).to(self.device)
+        self.target = QNetwork(self.obs_dim, self.n_actions, list(p.hidden), p.dueling).to(self.device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
+
+        # replay: preallocated arrays, a ring over ``capacity`` slots
+        self.capacity = cap = p.buffer_size
+        self.obs = np.zeros((cap, self.obs_dim), np.float32)
+        self.action = np.zeros(cap, np.int64)
+        self.reward = np.zeros(cap, np.float32)
+        self.next_obs = np.zeros((cap, self.obs_dim), np.float32)
+        self.discount = np.zeros(cap, np.float32)
+        self.pos = 0
+        self.size = 0
+        self.tree = SumTree(cap) if p.prioritized else None
+        self.max_priority = 1.0  # new samples get the highest priority seen so far (already ** alpha)
+
+        #: gradient updates done
+        self.updates = 0
+        #: transitions ever added
+        self.samples_added = 0
+
+    # ---- pacing
+
+    def _debt(self) -> float:
+        """Updates owed to reach replay_ratio."""
+        return self.samples_added * self.params.replay_ratio / self.params.batch_size - self.updates
+
+    def train_due(self) -> bool:
+        return self.size >= max(self.params.learning_starts, self.params.batch_size) and self._debt() > 0
+
+    _paused = False
+
+    def behind(self) -> bool:
+        # before learning starts nothing can be trained, so pausing workers would deadlock
+        if self.size < max(self.params.learning_starts, self.params.batch_size):
+            return False
+        # hysteresis: pause above max_update_debt, resume only once half of it is paid off, so the
+        # retained flow message flips a few times a second at most, not on every batch
+        debt = self._debt()
+        if self._paused:
+            self._paused = debt > self.params.max_update_debt / 2
+        else:
+            self._paused = debt > self.params.max_update_debt
+        return self._paused
+
+    # ---- replay
+
+    def add(self, batch: SampleBatch) -> int:
+        self.spec.validate(batch.arrays, batch.count)  # raises Rejected; nothing is dropped silently
+        n = batch.count
+        a = batch.arrays
+        keep = slice(max(0, n - self.capacity), n)  # a batch larger than the buffer keeps its newest rows
+        m = keep.stop - keep.start
+        idx = (self.pos + np.arange(m)) % self.capacity
+        self.obs[idx] = a["obs"][keep].reshape(m, -1)
+        self.action[idx] = a["action"][keep]
+        self.reward[idx] = a["reward"][keep]
+        self.next_obs[idx] = a["next_obs"][keep].reshape(m, -1)
+        self.discount[idx] = a["discount"][keep]
+        if self.tree is not None:
+            self.tree.set(idx, np.full(m, self.max_priority))
+        self.pos = int((self.pos + m) % self.capacity)
+        self.size = min(self.capacity, self.size + m)
+        self.samples_added += n
+        return n
+
+    def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Indices of one batch and, when prioritized, their importance-sampling weights."""
+        B = self.params.batch_size
+        if self.tree is None:
+            return self.rng.integers(0, self.size, B), None
+        total = self.tree.total()
+        mass = (np.arange(B) + self.rng.random(B)) * (total / B)  # stratified: one draw per segment
+        idx = np.minimum(self.tree.find(mass), self.size - 1)
+        prio = self.tree.get(idx)
+        p_min = self.tree.min(self.size)
+        beta = self._beta()
+        weights = (prio / p_min) ** (-beta)  # = (N P(i))^-beta / max_j (N P(j))^-beta
+        return idx, weights
+
+    def _beta(self) -> float:
+        p = self.params
+        return p.per_beta0 + (1.0 - p.per_beta0) * min(1.0, self.updates / p.per_beta_updates)
+
+    # ---- training
+
+    def train_step(self) -> dict[str, float]:
+        p = self.params
+        idx, weights = self._sample()
+        dev = self.device
+        obs = torch.from_numpy(self.obs[idx]).to(dev)
+        action = torch.from_numpy(self.action[idx]).to(dev)
+        reward = torch.from_numpy(self.reward[idx]).to(dev)
+        next_obs = torch.from_numpy(self.next_obs[idx]).to(dev)
+        discount = torch.from_numpy(self.discount[idx]).to(dev)
+
+        with torch.no_grad():
+            next_target = self.target(next_obs)
+            if p.double:
+                next_action = self.online(next_obs).argmax(dim=1, keepdim=True)
+            else:
+                next_action = next_target.argmax(dim=1, keepdim=True)
+            next_value = next_target.gather(1, next_action).squeeze(1)
+            target = reward + discount * next_value
+
+        q = self.online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
+        td = target - q
+        elementwise = F.smooth_l1_loss(q, target, reduction="none")
+        if weights is not None:
+            loss = (torch.from_numpy(weights.astype(np.float32)).to(dev) * elementwise).mean()
+        else:
+            loss = elementwise.mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if p.grad_clip > 0:
+            grad_norm = float(nn.utils.clip_grad_norm_(self.online.parameters(), p.grad_clip))
+        else:
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.online.parameters()])))
+        self.optimizer.step()
+
+        td_abs = td.detach().abs().cpu().numpy().astype(np.float64)
+        if self.tree is not None:
+            prio = (td_abs + p.per_eps) ** p.per_alpha
+            self.tree.set(idx, prio)
+            self.max_priority = max(self.max_priority, float(prio.max()))
+
+        self.updates += 1
+        if self.updates % p.target_update_every == 0:
+            self._update_target()
+
+        metrics = {
+            "loss": float(loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "td_abs_mean": float(td_abs.mean()),
+            "target_mean": float(target.mean()),
+            "grad_norm": grad_norm,
+            "buffer_size": float(self.size),
+            "replay_ratio": self.updates * p.batch_size / max(1, self.samples_added),
+        }
+        if weights is not None:
+            metrics["per_beta"] = self._beta()
+        return metrics
+
+    def _update_target(self) -> None:
+        tau = self.params.tau
+        with torch.no_grad():
+            if tau >= 1.0:
+                self.target.load_state_dict(self.online.state_dict())
+            else:
+                for t, o in zip(self.target.parameters(), self.online.parameters()):
+                    t.lerp_(o, tau)
+
+    # ---- weights and checkpoints
+
+    def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
+        return export_module(self.online), _net_info(self.obs_dim, self.n_actions, self.params)
+
+    def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
+        tensors = {**export_module(self.online, "online."), **export_module(self.target, "target.")}
+
+        opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
+
+        tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
+        meta: dict[str, Any] = {
+            "algorithm": "dqn",
+            "net": _net_info(self.obs_dim, self.n_actions, self.params),
+            "updates": self.updates,
+            "samples_added": self.samples_added,
+            "max_priority": self.max_priority,
+            "optimizer": opt_meta,
+            "rng_numpy": rng_to_json(self.rng.bit_generator.state),
+            "replay": None,
+        }
+        if include_replay:
+            n = self.size
+            for name in _REPLAY_FIELDS:
+                tensors[f"replay.{name}"] = getattr(self, name)[:n].copy()
+            if self.tree is not None:
+                tensors["replay.priorities"] = self.tree.get(np.arange(n)).copy()
+            meta["replay"] = {"pos": self.pos, "size": self.size, "capacity": self.capacity}
+        return tensors, meta
+
+    def load_state_dict(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        if meta.get("algorithm") != "dqn":
+            raise ValueError(f"not a dqn checkpoint (algorithm={meta.get('algorithm')!r})")
+        net = meta["net"]
+        mine = _net_info(self.obs_dim, self.n_actions, self.params)
+        if dict(net) != mine:
+            raise ValueError(f"checkpoint network {dict(net)} differs from the configured one {mine}")
+        load_module(self.online, tensors, "online.")
+        load_module(self.target, tensors, "target.")
+
+        load_optimizer_state(self.optimizer, tensors, meta["optimizer"], self.device)
+
+        self.updates = int(meta["updates"])
+        self.samples_added = int(meta["samples_added"])
+        self.max_priority = float(meta["max_priority"])
+        self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
+        torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
+
+        replay = meta.get("replay")
+        if replay:
+            n = int(replay["size"])
+            if n > self.capacity:
+                raise ValueError(f"checkpoint replay holds {n} transitions, buffer_size is {self.capacity}")
+            for name in _REPLAY_FIELDS:
+                arr = np.asarray(tensors[f"replay.{name}"])
+                getattr(self, name)[:n] = arr.reshape(getattr(self, name)[:n].shape)
+            self.size = n
+            self.pos = int(replay["pos"]) if int(replay["capacity"]) == self.capacity else n % self.capacity
+            if self.tree is not None:
+                self.tree = SumTree(self.capacity)
+                if "replay.priorities" in tensors:
+                    prio = np.asarray(tensors["replay.priorities"], dtype=np.float64)
+                else:  # saved without prioritization: start uniform
+                    prio = np.full(n, self.max_priority)
+                self.tree.set(np.arange(n), prio)
