@@ -1,23 +1,31 @@
 """The algorithm seam: what a plugin supplies so that learner and worker stay generic.
 
-An algorithm is described by an :class:`AlgorithmInfo` and has two halves:
+An algorithm is described by an :class:`AlgorithmInfo` and has three parts:
 
-* an :class:`Actor` on each worker: picks actions for a batch of envs, turns
-  the transitions it sees into sample arrays, loads weights;
-* a :class:`Learner` in the learner process: takes validated batches, says when
-  a training step is due, trains, exports weights and checkpoints its state.
+* a :class:`Forward` — the network: observations in, raw outputs out (Q-values,
+  logits, values). It runs in local torch, local numpy, or on a remote
+  inference server; exploration and sampling are not part of it.
+* an :class:`Actor` on each worker, numpy only: picks actions over any forward,
+  turns the transitions it sees into sample arrays, loads weights.
+* a learner in the learner process, one protocol per mode:
 
-Mode ``"async"`` (Ape-X style) accepts samples from any worker at any time
-within a staleness window; the node calls ``train_step`` while ``train_due``.
-Mode ``"sync"`` (PPO style) trains one round per model version: each live worker
-sends one batch (its share) made with version v; when all have (or the round
-times out) the node calls ``train_round`` and publishes v+1.
+  - mode ``"async"`` (Ape-X): an :class:`AsyncLearner` takes batches from any
+    worker at any time within the staleness window; the node calls
+    ``train_step`` while ``train_due``, and pauses workers while ``behind``.
+  - mode ``"sync"`` (PPO rounds): a :class:`SyncLearner` trains one round per
+    model version; each live worker sends one batch (its share) made with
+    version v; when all have (or the round times out) the node calls
+    ``train_round`` and publishes v+1. Its actor is a :class:`SyncActor`: it can
+    ``discard`` a partial share when a round finished without it.
+
+Every method a node calls is in these protocols: nodes never probe for optional
+methods with ``getattr``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 import gymnasium as gym
@@ -26,6 +34,7 @@ import numpy as np
 from mqttrl.wire import SampleBatch, SampleSpec
 
 Tensors = dict[str, np.ndarray]
+Mode = Literal["async", "sync"]
 
 
 @attrs.frozen
@@ -40,7 +49,28 @@ class ActorContext:
     seed: int = 0
 
 
+@runtime_checkable
+class Forward(Protocol):
+    """The network part of a policy: observations in, raw outputs out.
+
+    The same actor works with a torch forward, a numpy forward or a remote
+    inference server, because exploration and sampling stay in the actor.
+    """
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        """Replace the parameters (from :meth:`AsyncLearner.export_weights` / :meth:`SyncLearner.export_weights`)."""
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """Raw outputs for a batch of observations, each array with the batch as its first axis."""
+
+    def close(self) -> None:
+        """Release what the forward holds (a remote forward's MQTT client); local forwards do nothing."""
+
+
+@runtime_checkable
 class Actor(Protocol):
+    """The worker side of an algorithm, numpy only, over any :class:`Forward`."""
+
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """Replace the policy's parameters (called between steps, never during one)."""
 
@@ -60,33 +90,26 @@ class Actor(Protocol):
         """Take one vector step's transitions (``next_obs`` is the final obs where an episode ended)."""
 
     def pending(self) -> int:
-        """Transitions ready to send. In sync mode this stays 0 until the actor's whole
-        share of the round is collected; the worker then sends it and blocks in
-        ``sync()`` until the next model version arrives."""
+        """Transitions ready to send. For a :class:`SyncActor` this stays 0 until the actor's
+        whole share of the round is collected; the worker then sends it and waits for the
+        next model version."""
 
     def take(self) -> Tensors:
         """Remove and return the ready transitions as arrays matching the sample spec."""
 
 
-class Learner(Protocol):
+@runtime_checkable
+class SyncActor(Actor, Protocol):
+    """The actor of a sync-mode algorithm."""
+
+    def discard(self) -> None:
+        """Drop a partial share: its round finished without this worker, and the share's
+        model version is no longer the open round's."""
+
+
+class _LearnerCommon(Protocol):
+    #: gradient updates so far (checkpoint names and cadence count these)
     updates: int
-
-    def add(self, batch: SampleBatch) -> int:
-        """Ingest a validated batch; returns transitions added."""
-
-    def train_due(self) -> bool:
-        """Whether a training step should run now."""
-
-    def behind(self) -> bool:
-        """True when samples arrive faster than training keeps up (flow control)."""
-
-    def train_step(self) -> dict[str, float]:
-        """Async mode: run one update; returns scalar metrics."""
-
-    def train_round(self, batches: list[SampleBatch]) -> dict[str, float]:
-        """Sync mode: train on one round (every batch was produced with the current
-        model version, at most one batch per worker); returns scalar metrics. The node
-        publishes the next model version right after."""
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
         """Policy parameters for workers, as numpy arrays, plus JSON-able info."""
@@ -98,31 +121,54 @@ class Learner(Protocol):
         """Restore from :meth:`state_dict` output."""
 
 
-class Forward(Protocol):
-    """The network part of a policy: observations in, raw outputs out (Q-values, logits, values).
+@runtime_checkable
+class AsyncLearner(_LearnerCommon, Protocol):
+    """Mode ``"async"``: batches from any worker at any time, training whenever due."""
 
-    Exploration and sampling are not part of it; the actor does those in numpy, so the
-    same actor works with a torch forward, a numpy forward or a remote inference server.
-    """
+    def add(self, batch: SampleBatch) -> int:
+        """Ingest a validated batch; returns transitions added."""
 
-    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None: ...
+    def train_due(self) -> bool:
+        """Whether a training step should run now."""
 
-    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]: ...
+    def behind(self) -> bool:
+        """True when samples arrive faster than training keeps up (the node pauses workers)."""
+
+    def train_step(self) -> dict[str, float]:
+        """Run one update; returns scalar metrics."""
+
+
+@runtime_checkable
+class SyncLearner(_LearnerCommon, Protocol):
+    """Mode ``"sync"``: one training round per model version."""
+
+    def train_round(self, batches: list[SampleBatch]) -> dict[str, float]:
+        """Train on one round: every batch was made with the current model version, at most
+        one batch per worker. The node publishes the next model version right after."""
 
 
 @attrs.frozen
 class AlgorithmInfo:
+    """What ``mqttrl_register_algorithms`` registers."""
+
     name: str
     description: str
     #: attrs class of hyperparameters; every field needs a default
     params: type
-    mode: Literal["async", "sync"]
+    mode: Mode
+    #: ``sample_spec(params, obs_space, act_space)``: what one batch must hold
     sample_spec: Callable[[Any, gym.Space, gym.Space], SampleSpec]
-    #: ``make_actor(params, obs_space, act_space, ctx, forward=None)``; without a forward
-    #: the actor builds a local one (torch if importable, else numpy)
-    make_actor: Callable[..., Actor]
-    #: ``make_learner(params, obs_space, act_space, device, seed)``; may import torch
-    make_learner: Callable[[Any, gym.Space, gym.Space, str, int], Learner]
-    #: ``make_forward(params, obs_space, act_space, backend)`` with backend "torch" or "numpy";
-    #: None if the algorithm cannot run on an inference server or without torch
-    make_forward: Callable[[Any, gym.Space, gym.Space, str], Forward] | None = None
+    #: ``make_actor(params, obs_space, act_space, ctx, forward)``: an :class:`Actor`
+    #: (a :class:`SyncActor` in sync mode) over the given forward
+    make_actor: Callable[[Any, gym.Space, gym.Space, ActorContext, Forward], Actor]
+    #: ``make_learner(params, obs_space, act_space, device, seed)``: an :class:`AsyncLearner`
+    #: or a :class:`SyncLearner`, as ``mode`` says; may import torch
+    make_learner: Callable[[Any, gym.Space, gym.Space, str, int], AsyncLearner | SyncLearner]
+    #: ``make_forward(params, obs_space, act_space, backend, seed)`` with backend "torch" or "numpy"
+    make_forward: Callable[..., Forward]
+    #: the backends ``make_forward`` accepts, best first for a worker ("numpy" needs no torch)
+    backends: tuple[str, ...] = ("numpy", "torch")
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in ("async", "sync"):
+            raise ValueError(f"algorithm {self.name!r}: mode must be 'async' or 'sync', not {self.mode!r}")

@@ -1,13 +1,18 @@
-"""The topic tree, built here and nowhere else.
+"""The topic tree of a run, declared once in :data:`TABLE`.
 
-Every topic of a run lives under ``mqttrl/<run>/``. Builders return strings;
-:func:`parse` turns a received topic back into ``(kind, name)`` so nodes never
-split topic strings themselves.
+Every topic lives under ``mqttrl/<run>/``. The table gives each :class:`Kind`
+its path pattern, QoS, whether it is retained and what its payload is; the
+builders, the subscription filters and the parser are all derived from it, so
+nodes never build or split topic strings themselves. docs/architecture.md
+shows the same table (a test keeps them equal).
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
+
+import attrs
 
 ROOT = "mqttrl"
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -20,141 +25,223 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+class Kind(StrEnum):
+    """What a topic carries. Values equal the strings :meth:`Topics.parse` returned before the enum."""
+
+    CONFIG = "config"
+    WEIGHTS = "weights"
+    FLOW = "flow"
+    LEARNER_STATE = "learner_state"
+    LEARNER_METRICS = "learner_metrics"
+    SAMPLES = "samples"
+    EPISODES = "episodes"
+    HEARTBEAT = "heartbeat"
+    WORKER_STATE = "worker_state"
+    EVAL = "eval"
+    COMMAND = "command"
+    REPLY = "reply"
+    INFER_REQUEST = "infer_request"
+    INFER_REPLY = "infer_reply"
+    INFERENCE_STATE = "inference_state"
+    INFERENCE_METRICS = "inference_metrics"
+
+
+@attrs.frozen
+class TopicSpec:
+    """One row of the table. ``pattern`` is relative to ``mqttrl/<run>/``; ``{name}`` is one level."""
+
+    kind: Kind
+    pattern: str
+    qos: int
+    retained: bool
+    publisher: str
+    payload: str
+    #: what ``{name}`` names, for the error of a bad name
+    name_is: str = ""
+
+    @property
+    def named(self) -> bool:
+        return "{name}" in self.pattern
+
+
+TABLE: tuple[TopicSpec, ...] = (
+    TopicSpec(Kind.CONFIG, "config", 1, True, "learner", "JSON: resolved config + protocol version"),
+    TopicSpec(Kind.WEIGHTS, "weights", 1, True, "learner", "safetensors; metadata: version, learner epoch, checksum"),
+    TopicSpec(Kind.FLOW, "flow", 1, True, "learner", "JSON: pause/resume (flow control)"),
+    TopicSpec(
+        Kind.LEARNER_STATE, "state/learner", 1, True, "learner", "JSON birth message; the last will sets it offline"
+    ),
+    TopicSpec(Kind.LEARNER_METRICS, "metrics/learner", 0, False, "learner", "JSON"),
+    TopicSpec(Kind.SAMPLES, "samples/{name}", 1, False, "worker", "sample batch (MQSB)", "worker"),
+    TopicSpec(
+        Kind.EPISODES, "episodes/{name}", 1, False, "worker", "JSON list of the batch's finished episodes", "worker"
+    ),
+    TopicSpec(Kind.HEARTBEAT, "heartbeat/{name}", 0, False, "worker", "JSON counters", "worker"),
+    TopicSpec(
+        Kind.WORKER_STATE,
+        "state/workers/{name}",
+        1,
+        True,
+        "worker",
+        "JSON birth message; the last will sets it offline",
+        "worker",
+    ),
+    TopicSpec(Kind.EVAL, "eval/{name}", 1, False, "evaluator", "JSON", "evaluator"),
+    TopicSpec(Kind.COMMAND, "cmd/learner/{name}", 1, False, "telemetry, operators", "JSON", "command"),
+    TopicSpec(Kind.REPLY, "reply/{name}", 1, False, "learner", "JSON", "request id"),
+    TopicSpec(Kind.INFER_REQUEST, "infer/{name}/request", 0, False, "worker", "observations (MQSB)", "server"),
+    TopicSpec(Kind.INFER_REPLY, "infer/{name}/reply", 0, False, "inference server", "network outputs (MQSB)", "worker"),
+    TopicSpec(
+        Kind.INFERENCE_STATE,
+        "state/inference/{name}",
+        1,
+        True,
+        "inference server",
+        "JSON birth message; the last will sets it offline",
+        "server",
+    ),
+    TopicSpec(Kind.INFERENCE_METRICS, "metrics/inference/{name}", 0, False, "inference server", "JSON", "server"),
+)
+SPECS: dict[Kind, TopicSpec] = {s.kind: s for s in TABLE}
+# parse: (number of levels, fixed levels with None where the name goes) -> kind
+_PARSE = [(tuple(None if p == "{name}" else p for p in s.pattern.split("/")), s.kind) for s in TABLE]
+
+
 class Topics:
-    """All topics of one run."""
+    """All topics of one run, built from :data:`TABLE`."""
+
+    #: server name reserved for the shared request topic that every server consumes from
+    POOL = "pool"
 
     def __init__(self, run: str):
         self.run = check_name("run", run)
         self.base = f"{ROOT}/{run}"
 
-    # retained, learner-owned
+    # ---- derived from the table ----------------------------------------------
+    def topic(self, kind: Kind, name: str = "") -> str:
+        """The topic of ``kind`` (for ``name`` where the pattern has one)."""
+        spec = SPECS[kind]
+        if spec.named:
+            return f"{self.base}/" + spec.pattern.replace("{name}", check_name(spec.name_is, name))
+        return f"{self.base}/{spec.pattern}"
+
+    def filter(self, kind: Kind) -> str:
+        """The subscription filter for every topic of ``kind`` (``+`` where the name goes)."""
+        return f"{self.base}/" + SPECS[kind].pattern.replace("{name}", "+")
+
+    def subscription(self, kind: Kind) -> tuple[str, int]:
+        """``(filter, qos)`` as the table says, for ``MqttNode(subscriptions=...)``."""
+        return self.filter(kind), SPECS[kind].qos
+
+    def parse(self, topic: str) -> tuple[Kind, str]:
+        """Map a topic of this run to ``(kind, name)``; ``name`` is "" for singleton topics.
+
+        Raises ValueError for topics outside this run's tree or not in the table.
+        """
+        prefix = self.base + "/"
+        if not topic.startswith(prefix):
+            raise ValueError(f"topic {topic!r} is not under {prefix!r}")
+        parts = topic[len(prefix) :].split("/")
+        for fixed, kind in _PARSE:
+            if len(fixed) != len(parts):
+                continue
+            name = ""
+            for want, got in zip(fixed, parts):
+                if want is None:
+                    name = got
+                elif want != got:
+                    break
+            else:
+                return kind, name
+        raise ValueError(f"unknown topic {topic!r}")
+
+    # ---- named builders, for readable call sites -----------------------------
     @property
     def config(self) -> str:
-        return f"{self.base}/config"
+        return self.topic(Kind.CONFIG)
 
     @property
     def weights(self) -> str:
-        return f"{self.base}/weights"
+        return self.topic(Kind.WEIGHTS)
 
     @property
     def flow(self) -> str:
         """Retained flow-control signal from the learner (JSON)."""
-        return f"{self.base}/flow"
+        return self.topic(Kind.FLOW)
 
     @property
     def learner_state(self) -> str:
-        return f"{self.base}/state/learner"
+        return self.topic(Kind.LEARNER_STATE)
 
     @property
     def learner_metrics(self) -> str:
-        return f"{self.base}/metrics/learner"
+        return self.topic(Kind.LEARNER_METRICS)
 
-    # worker-owned
     def samples(self, worker: str) -> str:
-        return f"{self.base}/samples/{check_name('worker', worker)}"
+        return self.topic(Kind.SAMPLES, worker)
 
     def episodes(self, worker: str) -> str:
-        return f"{self.base}/episodes/{check_name('worker', worker)}"
+        return self.topic(Kind.EPISODES, worker)
 
     def heartbeat(self, worker: str) -> str:
-        return f"{self.base}/heartbeat/{check_name('worker', worker)}"
+        return self.topic(Kind.HEARTBEAT, worker)
 
     def worker_state(self, worker: str) -> str:
-        return f"{self.base}/state/workers/{check_name('worker', worker)}"
+        return self.topic(Kind.WORKER_STATE, worker)
 
-    # evaluation results (published by evaluators, e.g. `mqttrl train`)
     def evaluation(self, evaluator: str) -> str:
-        return f"{self.base}/eval/{check_name('evaluator', evaluator)}"
+        """Evaluation results (published by evaluators, e.g. `mqttrl train`)."""
+        return self.topic(Kind.EVAL, evaluator)
 
-    # commands
     def command(self, command: str) -> str:
-        return f"{self.base}/cmd/learner/{check_name('command', command)}"
+        return self.topic(Kind.COMMAND, command)
 
-    # central inference (SEED style)
-    #: server name reserved for the shared request topic that every server consumes from
-    POOL = "pool"
+    def reply(self, request_id: str) -> str:
+        """Where a node answers a command that asked for a reply."""
+        return self.topic(Kind.REPLY, request_id)
 
     def infer_request(self, server: str = POOL) -> str:
         """Requests to one server, or to the pool (MQTT 5 shared subscription over all servers)."""
-        return f"{self.base}/infer/{check_name('server', server)}/request"
+        return self.topic(Kind.INFER_REQUEST, server)
 
     def infer_reply(self, worker: str) -> str:
-        return f"{self.base}/infer/{check_name('worker', worker)}/reply"
+        return self.topic(Kind.INFER_REPLY, worker)
 
     def shared_infer_requests(self, group: str = "mqttrl-infer") -> str:
         """The shared-subscription filter through which the broker spreads pool requests over servers."""
         return f"$share/{check_name('group', group)}/{self.infer_request(self.POOL)}"
 
     def inference_state(self, server: str) -> str:
-        return f"{self.base}/state/inference/{check_name('server', server)}"
-
-    @property
-    def all_inference_states(self) -> str:
-        return f"{self.base}/state/inference/+"
+        return self.topic(Kind.INFERENCE_STATE, server)
 
     def inference_metrics(self, server: str) -> str:
-        return f"{self.base}/metrics/inference/{check_name('server', server)}"
+        return self.topic(Kind.INFERENCE_METRICS, server)
 
-    def reply(self, request_id: str) -> str:
-        """Where a node answers a command that asked for a reply."""
-        return f"{self.base}/reply/{check_name('request id', request_id)}"
-
-    # subscription filters
+    # ---- subscription filters ------------------------------------------------
     @property
     def all_samples(self) -> str:
-        return f"{self.base}/samples/+"
+        return self.filter(Kind.SAMPLES)
 
     @property
     def all_episodes(self) -> str:
-        return f"{self.base}/episodes/+"
+        return self.filter(Kind.EPISODES)
 
     @property
     def all_heartbeats(self) -> str:
-        return f"{self.base}/heartbeat/+"
+        return self.filter(Kind.HEARTBEAT)
 
     @property
     def all_worker_states(self) -> str:
-        return f"{self.base}/state/workers/+"
+        return self.filter(Kind.WORKER_STATE)
 
     @property
     def all_commands(self) -> str:
-        return f"{self.base}/cmd/learner/+"
+        return self.filter(Kind.COMMAND)
 
     @property
     def all_evaluations(self) -> str:
-        return f"{self.base}/eval/+"
+        return self.filter(Kind.EVAL)
 
-    def parse(self, topic: str) -> tuple[str, str]:
-        """Map a topic of this run to ``(kind, name)``.
-
-        kind is one of: config, weights, flow, learner_state, learner_metrics,
-        samples, episodes, heartbeat, worker_state, command, eval. ``name`` is
-        the worker/command/evaluator name, or "" for singleton topics.
-        Raises ValueError for topics outside this run's tree.
-        """
-        prefix = self.base + "/"
-        if not topic.startswith(prefix):
-            raise ValueError(f"topic {topic!r} is not under {prefix!r}")
-        parts = topic[len(prefix) :].split("/")
-        singles = {
-            ("config",): "config",
-            ("weights",): "weights",
-            ("flow",): "flow",
-            ("state", "learner"): "learner_state",
-            ("metrics", "learner"): "learner_metrics",
-        }
-        if tuple(parts) in singles:
-            return singles[tuple(parts)], ""
-        if len(parts) == 2 and parts[0] in ("samples", "episodes", "heartbeat", "eval", "reply"):
-            return parts[0], parts[1]
-        if len(parts) == 3 and parts[:2] == ["state", "workers"]:
-            return "worker_state", parts[2]
-        if len(parts) == 3 and parts[:2] == ["state", "inference"]:
-            return "inference_state", parts[2]
-        if len(parts) == 3 and parts[:2] == ["metrics", "inference"]:
-            return "inference_metrics", parts[2]
-        if len(parts) == 3 and parts[0] == "infer" and parts[2] in ("request", "reply"):
-            return f"infer_{parts[2]}", parts[1]
-        if len(parts) == 3 and parts[:2] == ["cmd", "learner"]:
-            return "command", parts[2]
-        raise ValueError(f"unknown topic {topic!r}")
+    @property
+    def all_inference_states(self) -> str:
+        return self.filter(Kind.INFERENCE_STATE)
