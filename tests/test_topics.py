@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
+
+import paho.mqtt.client as mqtt
 import pytest
 
-from mqttrl.transport.topics import ROOT, Topics, check_name
+from mqttrl.transport.topics import ROOT, SPECS, TABLE, Kind, Topics, check_name, markdown_table
 
 RUN = "run-1.a_b"
 
@@ -138,3 +142,39 @@ def test_check_name_returns_valid_names_and_names_the_kind():
     assert check_name("worker", "x" * 64) == "x" * 64
     with pytest.raises(ValueError, match="invalid evaluator name"):
         check_name("evaluator", "a/b")
+
+
+# ---- the declarative table ------------------------------------------------------
+
+
+def test_every_kind_has_exactly_one_row():
+    assert sorted(s.kind for s in TABLE) == sorted(Kind)
+    assert len({s.pattern for s in TABLE}) == len(TABLE)
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_table_round_trip_for_every_kind(t, kind):
+    """topic() and parse() are inverse for every row; filter() matches exactly that row's topics."""
+    name = "w-7" if SPECS[kind].named else ""
+    topic = t.topic(kind, name)
+    assert t.parse(topic) == (kind, name)
+    assert mqtt.topic_matches_sub(t.filter(kind), topic)
+    for other in TABLE:
+        if other.kind != kind:
+            assert not mqtt.topic_matches_sub(t.filter(other.kind), topic), (other.kind, topic)
+    assert t.subscription(kind) == (t.filter(kind), SPECS[kind].qos)
+
+
+def test_named_kinds_refuse_bad_names(t):
+    with pytest.raises(ValueError, match="invalid worker name"):
+        t.topic(Kind.SAMPLES, "a/b")
+    with pytest.raises(ValueError, match="invalid worker name"):
+        t.topic(Kind.SAMPLES, "")
+
+
+def test_architecture_doc_shows_the_table():
+    """docs/architecture.md carries the topic table generated from TABLE, so the two cannot drift."""
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    shown = re.search(r"<!-- topic-table -->\n(.*?)\n<!-- /topic-table -->", doc, re.S)
+    assert shown, "docs/architecture.md lost its topic-table markers"
+    assert shown.group(1) == markdown_table(), "regenerate the table: mqttrl.transport.topics.markdown_table()"

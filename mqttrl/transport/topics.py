@@ -66,7 +66,7 @@ class TopicSpec:
 
 TABLE: tuple[TopicSpec, ...] = (
     TopicSpec(Kind.CONFIG, "config", 1, True, "learner", "JSON: resolved config + protocol version"),
-    TopicSpec(Kind.WEIGHTS, "weights", 1, True, "learner", "safetensors; metadata: version, learner epoch, checksum"),
+    TopicSpec(Kind.WEIGHTS, "weights", 1, True, "learner", "safetensors; metadata: version, algorithm, run, checksum"),
     TopicSpec(Kind.FLOW, "flow", 1, True, "learner", "JSON: pause/resume (flow control)"),
     TopicSpec(
         Kind.LEARNER_STATE, "state/learner", 1, True, "learner", "JSON birth message; the last will sets it offline"
@@ -245,3 +245,14 @@ class Topics:
     @property
     def all_inference_states(self) -> str:
         return self.filter(Kind.INFERENCE_STATE)
+
+
+def markdown_table() -> str:
+    """The table as docs/architecture.md shows it (a test keeps the doc equal to this)."""
+    rows = ["| kind | topic | QoS | retained | published by | payload |", "|---|---|---|---|---|---|"]
+    for s in TABLE:
+        topic = s.pattern.replace("{name}", f"<{s.name_is}>")
+        rows.append(
+            f"| `{s.kind}` | `{topic}` | {s.qos} | {'yes' if s.retained else 'no'} | {s.publisher} | {s.payload} |"
+        )
+    return "\n".join(rows)
