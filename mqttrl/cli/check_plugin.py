@@ -1,0 +1,48 @@
+"""``mqttrl check-plugin NAME``: run a plugin's conformance checks.
+
+Exit status: 0 when every check passed, 1 when one failed, 2 when no installed
+plugin has that name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mqttrl.cli.common import Command, setup_logging, verbose_arg
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name", metavar="NAME", help="what a plugin registers: an algorithm or storage name (see `mqttrl plugins`)"
+    )
+    verbose_arg(p)
+
+
+def run(args: argparse.Namespace) -> None:
+    setup_logging(args.verbose)
+    from mqttrl.plugin.check import run_checks
+    from mqttrl.plugin.manager import UnknownPluginError
+
+    try:
+        results = run_checks(args.name)
+    except UnknownPluginError as e:
+        print(f"mqttrl check-plugin: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for r in results:
+        line = f"{'ok' if r.ok else 'FAIL':<4}  {r.name}"
+        print(f"{line}: {r.detail}" if r.detail else line, flush=True)
+    failed = sum(not r.ok for r in results)
+    if failed:
+        print(f"{failed} of {len(results)} checks failed", file=sys.stderr)
+        raise SystemExit(1)
+
+
+COMMAND = Command(
+    help="run a plugin's conformance checks (exit 1 if one fails, 2 for an unknown name)",
+    description="Run the conformance checks of what a plugin registers under NAME: for an algorithm, "
+    "actor -> batch -> spec -> learner -> weights -> actor round trip; for a storage, write and close. "
+    "Prints one line per check; exits 0 if all pass, 1 if any fails, 2 if NAME is unknown.",
+    add_arguments=add_arguments,
+    run=run,
+)

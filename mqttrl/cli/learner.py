@@ -1,0 +1,35 @@
+"""``mqttrl learner`` / ``mqttrl-learner``: the learner of a run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mqttrl.cli.common import Command, broker_args, load, overrides_arg, settings_or_local, setup_logging, verbose_arg
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="run config (TOML, or the config.json of a run directory)")
+    overrides_arg(p, "override a config value, e.g. --set learner.publish_every=100 (repeatable)")
+    p.add_argument("--run-dir", help="where checkpoints and logs go (default runs/<run>)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    p.add_argument("--max-seconds", type=float, help="stop after this long (checkpoints first)")
+    verbose_arg(p)
+    broker_args(p, required=False)
+
+
+def run(args: argparse.Namespace) -> None:
+    setup_logging(args.verbose)
+    from mqttrl.nodes.learner.node import run_learner
+
+    cfg = load(args.config, args.overrides)
+    run_dir = Path(args.run_dir or f"runs/{cfg.run}")
+    run_learner(cfg, settings_or_local(args), run_dir, resume=args.resume, max_seconds=args.max_seconds)
+
+
+COMMAND = Command(
+    help="run a learner (same as mqttrl-learner)",
+    description="Run the learner of a run: trains on samples from workers and publishes weights (retained).",
+    add_arguments=add_arguments,
+    run=run,
+)

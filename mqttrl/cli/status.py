@@ -1,0 +1,32 @@
+"""``mqttrl status``: a live table of the learner and workers of a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mqttrl.cli.common import Command, broker_args, settings_or_local
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True)
+    p.add_argument("--once", type=float, metavar="SECONDS", help="listen this long, print one table and exit")
+    p.add_argument("--json", action="store_true", help="with --once: print JSON rows instead of a table")
+    broker_args(p, required=False)
+
+
+def run(args: argparse.Namespace) -> None:
+    from mqttrl.nodes.status import watch_status
+
+    view = watch_status(settings_or_local(args), args.run, args.once)
+    if args.once is None:
+        return
+    if args.json:
+        print(json.dumps(view.rows(), indent=1, default=str))
+    else:
+        from rich.console import Console
+
+        Console().print(view.table())
+
+
+COMMAND = Command(help="live table of the learner and workers of a run", add_arguments=add_arguments, run=run)

@@ -1,0 +1,170 @@
+"""The command table: every command is reachable, --help shows defaults, exit codes hold."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import attrs
+import pytest
+
+from mqttrl import cli
+from mqttrl.cli.common import DEFAULT_BROKER
+
+EXPECTED = [
+    "train",
+    "learner",
+    "worker",
+    "telemetry",
+    "plugins",
+    "quicksave",
+    "inference",
+    "evaluate",
+    "workers",
+    "status",
+    "check-plugin",
+]
+
+
+def _help(argv: list[str], capsys, entry=cli.main) -> str:
+    with pytest.raises(SystemExit) as e:
+        entry(argv + ["--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_table_lists_every_command_in_order(capsys):
+    assert list(cli.COMMANDS) == EXPECTED
+    out = _help([], capsys)
+    for name, cmd in cli.COMMANDS.items():
+        assert name in out
+        assert callable(cmd.add_arguments) and callable(cmd.run)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_command_has_help(name, capsys):
+    out = _help([name], capsys)
+    assert out.startswith(f"usage: mqttrl {name}")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train"], ["(default: auto)", "(default: train.workers)"]),
+        (["evaluate"], ["default: 20", "(default 10)"]),
+        (["workers"], ["default: 2", "default: worker-logs", "(default:"]),
+        (["quicksave"], ["default: 30.0"]),
+        (["telemetry"], ["(default 20)", "(default 2)", "default: files"]),
+    ],
+)
+def test_help_shows_defaults(argv, expected, capsys):
+    out = " ".join(_help(argv, capsys).split())  # argparse wraps lines
+    for text in expected:
+        assert text in out, (text, out)
+
+
+def test_help_never_prints_the_password(monkeypatch, capsys):
+    monkeypatch.setenv("MQTTRL_PASSWORD", "s3cret-from-env")
+    monkeypatch.setenv("MQTTRL_USERNAME", "alice")
+    out = _help(["worker"], capsys)
+    assert "s3cret-from-env" not in out
+    assert "alice" in out  # the user name is not a secret and helps
+
+
+@pytest.mark.parametrize(
+    "entry, prog",
+    [
+        (cli.learner_main, "mqttrl-learner"),
+        (cli.worker_main, "mqttrl-worker"),
+        (cli.telemetry_main, "mqttrl-telemetry"),
+    ],
+)
+def test_node_scripts_use_their_own_program_name(entry, prog, capsys):
+    assert _help([], capsys, entry).startswith(f"usage: {prog} ")
+
+
+def test_main_runs_the_chosen_row(monkeypatch):
+    seen = []
+    row = cli.COMMANDS["status"]
+    monkeypatch.setitem(cli.COMMANDS, "status", attrs.evolve(row, run=seen.append))
+    cli.main(["status", "--run", "r1", "--once", "0.5", "--json"])
+    (args,) = seen
+    assert (args.run, args.once, args.json, args.broker, args.mqtt_protocol) == ("r1", 0.5, True, None, "auto")
+
+
+def test_required_flags_and_bad_choices_exit_2(capsys):
+    for argv in (
+        ["worker", "--run", "r"],
+        ["train"],
+        ["learner"],
+        ["workers", "--run", "r", "--broker", "mqtt://h", "--mqtt-protocol", "4"],
+    ):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2, argv
+    with pytest.raises(SystemExit) as e:
+        cli.main([])
+    assert e.value.code == 2
+
+
+def test_config_error_is_one_line(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[learner]\npublish_evry = 3\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", str(cfg)])
+    assert str(e.value.code).startswith("config error: unknown key learner.publish_evry")
+
+
+def test_bad_storage_option_is_one_line():
+    with pytest.raises(SystemExit) as e:
+        cli.telemetry_main(["--run", "r", "--broker", DEFAULT_BROKER, "--storage-opt", "nodot=1"])
+    assert "expected NAME.KEY=VALUE" in str(e.value.code)
+
+
+@attrs.frozen
+class _Result:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@pytest.fixture
+def fake_checks(monkeypatch):
+    """Stands in for mqttrl.plugin.check: the command's contract is run_checks(name) -> [CheckResult]."""
+    from mqttrl.plugin.manager import UnknownPluginError
+
+    outcomes = {
+        "good": [_Result("actor", True), _Result("round trip", True, "3 versions")],
+        "bad": [_Result("actor", True), _Result("weights", False, "checksum differs")],
+    }
+
+    def run_checks(name):
+        if name not in outcomes:
+            raise UnknownPluginError(f"no plugin registers {name!r}")
+        return outcomes[name]
+
+    module = types.ModuleType("mqttrl.plugin.check")
+    module.run_checks = run_checks
+    monkeypatch.setitem(sys.modules, "mqttrl.plugin.check", module)
+
+
+def test_check_plugin_all_ok(fake_checks, capsys):
+    cli.main(["check-plugin", "good"])
+    assert capsys.readouterr().out.splitlines() == ["ok    actor", "ok    round trip: 3 versions"]
+
+
+def test_check_plugin_failure_exits_1(fake_checks, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check-plugin", "bad"])
+    assert e.value.code == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["ok    actor", "FAIL  weights: checksum differs"]
+    assert "1 of 2 checks failed" in out.err
+
+
+def test_check_plugin_unknown_exits_2_with_one_line(fake_checks, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check-plugin", "nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and err[0].startswith("mqttrl check-plugin:")
