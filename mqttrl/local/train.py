@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mqttrl.config import RunConfig, write_resolved
@@ -27,8 +28,9 @@ from mqttrl.local.broker import EmbeddedBroker
 from mqttrl.local.progress import Progress
 from mqttrl.local.supervisor import Child, Supervisor
 from mqttrl.transport.client import BrokerSettings, MqttNode
-from mqttrl.transport.topics import Topics
-from mqttrl.wire import Rejected, decode_episodes, decode_json, decode_weights, encode_json
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import Kind, Topics
+from mqttrl.wire import decode_episodes, decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.train")
 
@@ -69,6 +71,16 @@ def _python_env() -> dict:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")  # thread counts: mqttrl/__init__ already set them in os.environ
     return env
+
+
+def _stop_on_signals(interrupted: threading.Event) -> Callable[[], None]:
+    """SIGINT and SIGTERM set ``interrupted``; returns what puts the previous SIGINT handler back.
+
+    The one place :func:`train` touches process-wide state (signal handlers work only in the main thread).
+    """
+    old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    return lambda: signal.signal(signal.SIGINT, old_handler)
 
 
 def train(
@@ -143,8 +155,7 @@ def train(
     display = Progress(config, enabled=progress)
     stop_reason = "interrupted"
     interrupted = threading.Event()
-    old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
-    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    restore_signals = _stop_on_signals(interrupted)
     try:
         monitor.start()
         next_eval = time.monotonic() + tc.eval_every_s
@@ -179,7 +190,7 @@ def train(
                 learner.start()
             supervisor.check()
     finally:
-        signal.signal(signal.SIGINT, old_handler)
+        restore_signals()
         display.close()
         supervisor.stop()
         learner.stop(timeout=60)
@@ -217,16 +228,23 @@ class Monitor:
         self.config = config
         self.topics = Topics(config.run)
         self.run_dir = run_dir
+        #: the handler table; its counter holds every refused message by reason
+        self.dispatch = Dispatcher(
+            self.topics,
+            {
+                Kind.EPISODES: self.on_episodes,
+                Kind.LEARNER_METRICS: self.on_learner_metrics,
+                Kind.LEARNER_STATE: self.on_learner_state,
+                Kind.WORKER_STATE: self.on_worker_state,
+                Kind.WEIGHTS: self.on_weights,
+            },
+            log,
+        )
+        self.rejections = self.dispatch.rejections
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-train-{config.run}-{os.getpid()}",
-            subscriptions=[
-                (self.topics.all_episodes, 1),
-                (self.topics.learner_metrics, 0),
-                (self.topics.learner_state, 1),
-                (self.topics.all_worker_states, 1),
-                (self.topics.weights, 1),
-            ],
+            subscriptions=[self.topics.subscription(kind) for kind in self.dispatch.handlers],
             inbox_limit=100000,
         )
         self.t0 = time.monotonic()
@@ -285,48 +303,47 @@ class Monitor:
                 msg = self.node.inbox.get(timeout=remaining)
             except queue.Empty:
                 break
-            try:
-                self._handle(msg)
-            except Rejected as r:
-                log.debug("monitor ignored %s: %s", msg.topic, r)
+            self.dispatch(msg.topic, msg.payload)
         self._episodes_file.flush()
 
-    def _handle(self, msg) -> None:
-        kind, name = self.topics.parse(msg.topic)
-        if kind == "episodes":
-            for e in decode_episodes(msg.payload):
-                self.episodes += 1
-                self.recent_returns.append(float(e["return"]))
-                self.env_steps_by_worker[name] = max(self.env_steps_by_worker.get(name, 0), int(e.get("env_steps", 0)))
-                self._episodes.writerow(
-                    [
-                        round(time.monotonic() - self.t0, 3),
-                        name,
-                        e.get("env"),
-                        e["return"],
-                        e["length"],
-                        e.get("terminated"),
-                        e.get("model_version"),
-                        e.get("env_steps"),
-                    ]
-                )
-            del self.recent_returns[:-100]
-        elif kind == "learner_metrics":
-            self.metrics = decode_json(msg.payload)
-        elif kind == "learner_state":
-            if msg.payload:
-                self.learner_status = decode_json(msg.payload, {"status": str})["status"]
-        elif kind == "worker_state":
-            if msg.payload:
-                self.worker_status[name] = decode_json(msg.payload, {"status": str})["status"]
-        elif kind == "weights":
-            # the version sits in the safetensors metadata; decoding validates the payload too
-            w = decode_weights(msg.payload)
-            if self.first_published_at is None or w.published_at < self.first_published_at:
-                self.first_published_at = w.published_at
-            if w.version > self.latest_version:
-                self.latest_version = w.version
-                self.latest_weights = msg.payload
+    def on_episodes(self, name: str, payload: bytes) -> None:
+        for e in decode_episodes(payload):
+            self.episodes += 1
+            self.recent_returns.append(float(e["return"]))
+            self.env_steps_by_worker[name] = max(self.env_steps_by_worker.get(name, 0), int(e.get("env_steps", 0)))
+            self._episodes.writerow(
+                [
+                    round(time.monotonic() - self.t0, 3),
+                    name,
+                    e.get("env"),
+                    e["return"],
+                    e["length"],
+                    e.get("terminated"),
+                    e.get("model_version"),
+                    e.get("env_steps"),
+                ]
+            )
+        del self.recent_returns[:-100]
+
+    def on_learner_metrics(self, name: str, payload: bytes) -> None:
+        self.metrics = decode_json(payload)
+
+    def on_learner_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self.learner_status = decode_json(payload, {"status": str})["status"]
+
+    def on_worker_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self.worker_status[name] = decode_json(payload, {"status": str})["status"]
+
+    def on_weights(self, name: str, payload: bytes) -> None:
+        # the version sits in the safetensors metadata; decoding validates the payload too
+        w = decode_weights(payload)
+        if self.first_published_at is None or w.published_at < self.first_published_at:
+            self.first_published_at = w.published_at
+        if w.version > self.latest_version:
+            self.latest_version = w.version
+            self.latest_weights = payload
 
     def on_eval(self, version: int, returns: list[float], eval_s: float, payload: bytes) -> None:
         import numpy as np

@@ -18,10 +18,45 @@ from mqttrl.config import from_dict
 from mqttrl.envs.rollout import evaluate, greedy_actor
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
-from mqttrl.transport.topics import Topics
-from mqttrl.wire import Rejected, decode_json, decode_weights, encode_json
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import Kind, Topics
+from mqttrl.wire import decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.evaluate")
+
+
+class _Latest:
+    """What the evaluator has read from the run's retained topics: its handler table."""
+
+    def __init__(self, topics: Topics, episodes: int):
+        self.episodes = episodes
+        self.registry = get_registry()
+        self.config = self.actor = self.make = None
+        self.weights = None
+        #: why the run's config cannot be evaluated here (unknown algorithm, bad value): raised by the loop
+        self.error: Exception | None = None
+        self.dispatch = Dispatcher(topics, {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}, log)
+        self.rejections = self.dispatch.rejections
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        return [self.dispatch.topics.subscription(k) for k in self.dispatch.handlers]
+
+    def on_config(self, name: str, payload: bytes) -> None:
+        if self.config is not None:
+            return
+        data = decode_json(payload)  # a refusal here is counted by the dispatcher
+        try:
+            config = from_dict(data, lambda n: self.registry.algorithm(n).params)
+            self.actor, self.make = greedy_actor(config, self.episodes)
+        except Exception as e:  # a config this host cannot run ends the evaluator, as before the handler table
+            self.error = e
+            return
+        self.config = config
+
+    def on_weights(self, name: str, payload: bytes) -> None:
+        w = decode_weights(payload)
+        if self.weights is None or w.version > self.weights.version:
+            self.weights = w
 
 
 def run_evaluator(
@@ -36,10 +71,8 @@ def run_evaluator(
     """Returns the first result that met ``target`` (or None at the time limit)."""
     tp = Topics(run)
     name = name or f"eval-{uuid.uuid4().hex[:6]}"
-    node = MqttNode(broker, client_id=f"mqttrl-{name}", subscriptions=[(tp.config, 1), (tp.weights, 1)]).start(wait=30)
-    registry = get_registry()
-    config = actor = make = None
-    latest = None
+    seen = _Latest(tp, episodes)
+    node = MqttNode(broker, client_id=f"mqttrl-{name}", subscriptions=seen.subscriptions()).start(wait=30)
     evaluated = -1
     t0 = time.monotonic()
     next_eval = 0.0
@@ -47,23 +80,18 @@ def run_evaluator(
         while max_seconds is None or time.monotonic() - t0 < max_seconds:
             try:
                 m = node.inbox.get(timeout=0.2)
-                if m.topic == tp.config and config is None:
-                    config = from_dict(decode_json(m.payload), lambda n: registry.algorithm(n).params)
-                    actor, make = greedy_actor(config, episodes)
-                elif m.topic == tp.weights:
-                    w = decode_weights(m.payload)
-                    if latest is None or w.version > latest.version:
-                        latest = w
+                seen.dispatch(m.topic, m.payload)
             except queue.Empty:
                 pass
-            except Rejected as r:
-                log.warning("ignored %s", r)
+            if seen.error is not None:
+                raise seen.error
+            actor, latest = seen.actor, seen.weights
             if actor is None or latest is None or latest.version <= evaluated or time.monotonic() < next_eval:
                 continue
             actor.load_weights(latest.tensors, latest.info)
             evaluated = latest.version
             started = time.monotonic()
-            returns = np.asarray(evaluate(actor, make, episodes, seed=10**6 + evaluated))
+            returns = np.asarray(evaluate(actor, seen.make, episodes, seed=10**6 + evaluated))
             result = {
                 "model_version": evaluated,
                 "episodes": episodes,

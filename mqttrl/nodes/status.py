@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 import uuid
@@ -11,8 +12,11 @@ from rich.live import Live
 from rich.table import Table
 
 from mqttrl.transport.client import BrokerSettings, MqttNode
-from mqttrl.transport.topics import Topics
-from mqttrl.wire import Rejected, StepRate, decode_episodes, decode_json, encode_json
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import SPECS, Kind, Topics
+from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
+
+log = logging.getLogger("mqttrl.status")
 
 
 class FleetView:
@@ -23,6 +27,19 @@ class FleetView:
         self.learner: dict = {}
         self.metrics: dict = {}
         self.workers: dict[str, dict] = {}
+        #: the handler table; its counter holds every refused message by reason
+        self.dispatch = Dispatcher(
+            self.topics,
+            {
+                Kind.LEARNER_STATE: self.on_learner_state,
+                Kind.LEARNER_METRICS: self.on_learner_metrics,
+                Kind.WORKER_STATE: self.on_worker_state,
+                Kind.HEARTBEAT: self.on_heartbeat,
+                Kind.EPISODES: self.on_episodes,
+            },
+            log,
+        )
+        self.rejections = self.dispatch.rejections
 
     def _w(self, name: str) -> dict:
         return self.workers.setdefault(
@@ -39,23 +56,35 @@ class FleetView:
         )
 
     def handle(self, topic: str, payload: bytes) -> None:
-        try:
-            kind, name = self.topics.parse(topic)
-            if kind == "learner_state" and payload:
-                self.learner = decode_json(payload, {"status": str})
-            elif kind == "learner_metrics":
-                self.metrics = decode_json(payload)
-            elif kind == "worker_state" and payload:
-                self._w(name)["status"] = decode_json(payload, {"status": str})["status"]
-            elif kind == "heartbeat":
-                hb = decode_json(payload, {"env_steps": int, "model_version": int})
-                w = self._w(name)
-                w["rate"] = w["_rate"].update(hb, time.time())
-                w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
-            elif kind == "episodes":
-                self._w(name)["last_return"] = decode_episodes(payload)[-1]["return"]
-        except (Rejected, ValueError):
-            pass
+        """Handle one received message through the handler table (refusals are counted, not raised)."""
+        self.dispatch(topic, payload)
+
+    def on_learner_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self.learner = decode_json(payload, {"status": str})
+
+    def on_learner_metrics(self, name: str, payload: bytes) -> None:
+        self.metrics = decode_json(payload)
+
+    def on_worker_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self._w(name)["status"] = decode_json(payload, {"status": str})["status"]
+
+    def on_heartbeat(self, name: str, payload: bytes) -> None:
+        hb = decode_json(payload, {"env_steps": int, "model_version": int})
+        w = self._w(name)
+        w["rate"] = w["_rate"].update(hb, time.time())
+        w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
+
+    def on_episodes(self, name: str, payload: bytes) -> None:
+        episodes = decode_episodes(payload)
+        if episodes:
+            self._w(name)["last_return"] = episodes[-1]["return"]
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        """One filter per kind in the handler table; episodes at QoS 0 (a viewer may miss some)."""
+        qos = {Kind.EPISODES: 0}
+        return [(self.topics.filter(k), qos.get(k, SPECS[k].qos)) for k in self.dispatch.handlers]
 
     def table(self) -> Table:
         version = self.metrics.get("model_version", self.learner.get("model_version"))
@@ -108,17 +137,8 @@ def _status(s: str) -> str:
 
 def watch_status(broker: BrokerSettings, run: str, once_after: float | None = None) -> FleetView:
     view = FleetView(run)
-    tp = view.topics
     node = MqttNode(
-        broker,
-        client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}",
-        subscriptions=[
-            (tp.learner_state, 1),
-            (tp.learner_metrics, 0),
-            (tp.all_worker_states, 1),
-            (tp.all_heartbeats, 0),
-            (tp.all_episodes, 0),
-        ],
+        broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=view.subscriptions()
     ).start(wait=10)
     console = Console()
     try:

@@ -22,8 +22,9 @@ import attrs
 from mqttrl.plugin.manager import get_registry
 from mqttrl.storage import Point
 from mqttrl.transport.client import BrokerSettings, MqttNode
-from mqttrl.transport.topics import Topics
-from mqttrl.wire import Rejected, RejectionCounter, StepRate, decode_episodes, decode_json, encode_json
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import Kind, Topics
+from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
 
 log = logging.getLogger("mqttrl.telemetry")
 
@@ -71,7 +72,6 @@ class TelemetryNode:
         self.run_name = run
         self.storages = storages
         self.s = settings or TelemetrySettings()
-        self.rejections = RejectionCounter(log)
         self.workers: dict[str, WorkerView] = {}
         self.all_returns: collections.deque = collections.deque(maxlen=10000)
         self.all_lengths: collections.deque = collections.deque(maxlen=10000)
@@ -85,18 +85,25 @@ class TelemetryNode:
         self._stop = threading.Event()
         self._handled = 0
         self._handle_time = 0.0
+        #: the handler table; its counter holds every refused message by reason
+        self.dispatch = Dispatcher(
+            self.topics,
+            {
+                Kind.EPISODES: self.on_episodes,
+                Kind.LEARNER_METRICS: self.on_learner_metrics,
+                Kind.LEARNER_STATE: self.on_learner_state,
+                Kind.WORKER_STATE: self.on_worker_state,
+                Kind.HEARTBEAT: self.on_heartbeat,
+                Kind.EVAL: self.on_eval,
+            },
+            log,
+        )
+        self.rejections = self.dispatch.rejections
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-telemetry-{run}",
             persistent=True,
-            subscriptions=[
-                (self.topics.all_episodes, 1),
-                (self.topics.learner_metrics, 0),
-                (self.topics.learner_state, 1),
-                (self.topics.all_worker_states, 1),
-                (self.topics.all_heartbeats, 0),
-                (self.topics.all_evaluations, 1),
-            ],
+            subscriptions=[self.topics.subscription(kind) for kind in self.dispatch.handlers],
             inbox_limit=100000,
         )
 
@@ -115,72 +122,73 @@ class TelemetryNode:
                 log.exception("storage %s failed to take points", type(st).__name__)
 
     def handle(self, topic: str, payload: bytes) -> None:
+        """Handle one received message (through the handler table); times it for the ``telemetry`` point."""
         t0 = time.perf_counter()
-        try:
-            kind, name = self.topics.parse(topic)
-        except ValueError:
-            return
+        if self.dispatch(topic, payload) is None:
+            return  # not a topic of this run
+        self._handled += 1
+        self._handle_time += time.perf_counter() - t0
+
+    def on_episodes(self, name: str, payload: bytes) -> None:
         now = time.time()
-        tags = {"run": self.run_name}
-        try:
-            if kind == "episodes":
-                w = self._worker(name)
-                points = []
-                for e in decode_episodes(payload):
-                    ret = float(e["return"])
-                    w.returns.append(ret)
-                    w.lengths.append(e["length"])
-                    w.episodes += 1
-                    w.last_return = ret
-                    self.all_returns.append(ret)
-                    self.all_lengths.append(e["length"])
-                    self.episodes += 1
-                    fields = {"return": ret, "length": int(e["length"])}
-                    for k in ("model_version", "env_steps"):
-                        if isinstance(e.get(k), int):
-                            fields[k] = e[k]
-                    t = e.get("time")
-                    points.append(
-                        Point(
-                            "episode",
-                            {**tags, "worker": name},
-                            fields,
-                            t if isinstance(t, (int, float)) and abs(t - now) < 3600 else now,
-                        )
-                    )
-                    self._check_best(now)
-                self._write(points)
-            elif kind == "learner_metrics":
-                self.learner = decode_json(payload, {"updates": int, "model_version": int})
-                self._write(self._learner_points(now))
-            elif kind == "learner_state":
-                if payload:
-                    self.learner_status = decode_json(payload, {"status": str})["status"]
-            elif kind == "worker_state":
-                if payload:
-                    self._worker(name).online = decode_json(payload, {"status": str})["status"] == "online"
-            elif kind == "heartbeat":
-                hb = decode_json(payload, {"env_steps": int, "model_version": int})
-                w = self._worker(name)
-                w.steps.update(hb, now)
-                w.env_steps = hb["env_steps"]
-                w.model_version = hb["model_version"]
-                w.outbox = int(hb.get("outbox", 0))
-                w.dropped = int(sum((hb.get("dropped") or {}).values()))
-                w.last_seen = now
-                w.online = True
-            elif kind == "eval":
-                ev = decode_json(payload, {"mean": (int, float)})
-                fields = {k: float(ev[k]) for k in ("mean", "std", "min", "max") if isinstance(ev.get(k), (int, float))}
-                for k in ("model_version", "episodes"):
-                    if isinstance(ev.get(k), int):
-                        fields[k] = ev[k]
-                self._write([Point("eval", {**tags, "evaluator": name}, fields, now)])
-        except Rejected as r:
-            self.rejections.add(r, f"{kind} from {name or 'learner'}")
-        finally:
-            self._handled += 1
-            self._handle_time += time.perf_counter() - t0
+        w = self._worker(name)
+        points = []
+        for e in decode_episodes(payload):
+            ret = float(e["return"])
+            w.returns.append(ret)
+            w.lengths.append(e["length"])
+            w.episodes += 1
+            w.last_return = ret
+            self.all_returns.append(ret)
+            self.all_lengths.append(e["length"])
+            self.episodes += 1
+            fields = {"return": ret, "length": int(e["length"])}
+            for k in ("model_version", "env_steps"):
+                if isinstance(e.get(k), int):
+                    fields[k] = e[k]
+            t = e.get("time")
+            points.append(
+                Point(
+                    "episode",
+                    {"run": self.run_name, "worker": name},
+                    fields,
+                    t if isinstance(t, (int, float)) and abs(t - now) < 3600 else now,
+                )
+            )
+            self._check_best(now)
+        self._write(points)
+
+    def on_learner_metrics(self, name: str, payload: bytes) -> None:
+        self.learner = decode_json(payload, {"updates": int, "model_version": int})
+        self._write(self._learner_points(time.time()))
+
+    def on_learner_state(self, name: str, payload: bytes) -> None:
+        if payload:  # an empty retained message clears the state
+            self.learner_status = decode_json(payload, {"status": str})["status"]
+
+    def on_worker_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self._worker(name).online = decode_json(payload, {"status": str})["status"] == "online"
+
+    def on_heartbeat(self, name: str, payload: bytes) -> None:
+        now = time.time()
+        hb = decode_json(payload, {"env_steps": int, "model_version": int})
+        w = self._worker(name)
+        w.steps.update(hb, now)
+        w.env_steps = hb["env_steps"]
+        w.model_version = hb["model_version"]
+        w.outbox = int(hb.get("outbox", 0))
+        w.dropped = int(sum((hb.get("dropped") or {}).values()))
+        w.last_seen = now
+        w.online = True
+
+    def on_eval(self, name: str, payload: bytes) -> None:
+        ev = decode_json(payload, {"mean": (int, float)})
+        fields = {k: float(ev[k]) for k in ("mean", "std", "min", "max") if isinstance(ev.get(k), (int, float))}
+        for k in ("model_version", "episodes"):
+            if isinstance(ev.get(k), int):
+                fields[k] = ev[k]
+        self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
 
     def _learner_points(self, now: float) -> list[Point]:
         m = self.learner
