@@ -1,0 +1,416 @@
+"""The learner's rules as plain objects: admission, membership, rounds, flow control.
+
+No MQTT, no threads, no clock reads: every call that depends on time takes
+``now`` (seconds on one monotonic clock), so tests drive the core with a fake
+clock and hand-made batches. The shell (:mod:`mqttrl.nodes.learner.node`) feeds
+it what the broker delivers and does what it answers: publish weights, write
+rounds.jsonl, update the flow signal, checkpoint.
+
+A refused message raises :class:`~mqttrl.wire.Rejected` with one reason of
+:data:`~mqttrl.wire.errors.REASONS`; the shell's
+:class:`~mqttrl.transport.dispatch.Dispatcher` counts it, in one place.
+
+The mode is chosen once, at construction: :class:`AsyncAdmission` hands every
+admitted batch to an :class:`~mqttrl.algorithm.AsyncLearner` and trains while it
+says a step is due; :class:`SyncRounds` collects one share per worker for the
+open model version and trains a :class:`~mqttrl.algorithm.SyncLearner` when the
+round is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import attrs
+
+from mqttrl.algorithm import AsyncLearner, Mode, SyncLearner
+from mqttrl.config import RunConfig
+from mqttrl.wire import Rejected, SampleBatch, SampleSpec, decode_batch, decode_json
+
+log = logging.getLogger("mqttrl.learner")
+
+
+@attrs.frozen
+class Rules:
+    """The settings the rules read; :meth:`from_config` takes them from a run's config."""
+
+    run: str
+    #: async mode: accept batches made with a version at most this many versions old
+    max_staleness: int = 3
+    #: refuse samples (and heartbeats) from workers that never published a birth message
+    require_announce: bool = True
+    #: a worker silent for this long is marked offline
+    worker_timeout_s: float = 10.0
+    #: sync mode: a round waits this long for every member's share
+    round_timeout_s: float = 30.0
+    #: async mode: a new model version every this many updates
+    publish_every: int = 50
+    max_payload_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> Rules:
+        lc = config.learner
+        return cls(
+            run=config.run,
+            max_staleness=lc.max_staleness,
+            require_announce=lc.require_announce,
+            worker_timeout_s=lc.worker_timeout_s,
+            round_timeout_s=lc.round_timeout_s,
+            publish_every=lc.publish_every,
+            max_payload_bytes=int(lc.max_payload_mb * 1024 * 1024),
+        )
+
+
+@attrs.define
+class WorkerStatus:
+    """What the learner knows about one worker. Times are on the core's clock (``now``)."""
+
+    name: str
+    online: bool = True
+    last_seen: float | None = None
+    announced_at: float | None = None
+    model_version: int = -1
+    env_steps: int = 0
+    episodes: int = 0
+    last_seq: int = -1
+    #: first sequence number received in this learner process (shows what a restart recovered)
+    first_seq: int = -1
+    samples: int = 0
+    missing: int = 0
+    info: dict = attrs.Factory(dict)
+
+
+@attrs.frozen
+class Step:
+    """What a turn of the loop did, for the shell to act on."""
+
+    trained: bool = False
+    #: a new model version was opened: publish the learner's weights as ``LearnerCore.version``
+    publish: bool = False
+    metrics: dict | None = None
+    #: sync mode: the rounds.jsonl record of the round just trained (the shell adds the wall-clock time)
+    round_record: dict | None = None
+
+
+class AsyncAdmission:
+    """Async mode (Ape-X): any batch within the staleness window goes to the learner at once."""
+
+    mode: Mode = "async"
+
+    def __init__(self, learner: AsyncLearner, max_staleness: int, publish_every: int):
+        self.learner = learner
+        self.max_staleness = max_staleness
+        self.publish_every = publish_every
+        self.last_publish_update = learner.updates
+
+    def check(self, batch: SampleBatch, version: int) -> None:
+        if version - batch.model_version > self.max_staleness:
+            raise Rejected(
+                "stale_version", f"version {batch.model_version} is older than {version} - {self.max_staleness}"
+            )
+
+    def take(self, batch: SampleBatch) -> None:
+        self.learner.add(batch)
+
+    def drop(self, worker: str) -> None:
+        """Nothing waits for a worker in async mode."""
+
+    def opened(self, version: int, members: set[str], now: float) -> None:
+        self.last_publish_update = self.learner.updates
+
+    def step(self, now: float, online: set[str]) -> Step:
+        """One training step if the learner says one is due; a new version every ``publish_every`` updates."""
+        if not self.learner.train_due():
+            return Step()
+        metrics = self.learner.train_step()
+        publish = self.learner.updates - self.last_publish_update >= self.publish_every
+        return Step(trained=True, publish=publish, metrics=metrics)
+
+    def behind(self) -> bool:
+        return bool(self.learner.behind())
+
+    def snapshot(self, now: float) -> None:
+        return None
+
+
+@attrs.define
+class Round:
+    """Sync mode: the round of one model version: who owes a share, who delivered, who was dropped."""
+
+    version: int
+    started: float
+    members: set[str] = attrs.Factory(set)
+    batches: dict[str, SampleBatch] = attrs.Factory(dict)
+    dropped: set[str] = attrs.Factory(set)
+
+
+class SyncRounds:
+    """Sync mode (PPO): one share per worker for the open version; train when the round is complete.
+
+    A round is complete when every member delivered, or when it timed out with at
+    least one share (it then trains without the missing). A round with no share
+    keeps waiting, with the members refreshed from the workers online. Batches of
+    another version are refused, so a round never mixes versions.
+    """
+
+    mode: Mode = "sync"
+
+    def __init__(self, learner: SyncLearner, round_timeout_s: float, now: float):
+        self.learner = learner
+        self.round_timeout_s = round_timeout_s
+        self.round = Round(version=0, started=now)
+        self.completed = 0
+        self.short = 0  # rounds that trained without some member (death or timeout)
+
+    def check(self, batch: SampleBatch, version: int) -> None:
+        r = self.round
+        if batch.model_version != r.version:
+            raise Rejected(
+                "wrong_round", f"batch made with version {batch.model_version}, the open round is {r.version}"
+            )
+        if batch.worker in r.batches:
+            raise Rejected("duplicate", f"worker {batch.worker!r} already sent its share of round {r.version}")
+
+    def take(self, batch: SampleBatch) -> None:
+        r = self.round
+        r.batches[batch.worker] = batch
+        if not r.members and r.batches.keys() == {batch.worker}:
+            r.members.add(batch.worker)  # the first worker of a fresh run opens the round
+
+    def drop(self, worker: str) -> None:
+        r = self.round
+        if worker in r.members and worker not in r.batches:
+            r.members.discard(worker)
+            r.dropped.add(worker)
+            log.warning("round %d goes on without %s (offline)", r.version, worker)
+
+    def opened(self, version: int, members: set[str], now: float) -> None:
+        """Every live worker owes a share of the new version."""
+        self.round = Round(version=version, started=now, members=set(members))
+
+    def step(self, now: float, online: set[str]) -> Step:
+        r = self.round
+        waiting = r.members - r.batches.keys()
+        if not r.batches:
+            if now - r.started > self.round_timeout_s:
+                r.started = now
+                r.members = set(online)
+                log.warning(
+                    "round %d: no worker delivered a share in %.0fs; still waiting (workers online: %s)",
+                    r.version,
+                    self.round_timeout_s,
+                    sorted(r.members) or "none",
+                )
+            return Step()
+        if waiting:
+            if now - r.started < self.round_timeout_s:
+                return Step()
+            log.warning(
+                "round %d timed out after %.0fs; training without %s", r.version, self.round_timeout_s, sorted(waiting)
+            )
+        if waiting or r.dropped:
+            self.short += 1
+        batches = [r.batches[w] for w in sorted(r.batches)]
+        record = {
+            "version": r.version,
+            "workers": sorted(r.batches),
+            "batch_versions": sorted({b.model_version for b in batches}),
+            "transitions": sum(b.count for b in batches),
+            "missing": sorted(waiting),
+            "dropped": sorted(r.dropped),
+            "seconds": round(now - r.started, 3),
+        }
+        metrics = dict(self.learner.train_round(batches))
+        metrics["round_workers"] = len(batches)
+        self.completed += 1
+        return Step(trained=True, publish=True, metrics=metrics, round_record=record)
+
+    def behind(self) -> bool:
+        """Rounds pace the workers themselves; they are never paused."""
+        return False
+
+    def snapshot(self, now: float) -> dict:
+        r = self.round
+        return {
+            "version": r.version,
+            "members": sorted(r.members),
+            "delivered": sorted(r.batches),
+            "age_s": round(now - r.started, 2),
+            "completed": self.completed,
+            "short": self.short,
+        }
+
+
+class LearnerCore:
+    """Admission, membership and liveness, version and flow state; training through the mode strategy."""
+
+    def __init__(self, rules: Rules, spec: SampleSpec, mode: AsyncAdmission | SyncRounds):
+        self.rules = rules
+        self.spec = spec
+        self.mode = mode
+        self.workers: dict[str, WorkerStatus] = {}
+        self.version = 0
+        self.samples_total = 0
+        self.batches_total = 0
+        self.paused = False
+        self.train_metrics: dict = {}
+
+    @classmethod
+    def create(cls, rules: Rules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
+        """Select the mode strategy once, from the algorithm's mode."""
+        if mode == "sync":
+            return cls(rules, spec, SyncRounds(learner, rules.round_timeout_s, now))
+        return cls(rules, spec, AsyncAdmission(learner, rules.max_staleness, rules.publish_every))
+
+    # ---- versions ----------------------------------------------------------------
+    def restore(self, version: int, samples_total: int, batches_total: int, last_seq: Mapping[str, int]) -> None:
+        """Resume from a checkpoint: workers come back offline, with their last sequence numbers."""
+        self.version = int(version)
+        self.samples_total = int(samples_total)
+        self.batches_total = int(batches_total)
+        for name, seq in last_seq.items():
+            self.workers[name] = WorkerStatus(name=name, online=False, last_seq=int(seq))
+
+    def continue_after(self, version: int) -> bool:
+        """Never go backwards: adopt a newer version (the broker's retained weights). True if adopted."""
+        if version <= self.version:
+            return False
+        self.version = version
+        return True
+
+    def new_version(self, now: float) -> int:
+        """Open the next model version (the shell publishes its weights)."""
+        self.version += 1
+        self.mode.opened(self.version, self.online(), now)
+        return self.version
+
+    # ---- messages ----------------------------------------------------------------
+    def on_samples(self, worker: str, payload: bytes, now: float) -> SampleBatch:
+        batch = decode_batch(payload, max_bytes=self.rules.max_payload_bytes)
+        self.admit(worker, batch, now)
+        return batch
+
+    def admit(self, worker: str, batch: SampleBatch, now: float) -> None:
+        """Accept ``batch`` from the worker named by the topic, or raise :class:`Rejected`."""
+        if batch.run != self.rules.run:
+            raise Rejected("wrong_run", f"batch for run {batch.run!r}")
+        if batch.worker != worker:
+            raise Rejected("sender_mismatch", f"header says {batch.worker!r}, topic says {worker!r}")
+        status = self.workers.get(worker)
+        if status is None:
+            if self.rules.require_announce:
+                raise Rejected("unknown_sender", f"worker {worker!r} never announced itself on state/workers/{worker}")
+            status = self.workers[worker] = WorkerStatus(name=worker, last_seen=now)
+        if batch.model_version > self.version:
+            raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
+        self.mode.check(batch, self.version)
+        if batch.seq <= status.last_seq:
+            raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {status.last_seq})")
+        self.spec.validate(batch.arrays, batch.count)
+        self.mode.take(batch)
+        if status.last_seq >= 0 and batch.seq > status.last_seq + 1:
+            status.missing += batch.seq - status.last_seq - 1
+        status.last_seq = batch.seq
+        if status.first_seq < 0:
+            status.first_seq = batch.seq
+        status.samples += batch.count
+        status.last_seen = now
+        status.online = True
+        self.samples_total += batch.count
+        self.batches_total += 1
+
+    def on_heartbeat(self, worker: str, payload: bytes, now: float) -> None:
+        hb = decode_json(payload, {"model_version": int, "env_steps": int})
+        status = self.workers.get(worker)
+        if status is None:
+            raise Rejected("unknown_sender", f"heartbeat from {worker!r}, which never announced itself")
+        status.last_seen = now
+        status.online = True
+        status.model_version = hb["model_version"]
+        status.env_steps = hb["env_steps"]
+        status.episodes = int(hb.get("episodes", status.episodes))
+
+    def on_worker_state(self, worker: str, payload: bytes, now: float) -> None:
+        """A birth message, a last will / clean exit (offline: the open round goes on without it), or a clear."""
+        if not payload:  # retained state cleared
+            self.workers.pop(worker, None)
+            return
+        st = decode_json(payload, {"status": str})
+        status = self.workers.setdefault(worker, WorkerStatus(name=worker))
+        if st["status"] == "online":
+            status.online = True
+            status.announced_at = now
+            status.last_seen = now
+            status.info = {k: st[k] for k in ("host", "pid", "num_envs") if k in st}
+            log.info("worker %s online (%s)", worker, status.info)
+        else:
+            if status.online:
+                log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
+            status.online = False
+            self.mode.drop(worker)
+
+    # ---- time --------------------------------------------------------------------
+    def check_liveness(self, now: float) -> list[str]:
+        """Mark workers silent for longer than the timeout offline; returns their names."""
+        gone = []
+        for w in self.workers.values():
+            if w.online and w.last_seen is not None and now - w.last_seen > self.rules.worker_timeout_s:
+                w.online = False
+                self.mode.drop(w.name)
+                log.warning("worker %s silent for %.0fs; marked offline", w.name, now - w.last_seen)
+                gone.append(w.name)
+        return gone
+
+    def step(self, now: float) -> Step:
+        """Train if the mode says so; opens the next version when the new weights are to be published."""
+        step = self.mode.step(now, self.online())
+        if step.metrics is not None:
+            self.train_metrics = step.metrics
+        if step.publish:
+            self.new_version(now)
+        return step
+
+    def update_flow(self) -> bool:
+        """Pause workers while the learner is behind; True when the signal changed (publish it)."""
+        behind = self.mode.behind()
+        if behind == self.paused:
+            return False
+        self.paused = behind
+        return True
+
+    # ---- reading -----------------------------------------------------------------
+    def online(self) -> set[str]:
+        return {w.name for w in self.workers.values() if w.online}
+
+    def last_seqs(self) -> dict[str, int]:
+        """Per worker, the last sequence number accepted (checkpoints keep it so resends stay duplicates)."""
+        return {w.name: w.last_seq for w in self.workers.values() if w.last_seq >= 0}
+
+    def snapshot(self, now: float) -> dict:
+        """The core's part of the learner metrics."""
+        workers = list(self.workers.values())
+        return {
+            "model_version": self.version,
+            "samples": self.samples_total,
+            "batches": self.batches_total,
+            "paused_workers": self.paused,
+            "missing_batches": sum(w.missing for w in workers),
+            "workers_online": sum(w.online for w in workers),
+            "workers": {
+                w.name: {
+                    "online": w.online,
+                    "last_seen_s": round(now - w.last_seen, 2) if w.last_seen is not None else None,
+                    "model_version": w.model_version,
+                    "version_lag": self.version - w.model_version if w.model_version >= 0 else None,
+                    "env_steps": w.env_steps,
+                    "samples": w.samples,
+                    "missing_batches": w.missing,
+                    "first_seq": w.first_seq,
+                    "last_seq": w.last_seq,
+                }
+                for w in workers
+            },
+            "train": self.train_metrics,
+            "round": self.mode.snapshot(now),
+        }

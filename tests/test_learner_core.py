@@ -1,0 +1,612 @@
+"""The learner's rules without a broker: admission, membership, liveness, rounds, flow control.
+
+The core is driven with a fake clock, real ``encode_batch`` payloads of a tiny
+spec and fake learners that implement only their mode's protocol, so a call
+into the wrong protocol fails with AttributeError. The stateful tests replay
+random interleavings against a small model of the rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from itertools import pairwise
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from mqttrl.algorithm import AsyncLearner, SyncLearner
+from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, Rules, SyncRounds
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import Kind, Topics
+from mqttrl.wire import FieldSpec, Rejected, SampleBatch, SampleSpec, decode_batch, encode_batch, encode_json
+
+RUN = "core-test"
+SPEC = SampleSpec({"obs": FieldSpec("float32", (2,)), "action": FieldSpec("int64", (), low=0, high=1)})
+
+
+# ---- fakes and helpers -----------------------------------------------------------
+class _Common:
+    def __init__(self) -> None:
+        self.updates = 0
+
+    def export_weights(self):
+        return {}, {}
+
+    def state_dict(self, include_replay: bool):
+        return {}, {}
+
+    def load_state_dict(self, tensors, meta) -> None:
+        pass
+
+
+class FakeAsync(_Common):
+    """An AsyncLearner: a step is due per 2 unconsumed batches; behind at 4 or more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[SampleBatch] = []
+        self.consumed = 0
+
+    def add(self, batch: SampleBatch) -> int:
+        self.added.append(batch)
+        return batch.count
+
+    def train_due(self) -> bool:
+        return len(self.added) - self.consumed >= 2
+
+    def behind(self) -> bool:
+        return len(self.added) - self.consumed >= 4
+
+    def train_step(self) -> dict[str, float]:
+        self.consumed = len(self.added)
+        self.updates += 1
+        return {"loss": 0.5}
+
+
+class FakeSync(_Common):
+    """A SyncLearner: records every round it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[list[SampleBatch]] = []
+
+    def train_round(self, batches: list[SampleBatch]) -> dict[str, float]:
+        self.rounds.append(list(batches))
+        self.updates += 4
+        return {"loss": 0.25}
+
+
+def make(mode: str = "async", now: float = 0.0, **rules):
+    learner = FakeAsync() if mode == "async" else FakeSync()
+    core = LearnerCore.create(Rules(run=RUN, **rules), SPEC, mode, learner, now)
+    return core, learner
+
+
+def payload(worker, seq, version, count=3, run=RUN, sender=None, nan=False, action=0) -> bytes:
+    obs = np.zeros((count, 2), np.float32)
+    if nan:
+        obs[0, 0] = np.nan
+    arrays = {"obs": obs, "action": np.full(count, action, np.int64)}
+    return encode_batch(run, sender or worker, seq, version, arrays)
+
+
+def birth(core, worker, now=0.0):
+    core.on_worker_state(worker, encode_json({"status": "online", "host": "h", "pid": 1}), now)
+
+
+def last_will(core, worker, now=0.0):
+    core.on_worker_state(worker, encode_json({"status": "offline", "reason": "connection lost"}), now)
+
+
+def heartbeat(core, worker, now, version=0):
+    core.on_heartbeat(worker, encode_json({"model_version": version, "env_steps": 10}), now)
+
+
+def reason(fn, *args) -> str:
+    with pytest.raises(Rejected) as e:
+        fn(*args)
+    return e.value.reason
+
+
+# ---- the fakes really are what the node expects ----------------------------------------------
+def test_fakes_implement_exactly_their_protocol():
+    assert isinstance(FakeAsync(), AsyncLearner) and not isinstance(FakeAsync(), SyncLearner)
+    assert isinstance(FakeSync(), SyncLearner) and not isinstance(FakeSync(), AsyncLearner)
+    assert isinstance(make("async")[0].mode, AsyncAdmission)
+    assert isinstance(make("sync")[0].mode, SyncRounds)
+
+
+# ---- admission ---------------------------------------------------------------------------
+def test_an_admitted_batch_goes_to_the_learner_and_is_counted():
+    core, learner = make()
+    birth(core, "w0")
+    core.new_version(0.0)
+    batch = core.on_samples("w0", payload("w0", 0, 1), 1.0)
+    assert learner.added == [batch]
+    assert (core.samples_total, core.batches_total) == (3, 1)
+    w = core.workers["w0"]
+    assert (w.last_seq, w.first_seq, w.samples, w.last_seen) == (0, 0, 3, 1.0)
+
+
+def test_wrong_run_and_sender_mismatch():
+    core, learner = make()
+    birth(core, "w0")
+    assert reason(core.on_samples, "w0", payload("w0", 0, 0, run="other-run"), 0.0) == "wrong_run"
+    assert reason(core.on_samples, "w0", payload("w0", 0, 0, sender="w1"), 0.0) == "sender_mismatch"
+    assert learner.added == [] and core.batches_total == 0
+
+
+def test_unknown_sender_when_announce_is_required_and_admitted_when_not():
+    core, _ = make()
+    assert reason(core.on_samples, "w9", payload("w9", 0, 0), 0.0) == "unknown_sender"
+    assert "w9" not in core.workers
+    core, learner = make(require_announce=False)
+    core.on_samples("w9", payload("w9", 0, 0), 2.0)
+    assert len(learner.added) == 1 and core.workers["w9"].last_seen == 2.0
+
+
+def test_future_version():
+    core, _ = make()
+    birth(core, "w0")
+    core.new_version(0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 0, 2), 0.0) == "future_version"
+    core.on_samples("w0", payload("w0", 1, 1), 0.0)  # the current version is fine
+
+
+def test_stale_version_boundary_accepts_exactly_max_staleness_versions_back():
+    core, learner = make(max_staleness=2)
+    birth(core, "w0")
+    assert core.continue_after(5) and not core.continue_after(3)
+    assert reason(core.on_samples, "w0", payload("w0", 0, 2), 0.0) == "stale_version"  # 5 - 2 = 3 > 2
+    core.on_samples("w0", payload("w0", 1, 3), 0.0)  # 5 - 3 = 2: accepted
+    assert [b.model_version for b in learner.added] == [3]
+
+
+def test_wrong_round_in_sync_mode_even_within_the_async_window():
+    core, learner = make("sync", max_staleness=5)
+    birth(core, "w0")
+    core.new_version(0.0)
+    core.new_version(0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 0, 1), 0.0) == "wrong_round"
+    core.on_samples("w0", payload("w0", 1, 2), 0.0)
+    assert list(core.mode.round.batches) == ["w0"] and learner.rounds == []
+
+
+def test_duplicate_sequence_numbers_and_missing_count():
+    core, learner = make()
+    birth(core, "w0")
+    core.on_samples("w0", payload("w0", 5, 0), 0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 5, 0), 0.0) == "duplicate"
+    assert reason(core.on_samples, "w0", payload("w0", 3, 0), 0.0) == "duplicate"
+    core.on_samples("w0", payload("w0", 8, 0), 0.0)
+    w = core.workers["w0"]
+    assert (w.last_seq, w.first_seq, w.missing) == (8, 5, 2)
+    assert [b.seq for b in learner.added] == [5, 8]
+
+
+def test_a_second_share_in_one_round_is_a_duplicate():
+    core, _ = make("sync")
+    birth(core, "w0")
+    birth(core, "w1")
+    core.new_version(0.0)
+    core.on_samples("w0", payload("w0", 0, 1, count=3), 0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 1, 1, count=5), 0.0) == "duplicate"
+    assert core.mode.round.batches["w0"].count == 3 and core.samples_total == 3
+
+
+def test_spec_validation_refuses_and_counts_nothing():
+    core, learner = make()
+    birth(core, "w0")
+    assert reason(core.on_samples, "w0", payload("w0", 0, 0, nan=True), 0.0) == "non_finite"
+    assert reason(core.on_samples, "w0", payload("w0", 1, 0, action=2), 0.0) == "out_of_range"
+    assert reason(core.on_samples, "w0", b"not a batch", 0.0) == "garbage"
+    assert learner.added == [] and core.workers["w0"].last_seq == -1 and core.samples_total == 0
+
+
+def test_oversize_payload_is_refused_before_decoding():
+    core, _ = make(max_payload_bytes=64)
+    birth(core, "w0")
+    assert reason(core.on_samples, "w0", payload("w0", 0, 0), 0.0) == "oversize"
+
+
+def test_refusals_are_counted_once_by_the_dispatcher():
+    """The shell wires the core into a Dispatcher; its counter is the only one."""
+    core, learner = make()
+    topics = Topics(RUN)
+    dispatch = Dispatcher(topics, {Kind.SAMPLES: lambda n, p: core.on_samples(n, p, 0.0)}, logging.getLogger("t"))
+    birth(core, "w0")
+    for body in (payload("w0", 0, 0), payload("w0", 0, 0), b"junk", payload("w0", 1, 9)):
+        assert dispatch(topics.samples("w0"), body) == Kind.SAMPLES
+    assert dispatch.rejections.snapshot() == {"duplicate": 1, "garbage": 1, "future_version": 1}
+    assert len(learner.added) == 1
+
+
+# ---- membership and liveness -----------------------------------------------------------------
+def test_heartbeats_need_a_birth_and_update_the_worker():
+    core, _ = make()
+    assert reason(heartbeat, core, "w0", 1.0) == "unknown_sender"
+    birth(core, "w0", 1.0)
+    heartbeat(core, "w0", 3.0, version=4)
+    w = core.workers["w0"]
+    assert (w.online, w.last_seen, w.announced_at, w.model_version, w.env_steps) == (True, 3.0, 1.0, 4, 10)
+    assert w.info == {"host": "h", "pid": 1}
+
+
+def test_birth_makes_a_member_and_last_will_drops_it_from_the_round():
+    core, _ = make("sync")
+    for w in ("w0", "w1", "w2"):
+        birth(core, w)
+    core.new_version(0.0)
+    assert core.mode.round.members == {"w0", "w1", "w2"}
+    core.on_samples("w1", payload("w1", 0, 1), 0.0)
+    last_will(core, "w0")
+    last_will(core, "w1")  # already delivered: its share stays in the round
+    r = core.mode.round
+    assert not core.workers["w0"].online and r.members == {"w1", "w2"} and r.dropped == {"w0"}
+    assert list(r.batches) == ["w1"]
+
+
+def test_a_cleared_state_forgets_the_worker():
+    core, _ = make()
+    birth(core, "w0")
+    core.on_worker_state("w0", b"", 0.0)
+    assert "w0" not in core.workers
+    assert reason(core.on_samples, "w0", payload("w0", 0, 0), 0.0) == "unknown_sender"
+
+
+def test_liveness_timeout_marks_offline_and_drops_from_the_round():
+    core, _ = make("sync", worker_timeout_s=10.0)
+    birth(core, "w0", 0.0)
+    birth(core, "w1", 0.0)
+    core.new_version(0.0)
+    heartbeat(core, "w0", 5.0)
+    assert core.check_liveness(10.0) == []  # 10 s is not longer than the timeout
+    assert core.check_liveness(14.0) == ["w1"]
+    assert core.mode.round.members == {"w0"} and core.mode.round.dropped == {"w1"}
+    assert core.check_liveness(15.5) == ["w0"]
+    assert core.online() == set() and core.check_liveness(100.0) == []  # offline workers are not dropped twice
+
+
+def test_resumed_workers_are_offline_and_keep_their_sequence_numbers():
+    core, _ = make()
+    core.restore(7, 300, 100, {"w0": 7})
+    assert core.version == 7 and core.last_seqs() == {"w0": 7} and not core.workers["w0"].online
+    assert core.check_liveness(1e6) == []  # never seen in this process: no timeout
+    birth(core, "w0")
+    assert reason(core.on_samples, "w0", payload("w0", 7, 7), 0.0) == "duplicate"
+    core.on_samples("w0", payload("w0", 8, 7), 0.0)
+    assert core.workers["w0"].first_seq == 8 and core.batches_total == 101
+
+
+# ---- rounds ------------------------------------------------------------------------------
+def sync_round(workers=("w0", "w1"), **rules):
+    core, learner = make("sync", round_timeout_s=30.0, **rules)
+    for w in workers:
+        birth(core, w)
+    core.new_version(0.0)
+    return core, learner
+
+
+def test_round_completes_when_every_member_delivered():
+    core, learner = sync_round()
+    core.on_samples("w1", payload("w1", 0, 1, count=2), 1.0)
+    assert not core.step(2.0).trained
+    core.on_samples("w0", payload("w0", 0, 1, count=3), 3.0)
+    step = core.step(4.5)
+    assert step.trained and step.publish and step.metrics == {"loss": 0.25, "round_workers": 2}
+    assert [b.worker for b in learner.rounds[0]] == ["w0", "w1"]
+    assert step.round_record == {
+        "version": 1,
+        "workers": ["w0", "w1"],
+        "batch_versions": [1],
+        "transitions": 5,
+        "missing": [],
+        "dropped": [],
+        "seconds": 4.5,
+    }
+    assert core.version == 2 and core.mode.round.version == 2 and core.mode.round.members == {"w0", "w1"}
+    assert core.mode.completed == 1 and core.mode.short == 0 and not core.step(5.0).trained
+
+
+def test_round_timeout_trains_without_the_missing():
+    core, learner = sync_round()
+    core.on_samples("w0", payload("w0", 0, 1), 1.0)
+    assert not core.step(29.9).trained
+    step = core.step(30.0)
+    assert step.trained and step.round_record["missing"] == ["w1"] and core.mode.short == 1
+    assert [[b.worker for b in r] for r in learner.rounds] == [["w0"]]
+
+
+def test_round_with_no_share_keeps_waiting_and_refreshes_its_members():
+    core, learner = sync_round(("w0",))
+    birth(core, "w1", 10.0)  # born after the round opened: not a member
+    assert not core.step(29.0).trained and core.mode.round.members == {"w0"} and core.mode.round.started == 0.0
+    last_will(core, "w0", 30.0)
+    assert not core.step(31.0).trained
+    r = core.mode.round
+    assert (r.version, r.started, r.members) == (1, 31.0, {"w1"}) and learner.rounds == []
+    assert not core.step(60.0).trained  # the timeout counts again from the refresh
+    core.on_samples("w1", payload("w1", 0, 1), 61.0)
+    assert core.step(61.0).trained and learner.rounds[0][0].worker == "w1"
+
+
+def test_the_first_share_of_a_fresh_run_opens_the_round():
+    core, learner = sync_round(())
+    birth(core, "w0")  # born after the round opened: not a member yet
+    core.on_samples("w0", payload("w0", 0, 1), 0.5)
+    assert core.mode.round.members == {"w0"} and core.step(0.6).trained
+
+
+def test_a_dead_member_makes_a_short_round_that_records_it():
+    core, _ = sync_round()
+    core.on_samples("w0", payload("w0", 0, 1), 1.0)
+    last_will(core, "w1", 2.0)
+    step = core.step(2.0)
+    assert step.trained and step.round_record["dropped"] == ["w1"] and core.mode.short == 1
+    assert core.mode.round.members == {"w0"}
+
+
+# ---- async training, publishing and flow ---------------------------------------------------------
+def test_async_trains_when_due_and_publishes_every_publish_every_updates():
+    core, learner = make(publish_every=2)
+    birth(core, "w0")
+    core.new_version(0.0)
+    assert core.step(0.0) == core.step(0.0) and not core.step(0.0).trained
+    seq = 0
+    published = []
+    for _ in range(4):
+        for _ in range(2):
+            core.on_samples("w0", payload("w0", seq, core.version), 0.0)
+            seq += 1
+        step = core.step(0.0)
+        assert step.trained and step.metrics == {"loss": 0.5}
+        published.append(step.publish)
+    assert published == [False, True, False, True] and core.version == 3 and learner.updates == 4
+    assert core.snapshot(0.0)["train"] == {"loss": 0.5}
+
+
+def test_flow_control_signals_only_changes():
+    core, learner = make()
+    birth(core, "w0")
+    assert not core.update_flow()
+    for seq in range(4):
+        core.on_samples("w0", payload("w0", seq, 0), 0.0)
+    assert core.update_flow() and core.paused and not core.update_flow()
+    core.step(0.0)
+    assert core.update_flow() and not core.paused
+
+
+def test_sync_mode_never_pauses_and_reports_its_round():
+    core, _ = sync_round()
+    assert not core.update_flow() and not core.paused
+    snap = core.snapshot(3.0)
+    assert snap["round"] == {
+        "version": 1,
+        "members": ["w0", "w1"],
+        "delivered": [],
+        "age_s": 3.0,
+        "completed": 0,
+        "short": 0,
+    }
+    assert make()[0].snapshot(0.0)["round"] is None
+
+
+def test_snapshot_reports_workers():
+    core, _ = make()
+    birth(core, "w0", 1.0)
+    heartbeat(core, "w0", 2.0, version=0)
+    core.new_version(2.0)
+    core.on_samples("w0", payload("w0", 2, 1), 2.5)
+    snap = core.snapshot(4.0)
+    assert (snap["model_version"], snap["samples"], snap["batches"], snap["workers_online"]) == (1, 3, 1, 1)
+    w = snap["workers"]["w0"]
+    assert w["last_seen_s"] == 1.5 and w["version_lag"] == 1 and (w["first_seq"], w["last_seq"]) == (2, 2)
+
+
+# ---- stateful: random interleavings against a model of the rules -----------------------------------
+WORKERS = st.sampled_from(["w0", "w1", "w2"])
+STALENESS, ROUND_TIMEOUT, WORKER_TIMEOUT, PUBLISH_EVERY = 2, 5.0, 10.0, 1
+
+
+class LearnerRules(RuleBasedStateMachine):
+    """Births, deaths, heartbeats, batches of any version and sequence number, time, training."""
+
+    mode = "async"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.core, self.learner = make(
+            self.mode,
+            max_staleness=STALENESS,
+            round_timeout_s=ROUND_TIMEOUT,
+            worker_timeout_s=WORKER_TIMEOUT,
+            publish_every=PUBLISH_EVERY,
+        )
+        for w in ("w0", "w1"):  # a run starts with some workers; w2 is unknown until born
+            birth(self.core, w, self.now)
+        self.known: set[str] = {"w0", "w1"}
+        self.core.new_version(self.now)  # as the shell does at start
+        self.version = 1  # the model's view of the rules
+        self.delivered: set[str] = set()
+        self.last_seq: dict[str, int] = {}
+        self.offered = 0
+        self.accepted: list[SampleBatch] = []
+        self.refused: Counter[str] = Counter()
+        self.trained: list[tuple[int, list[SampleBatch]]] = []
+
+    def expected_reason(self, worker, sender, run, seq, version, nan) -> str | None:
+        if run != RUN:
+            return "wrong_run"
+        if sender != worker:
+            return "sender_mismatch"
+        if worker not in self.known:
+            return "unknown_sender"
+        if version > self.version:
+            return "future_version"
+        if self.mode == "async" and self.version - version > STALENESS:
+            return "stale_version"
+        if self.mode == "sync" and version != self.version:
+            return "wrong_round"
+        if self.mode == "sync" and worker in self.delivered:
+            return "duplicate"
+        if seq <= self.last_seq.get(worker, -1):
+            return "duplicate"
+        return "non_finite" if nan else None
+
+    @rule(worker=WORKERS)
+    def birth(self, worker):
+        birth(self.core, worker, self.now)
+        self.known.add(worker)
+
+    @rule(worker=WORKERS)
+    def death(self, worker):
+        last_will(self.core, worker, self.now)
+        self.known.add(worker)
+        if self.mode == "sync":
+            assert worker not in self.core.mode.round.members or worker in self.delivered
+
+    @rule(worker=WORKERS)
+    def heartbeat(self, worker):
+        try:
+            heartbeat(self.core, worker, self.now)
+        except Rejected as r:
+            assert r.reason == "unknown_sender" and worker not in self.known
+        else:
+            assert worker in self.known and self.core.workers[worker].online
+
+    @rule(
+        worker=WORKERS,
+        seq=st.integers(0, 8),
+        back=st.sampled_from([0, 0, 0, 1, 2, 3, -1]),  # versions behind the current one (-1: a future one)
+        count=st.integers(1, 4),
+        fault=st.sampled_from([None, None, None, None, "run", "sender", "nan"]),
+    )
+    def offer(self, worker, seq, back, count, fault):
+        version = max(self.version - back, 0)
+        run = "other-run" if fault == "run" else RUN
+        sender = "w7" if fault == "sender" else worker
+        body = payload(worker, seq, version, count, run=run, sender=sender, nan=fault == "nan")
+        want = self.expected_reason(worker, sender, run, seq, version, fault == "nan")
+        self.offered += 1
+        try:
+            batch = self.core.on_samples(worker, body, self.now)
+        except Rejected as r:
+            assert r.reason == want, (r, want)
+            self.refused[r.reason] += 1
+        else:
+            assert want is None, want
+            self.accepted.append(batch)
+            self.last_seq[worker] = seq
+            self.delivered.add(worker)
+
+    @rule(worker=WORKERS, gap=st.sampled_from([1, 1, 1, 2]), back=st.sampled_from([0, 0, 1, 2, 3]))
+    def offer_next(self, worker, gap, back):
+        """A well-behaved worker's next batch (most offers of a real run), so versions move on."""
+        self.offer(worker, self.last_seq.get(worker, -1) + gap, back, 2, None)
+
+    @rule(dt=st.sampled_from([0.1, 1.0, 3.0, 6.0, 11.0]))
+    def advance(self, dt):
+        self.now += dt
+
+    @rule()
+    def liveness(self):
+        self.core.check_liveness(self.now)
+        for w in self.core.workers.values():
+            assert not (w.online and w.last_seen is not None and self.now - w.last_seen > WORKER_TIMEOUT)
+
+    @rule()
+    def tick(self):
+        """One turn of the shell's loop: train if due, open the next version, update the flow signal."""
+        r = self.core.mode.round if self.mode == "sync" else None
+        before = r and attrs.evolve(r, members=set(r.members), batches=dict(r.batches))
+        step = self.core.step(self.now)
+        if self.mode == "sync":
+            r = self.core.mode.round
+            if step.trained:
+                batches = self.learner.rounds[-1]
+                assert {b.worker: b for b in batches} == before.batches
+                assert len({b.worker for b in batches}) == len(batches)
+                self.trained.append((self.version, batches))
+            elif before.batches:  # shares but no training: a member still owes one, within the timeout
+                assert r.members - r.batches.keys() and self.now - r.started < ROUND_TIMEOUT
+            elif self.now - before.started > ROUND_TIMEOUT:  # no share in time: wait on, for who is online now
+                assert (r.started, r.members) == (self.now, self.core.online())
+            else:
+                assert (r.started, r.members) == (before.started, before.members)
+        if step.publish:
+            self.version += 1
+            self.delivered = set()
+        assert step.publish == (step.trained and (self.mode == "sync" or self.learner.updates % PUBLISH_EVERY == 0))
+        self.core.update_flow()
+        if self.mode == "async":
+            assert self.core.paused == self.learner.behind()
+        else:
+            assert not self.core.paused
+
+    @invariant()
+    def versions_agree(self):
+        assert self.core.version == self.version
+        if self.mode == "sync":
+            r = self.core.mode.round
+            assert r.version == self.version and set(r.batches) == self.delivered
+            assert all(b.model_version == r.version for b in r.batches.values())
+
+    @invariant()
+    def a_round_never_mixes_versions(self):
+        for version, batches in self.trained:
+            assert all(b.model_version == version for b in batches)
+
+    @invariant()
+    def every_offer_is_accepted_or_refused_once(self):
+        assert len(self.accepted) + sum(self.refused.values()) == self.offered
+        assert self.core.batches_total == len(self.accepted)
+
+    @invariant()
+    def no_accepted_batch_is_counted_twice(self):
+        if self.mode == "async":
+            handed = self.learner.added
+        else:
+            handed = [b for _, batches in self.trained for b in batches] + list(self.core.mode.round.batches.values())
+        key = [(b.worker, b.seq) for b in handed]
+        assert sorted(key) == sorted((b.worker, b.seq) for b in self.accepted)
+        assert len(set(key)) == len(key)
+        seqs = defaultdict(list)
+        for b in self.accepted:
+            seqs[b.worker].append(b.seq)
+        assert all(a < b for s in seqs.values() for a, b in pairwise(s))
+
+    @invariant()
+    def sample_totals_match(self):
+        total = sum(b.count for b in self.accepted)
+        assert self.core.samples_total == total
+        assert sum(w.samples for w in self.core.workers.values()) == total
+        if self.mode == "async":
+            assert sum(b.count for b in self.learner.added) == total
+
+
+class SyncLearnerRules(LearnerRules):
+    mode = "sync"
+
+
+STATEFUL = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestAsyncRules = LearnerRules.TestCase
+TestAsyncRules.settings = STATEFUL
+TestSyncRules = SyncLearnerRules.TestCase
+TestSyncRules.settings = STATEFUL
+
+
+def test_decoded_batches_are_admitted_like_payloads():
+    """``admit`` takes an already decoded batch: the same rules, without the decode step."""
+    core, learner = make()
+    birth(core, "w0")
+    batch = decode_batch(payload("w0", 0, 0))
+    core.admit("w0", batch, 0.0)
+    assert reason(core.admit, "w0", batch, 0.0) == "duplicate" and learner.added == [batch]
