@@ -193,7 +193,9 @@ def _make_actor_envs(num_envs: int, seed: int):
     info = registry.algorithm("dqn")
     envs = EnvSet(lambda: make_env("CartPole-v1", {}, registry), num_envs, seed)
     ctx = ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=seed)
-    actor = info.make_actor(info.params(), envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
+    obs_space, act_space = envs.envs[0].observation_space, envs.envs[0].action_space
+    forward = info.make_forward(info.params(), obs_space, act_space, "numpy", seed)
+    actor = info.make_actor(info.params(), obs_space, act_space, ctx, forward)
     return actor, envs
 
 
@@ -723,7 +725,8 @@ def part_weights(args) -> dict:
     for label, hidden in (("default", None), ("0.5M", [700, 700])):
         params = info.params() if hidden is None else info.params(hidden=hidden)
         learner = info.make_learner(params, env.observation_space, env.action_space, "cpu", 0)
-        actor = info.make_actor(params, env.observation_space, env.action_space, ActorContext(num_envs=1))
+        forward = info.make_forward(params, env.observation_space, env.action_space, "numpy")
+        actor = info.make_actor(params, env.observation_space, env.action_space, ActorContext(num_envs=1), forward)
         tensors, winfo = learner.export_weights()
         n_params = sum(v.size for v in tensors.values())
 

@@ -35,8 +35,10 @@ import torch
 from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
-from mqttrl_plugins.dqn import DQNActor, DQNParams, sample_spec
-from mqttrl_plugins.dqn_torch import DQNLearner
+from mqttrl_plugins.dqn import make_forward
+from mqttrl_plugins.dqn.actor import DQNActor
+from mqttrl_plugins.dqn.common import DQNParams, sample_spec
+from mqttrl_plugins.dqn.learner import DQNLearner
 
 ENV_ID = "CartPole-v1"
 SAMPLE_BATCH = 128
@@ -46,7 +48,8 @@ PUBLISH_EVERY = 50
 def evaluate(weights, info, obs_space, act_space, params, episodes: int, seed: int) -> float:
     """Mean greedy return over ``episodes`` episodes (fresh start states per ``seed``), played side by side."""
     envs = [gym.make(ENV_ID) for _ in range(episodes)]
-    actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=episodes))
+    forward = make_forward(params, obs_space, act_space, "numpy")
+    actor = DQNActor(params, obs_space, act_space, ActorContext(num_envs=episodes), forward)
     actor.load_weights(weights, info)
     obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
     returns = np.zeros(episodes)
@@ -73,7 +76,9 @@ class Worker:
         ctx = ActorContext(
             num_envs=num_envs, first_env_index=k * num_envs, total_envs=num_workers * num_envs, seed=seed * 100 + k + 1
         )
-        self.actor = DQNActor(params, obs_space, act_space, ctx)
+        self.actor = DQNActor(
+            params, obs_space, act_space, ctx, make_forward(params, obs_space, act_space, "numpy", ctx.seed)
+        )
         self.obs = np.stack([env.reset(seed=seed * 1000 + k * num_envs + i)[0] for i, env in enumerate(self.envs)])
         self.ep_ret = np.zeros(num_envs)
         self.seq = 0

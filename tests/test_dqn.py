@@ -12,11 +12,13 @@ import torch
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from mqttrl.algorithm import ActorContext
+from mqttrl.algorithm import ActorContext, AsyncLearner, SyncLearner
 from mqttrl.config import ConfigError, build
 from mqttrl.wire import Rejected, SampleBatch, decode_batch, encode_batch
-from mqttrl_plugins.dqn import DQNActor, DQNParams, epsilon_ladder, sample_spec
-from mqttrl_plugins.dqn_torch import DQNLearner, SumTree
+from mqttrl_plugins.dqn import make_forward
+from mqttrl_plugins.dqn.actor import DQNActor, epsilon_ladder
+from mqttrl_plugins.dqn.common import DQNParams, sample_spec
+from mqttrl_plugins.dqn.learner import DQNLearner, SumTree
 
 torch.set_num_threads(1)
 
@@ -28,6 +30,13 @@ def small_params(**kw) -> DQNParams:
     base = dict(hidden=[32, 32], batch_size=16, buffer_size=1000, learning_starts=32, replay_ratio=4.0)
     base.update(kw)
     return DQNParams(**base)
+
+
+def make_actor(params, obs_space, act_space, ctx: ActorContext) -> DQNActor:
+    """An actor over a local numpy forward (as a worker builds it)."""
+    return DQNActor(
+        params, obs_space, act_space, ctx, forward=make_forward(params, obs_space, act_space, "numpy", ctx.seed)
+    )
 
 
 def as_batch(arrays: dict) -> SampleBatch:
@@ -57,7 +66,7 @@ def play(actor: DQNActor, rewards, end: str):
 
 @pytest.mark.parametrize("end", ["terminated", "truncated"])
 def test_n_step_returns_and_discounts(end):
-    actor = DQNActor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=1))
+    actor = make_actor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=1))
     play(actor, [1.0, 2.0, 3.0, 4.0, 5.0], end)
     out = actor.take()
     assert actor.pending() == 0
@@ -74,7 +83,7 @@ def test_n_step_returns_and_discounts(end):
 
 
 def test_n_step_windows_do_not_cross_episodes_or_envs():
-    actor = DQNActor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=2))
+    actor = make_actor(small_params(n_step=3, gamma=0.5), OBS, ACT, ActorContext(num_envs=2))
     f = np.array([False, False])
     obs = np.zeros((2, 2), np.float32)
     # env 0 terminates after 2 steps, env 1 runs on; then env 0 starts a new episode
@@ -94,7 +103,7 @@ def test_n_step_windows_do_not_cross_episodes_or_envs():
 
 
 def test_one_step_transition_is_plain_td():
-    actor = DQNActor(small_params(n_step=1, gamma=0.9), OBS, ACT, ActorContext(num_envs=1))
+    actor = make_actor(small_params(n_step=1, gamma=0.9), OBS, ACT, ActorContext(num_envs=1))
     play(actor, [1.0, 2.0], "truncated")
     out = actor.take()
     np.testing.assert_allclose(out["reward"], [1, 2])
@@ -112,7 +121,7 @@ def test_epsilon_ladder_values():
     assert epsilon_ladder(1, 3, 0.4, 7) == pytest.approx(0.4**4.5)
     # an actor owning envs 2 and 3 of 4
     p = small_params(epsilon_start=1.0, epsilon_decay_steps=100)
-    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, first_env_index=2, total_envs=4))
+    actor = make_actor(p, OBS, ACT, ActorContext(num_envs=2, first_env_index=2, total_envs=4))
     ladder = np.array([0.4 ** (1 + 7 * 2 / 3), 0.4**8])
     np.testing.assert_allclose(actor.epsilons(), [1.0, 1.0])
     actor.env_steps = 50  # halfway through the linear decay
@@ -123,7 +132,7 @@ def test_epsilon_ladder_values():
 
 def test_epsilon_decay_counts_recorded_env_steps():
     p = small_params(epsilon_start=1.0, epsilon_decay_steps=8, n_step=1)
-    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, total_envs=2))
+    actor = make_actor(p, OBS, ACT, ActorContext(num_envs=2, total_envs=2))
     f = np.zeros(2, bool)
     for _ in range(2):
         actor.record(
@@ -134,7 +143,7 @@ def test_epsilon_decay_counts_recorded_env_steps():
 
 
 def test_greedy_ignores_epsilon_and_exploration_is_random():
-    actor = DQNActor(small_params(epsilon_start=1.0, epsilon_decay_steps=10**9), OBS, ACT, ActorContext(num_envs=256))
+    actor = make_actor(small_params(epsilon_start=1.0, epsilon_decay_steps=10**9), OBS, ACT, ActorContext(num_envs=256))
     obs = np.random.default_rng(0).normal(size=(256, 2)).astype(np.float32)
     best = actor.forward(obs)["q"].argmax(1)
     greedy, _ = actor.act(obs, greedy=True)
@@ -147,7 +156,13 @@ def test_greedy_ignores_epsilon_and_exploration_is_random():
 
 def test_unsupported_spaces_are_named():
     with pytest.raises(TypeError, match="Discrete action space.*Box"):
-        DQNActor(small_params(), OBS, gym.spaces.Box(-1, 1, (1,)), ActorContext(num_envs=1))
+        DQNActor(
+            small_params(),
+            OBS,
+            gym.spaces.Box(-1, 1, (1,)),
+            ActorContext(num_envs=1),
+            make_forward(small_params(), OBS, ACT, "numpy"),
+        )
     with pytest.raises(TypeError, match="Box observation space.*Discrete"):
         DQNLearner(small_params(), gym.spaces.Discrete(4), ACT, "cpu", 0)
 
@@ -169,8 +184,6 @@ def test_params_are_validated():
 def test_weights_round_trip_and_atomic_load():
     p = small_params()
     learner = DQNLearner(p, OBS, ACT, "cpu", 0)
-    from mqttrl_plugins.dqn import make_forward
-
     # the torch forward, so the test can check its network object is swapped only on success
     actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=4, seed=5), forward=make_forward(p, OBS, ACT, "torch"))
     tensors, info = learner.export_weights()
@@ -396,7 +409,7 @@ def test_learns_one_step_values(end, expected):
         epsilon_decay_steps=0,
         epsilon_base=1.0,
     )
-    actor = DQNActor(p, env.observation_space, env.action_space, ActorContext(num_envs=4, total_envs=4))
+    actor = make_actor(p, env.observation_space, env.action_space, ActorContext(num_envs=4, total_envs=4))
     learner = DQNLearner(p, env.observation_space, env.action_space, "cpu", 0)
     obs = np.stack([env.reset()[0]] * 4)
     losses = []
@@ -432,7 +445,7 @@ def test_learns_one_step_values(end, expected):
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_forward_matches_torch(dueling):
-    from mqttrl_plugins.dqn import NumpyQForward, make_forward
+    from mqttrl_plugins.dqn.numpy_net import NumpyQForward
 
     p = small_params(dueling=dueling)
     learner = DQNLearner(p, OBS, ACT, "cpu", 3)
@@ -452,8 +465,6 @@ def test_numpy_forward_matches_torch(dueling):
 
 
 def test_numpy_forward_refuses_weights_of_another_network():
-    from mqttrl_plugins.dqn import make_forward
-
     p = small_params()
     tensors, info = DQNLearner(p, OBS, ACT, "cpu", 0).export_weights()
     fwd = make_forward(p, OBS, ACT, "numpy")
@@ -463,3 +474,38 @@ def test_numpy_forward_refuses_weights_of_another_network():
     with pytest.raises(ValueError, match="missing"):
         fwd.load_weights({}, info)
     assert fwd.layers is before  # a refused load leaves the old weights in place
+
+
+# ---------------------------------------------------------------- the algorithm seam
+
+
+def test_registered_parts_satisfy_the_async_protocols():
+    from mqttrl.algorithm import Actor, Forward, SyncActor
+    from mqttrl.plugin.manager import get_registry
+
+    info = get_registry().algorithm("dqn")
+    assert info.mode == "async" and info.params is DQNParams and info.backends[0] == "numpy"
+    p = small_params()
+    learner = info.make_learner(p, OBS, ACT, "cpu", 0)
+    assert isinstance(learner, DQNLearner)
+    assert isinstance(learner, AsyncLearner) and not isinstance(learner, SyncLearner)
+    for backend in info.backends:
+        fwd = info.make_forward(p, OBS, ACT, backend, seed=1)
+        assert isinstance(fwd, Forward)
+        actor = info.make_actor(p, OBS, ACT, ActorContext(num_envs=2), fwd)
+        assert isinstance(actor, Actor) and not isinstance(actor, SyncActor)
+        assert actor.forward is fwd  # the actor acts over the forward it is given, never its own
+        fwd.close()
+    with pytest.raises(ValueError, match="backend"):
+        info.make_forward(p, OBS, ACT, "jax")
+    with pytest.raises(TypeError, match="forward"):
+        info.make_actor(p, OBS, ACT, ActorContext(num_envs=2))  # a forward is required
+
+
+def test_forward_seed_picks_the_initial_weights():
+    p = small_params()
+    obs = np.random.default_rng(0).normal(size=(8, 2)).astype(np.float32)
+    for backend in ("numpy", "torch"):
+        a, b, c = (make_forward(p, OBS, ACT, backend, seed=s)(obs)["q"] for s in (1, 1, 2))
+        np.testing.assert_array_equal(a, b)
+        assert not np.allclose(a, c)

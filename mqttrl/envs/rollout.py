@@ -74,9 +74,10 @@ def greedy_actor(config, episodes: int, seed: int = 10**6):
     make = lambda: make_env(config.env.id, config.env.kwargs, registry)  # noqa: E731
     env = make()
     info = registry.algorithm(config.algorithm.name)
-    actor = info.make_actor(
-        config.algorithm.params, env.observation_space, env.action_space, ActorContext(num_envs=episodes, seed=seed)
-    )
+    params, obs_space, act_space = config.algorithm.params, env.observation_space, env.action_space
+    # the backend a worker prefers ("numpy" for the built-ins: no torch needed, fast for small MLPs)
+    forward = info.make_forward(params, obs_space, act_space, info.backends[0], seed)
+    actor = info.make_actor(params, obs_space, act_space, ActorContext(num_envs=episodes, seed=seed), forward)
     env.close()
     return actor, make
 

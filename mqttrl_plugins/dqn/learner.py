@@ -1,7 +1,22 @@
-"""DQN's torch half: the Q-network, the replay learner and a torch forward for actors/servers.
+"""DQN's learner side, in torch: the Q-network, a torch forward, the replay buffer and the learner.
 
-Imported only where torch is wanted (the learner, a torch forward). Workers
-that have no torch use :mod:`mqttrl_plugins.dqn` with its numpy forward.
+Only the learner process (and a worker or inference server that asks for the
+torch forward) imports this module; :mod:`mqttrl_plugins.dqn` imports it
+lazily, so a worker without torch never does.
+
+1. ``QNetwork`` and ``TorchQForward``: the MLP of :func:`.common.net_info` and
+   the forward over it that actors and inference servers can use;
+2. ``SumTree``: proportional priorities for prioritized replay;
+3. ``DQNLearner`` (an :class:`~mqttrl.algorithm.AsyncLearner`): replay buffer
+   (uniform or proportional prioritized), double-DQN targets, Huber loss,
+   target network, Adam; checkpoints as numpy arrays plus JSON metadata (no
+   pickle, no torch.load).
+
+The learner's pace is set by ``replay_ratio``: the mean number of times each
+sample is replayed, ``updates * batch_size / samples_added``. The learner
+trains while it is below that ratio, and ``behind()`` asks workers to pause
+when it owes more than ``max_update_debt`` updates, so a slow learner sees
+the same data-to-update ratio as a fast one.
 """
 
 from __future__ import annotations
@@ -15,14 +30,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mqttrl.algorithm import Tensors
 from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
-from .dqn import _REPLAY_FIELDS, DQNParams, Tensors, _net_info, _spaces, sample_spec
+from .common import DQNParams, check_spaces, net_info, sample_spec
+
+#: the replay buffer's arrays, one per sample field (checkpoints save them under ``replay.<name>``)
+_REPLAY_FIELDS = ("obs", "action", "reward", "next_obs", "discount")
+
+# --------------------------------------------------------------------------
+# 1. Q-network and the torch forward
+# --------------------------------------------------------------------------
 
 
 class QNetwork(nn.Module):
+    """The MLP of :func:`.common.net_info`: trunk, then dueling value/advantage heads or one head."""
+
     def __init__(self, obs_dim: int, n_actions: int, hidden: list[int], dueling: bool):
         super().__init__()
         layers: list[nn.Module] = []
@@ -56,8 +81,8 @@ class TorchQForward:
     """Q-values with torch (inference mode), loaded from the exported weights."""
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
-        self.obs_dim, self.n_actions = _spaces(obs_space, act_space)
-        self.info = _net_info(self.obs_dim, self.n_actions, params)
+        self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        self.info = net_info(self.obs_dim, self.n_actions, params)
         with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
             torch.manual_seed(seed)
             self.net = _net_from_info(self.info)
@@ -76,9 +101,12 @@ class TorchQForward:
         with torch.inference_mode():
             return {"q": self.net(x).numpy()}
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 # --------------------------------------------------------------------------
-# 5. Replay and learner
+# 2. Prioritized replay's sum tree
 # --------------------------------------------------------------------------
 
 
@@ -123,12 +151,19 @@ class SumTree:
         return idx - self.leaves
 
 
+# --------------------------------------------------------------------------
+# 3. The learner
+# --------------------------------------------------------------------------
+
+
 class DQNLearner:
+    """Ape-X's learner: replay fed by any worker at any time, trained at ``replay_ratio``."""
+
     def __init__(
         self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
     ):
         self.params = p = params
-        self.obs_dim, self.n_actions = _spaces(obs_space, act_space)
+        self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
         self.spec = sample_spec(params, obs_space, act_space)
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
@@ -291,7 +326,7 @@ class DQNLearner:
     # ---- weights and checkpoints
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
-        return export_module(self.online), _net_info(self.obs_dim, self.n_actions, self.params)
+        return export_module(self.online), net_info(self.obs_dim, self.n_actions, self.params)
 
     def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
         tensors = {**export_module(self.online, "online."), **export_module(self.target, "target.")}
@@ -301,7 +336,7 @@ class DQNLearner:
         tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
         meta: dict[str, Any] = {
             "algorithm": "dqn",
-            "net": _net_info(self.obs_dim, self.n_actions, self.params),
+            "net": net_info(self.obs_dim, self.n_actions, self.params),
             "updates": self.updates,
             "samples_added": self.samples_added,
             "max_priority": self.max_priority,
@@ -322,7 +357,7 @@ class DQNLearner:
         if meta.get("algorithm") != "dqn":
             raise ValueError(f"not a dqn checkpoint (algorithm={meta.get('algorithm')!r})")
         net = meta["net"]
-        mine = _net_info(self.obs_dim, self.n_actions, self.params)
+        mine = net_info(self.obs_dim, self.n_actions, self.params)
         if dict(net) != mine:
             raise ValueError(f"checkpoint network {dict(net)} differs from the configured one {mine}")
         load_module(self.online, tensors, "online.")

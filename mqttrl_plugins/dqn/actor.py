@@ -1,0 +1,177 @@
+"""DQN's worker side, numpy only: the Ape-X epsilon ladder and the actor.
+
+``DQNActor`` picks batched epsilon-greedy actions over the Q-values of any
+forward (the numpy one of :mod:`.numpy_net`, a torch one, or a central
+inference server) and assembles n-step transitions per env, which the worker
+sends to the learner as sample batches (:func:`.common.sample_spec`).
+
+1. ``epsilon_ladder``: each env's exploration rate, spread over all envs of the run;
+2. ``DQNActor``: actions, n-step windows, and the transitions ready to send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.algorithm import ActorContext, Forward, Tensors
+
+from .common import DQNParams, check_spaces
+
+# --------------------------------------------------------------------------
+# 1. Epsilon ladder
+# --------------------------------------------------------------------------
+
+
+def epsilon_ladder(i: int, n: int, base: float, alpha: float) -> float:
+    """Ape-X exploration of env ``i`` of ``n``: ``base ** (1 + alpha * i / (n - 1))``."""
+    if n <= 1:
+        return float(base)
+    return float(base ** (1.0 + alpha * i / (n - 1)))
+
+
+# --------------------------------------------------------------------------
+# 2. The actor
+# --------------------------------------------------------------------------
+
+
+class DQNActor:
+    """Epsilon-greedy over the Q-values of ``forward``; n-step transitions per env."""
+
+    def __init__(
+        self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext, forward: Forward
+    ):
+        self.params = params
+        self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        self.obs_shape = tuple(obs_space.shape)
+        self.num_envs = ctx.num_envs
+        self.rng = np.random.default_rng(ctx.seed)
+        #: Q-values from local torch, local numpy or the central inference servers
+        self.forward = forward
+        total = max(ctx.total_envs, ctx.first_env_index + ctx.num_envs)
+        self.ladder = np.array(
+            [
+                epsilon_ladder(ctx.first_env_index + k, total, params.epsilon_base, params.epsilon_alpha)
+                for k in range(ctx.num_envs)
+            ],
+            dtype=np.float64,
+        )
+        #: env steps this actor has recorded, summed over its envs (drives the epsilon decay)
+        self.env_steps = 0
+        # n-step windows, all envs at once: slot k of env e holds its k-th oldest step not yet emitted
+        n, e = params.n_step, ctx.num_envs
+        self.w_obs = np.zeros((e, n, *self.obs_shape), np.float32)
+        self.w_act = np.zeros((e, n), np.int64)
+        self.w_rew = np.zeros((e, n), np.float64)
+        self.w_len = np.zeros(e, np.int64)
+        self.gammas = params.gamma ** np.arange(n + 1, dtype=np.float64)
+        #: emitted transitions, as chunks of arrays (concatenated by take())
+        self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
+
+    def epsilons(self) -> np.ndarray:
+        """Current epsilon per env: the linear decay from epsilon_start, floored at the ladder value."""
+        p = self.params
+        frac = 1.0 if p.epsilon_decay_steps == 0 else min(1.0, self.env_steps / p.epsilon_decay_steps)
+        decayed = p.epsilon_start + frac * (self.ladder - p.epsilon_start)
+        return np.maximum(self.ladder, decayed)
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        if (
+            int(info.get("obs_dim", self.obs_dim)) != self.obs_dim
+            or int(info.get("n_actions", self.n_actions)) != self.n_actions
+        ):
+            raise ValueError(
+                f"weights are for obs_dim={info.get('obs_dim')}, n_actions={info.get('n_actions')}; "
+                f"this env has obs_dim={self.obs_dim}, n_actions={self.n_actions}"
+            )
+        self.forward.load_weights(tensors, info)
+
+    def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions = self.forward(obs)["q"].argmax(axis=1).astype(np.int64)
+        if greedy:
+            return actions, {}
+        if len(obs) != self.num_envs:
+            raise ValueError(
+                f"act() got {len(obs)} observations for {self.num_envs} envs (greedy=False needs one per env)"
+            )
+        eps = self.epsilons()
+        explore = self.rng.random(self.num_envs) < eps
+        actions = np.where(explore, self.rng.integers(0, self.n_actions, self.num_envs), actions)
+        return actions, {"epsilon": eps.astype(np.float32)}
+
+    def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated) -> None:
+        """Append one step per env; emit every n-step transition that is complete.
+
+        A full window (n steps) emits its oldest step, bootstrapping from ``next_obs``
+        with gamma**n. An episode end emits every open window of that env: terminated ones
+        with discount 0, truncated ones bootstrapping from the true final observation.
+        Vectorised over envs: the per-env Python loop only runs for envs whose episode ended.
+        """
+        n = self.params.n_step
+        envs = np.arange(self.num_envs)
+        slot = self.w_len
+        self.w_obs[envs, slot] = np.asarray(obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
+        self.w_act[envs, slot] = actions
+        self.w_rew[envs, slot] = rewards
+        self.w_len += 1
+        next_obs = np.asarray(next_obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        full = np.flatnonzero((self.w_len == n) & ~ended)
+        if len(full):
+            ret = self.w_rew[full] @ self.gammas[:n]
+            self._push(
+                self.w_obs[full, 0].copy(),
+                self.w_act[full, 0].copy(),
+                ret,
+                next_obs[full],
+                np.full(len(full), self.gammas[n]),
+            )
+            self.w_obs[full, :-1] = self.w_obs[full, 1:]
+            self.w_act[full, :-1] = self.w_act[full, 1:]
+            self.w_rew[full, :-1] = self.w_rew[full, 1:]
+            self.w_len[full] -= 1
+        for i in np.flatnonzero(ended):  # every open window of this env ends here
+            k = int(self.w_len[i])
+            r = self.w_rew[i, :k]
+            # return of the window starting at slot j: sum over the rest of the episode
+            ret = np.array([r[j:] @ self.gammas[: k - j] for j in range(k)])
+            discount = np.zeros(k) if terminated[i] else self.gammas[k - np.arange(k)]
+            self._push(
+                self.w_obs[i, :k].copy(),
+                self.w_act[i, :k].copy(),
+                ret,
+                np.repeat(next_obs[i][None], k, axis=0),
+                discount,
+            )
+            self.w_len[i] = 0
+        self.env_steps += self.num_envs
+
+    def _push(self, obs, action, ret, next_obs, discount) -> None:
+        self.out.append((obs, action, ret, next_obs, discount))
+        self._pending += len(action)
+
+    def pending(self) -> int:
+        return self._pending
+
+    def take(self) -> Tensors:
+        out, self.out, self._pending = self.out, [], 0
+        if not out:
+            return {
+                "obs": np.zeros((0, *self.obs_shape), np.float32),
+                "action": np.zeros(0, np.int64),
+                "reward": np.zeros(0, np.float32),
+                "next_obs": np.zeros((0, *self.obs_shape), np.float32),
+                "discount": np.zeros(0, np.float32),
+            }
+        obs, action, reward, next_obs, discount = (np.concatenate(parts) for parts in zip(*out))
+        return {
+            "obs": obs.astype(np.float32, copy=False),
+            "action": action.astype(np.int64, copy=False),
+            "reward": reward.astype(np.float32),
+            "next_obs": next_obs.astype(np.float32, copy=False),
+            "discount": discount.astype(np.float32),
+        }

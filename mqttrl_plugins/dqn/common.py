@@ -1,0 +1,140 @@
+"""What DQN's worker side and learner side share: hyperparameters, spaces, network, sample spec.
+
+Both :mod:`.actor` (numpy only) and :mod:`.learner` (torch) import this module,
+so it needs nothing but numpy, gymnasium and mqttrl's own modules.
+
+1. ``DQNParams``: the hyperparameters (``[algorithm]`` in a config file);
+2. ``check_spaces`` and ``net_info``: which spaces DQN supports and the
+   description of the Q-network that travels with its weights;
+3. ``sample_spec``: what one n-step transition looks like on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
+from mqttrl.wire import FieldSpec, SampleSpec
+
+# --------------------------------------------------------------------------
+# 1. Hyperparameters
+# --------------------------------------------------------------------------
+
+
+@attrs.define
+class DQNParams:
+    # --- optimisation
+    #: Adam learning rate
+    lr: float = attrs.field(default=2e-3, validator=positive)
+    #: Adam epsilon
+    adam_eps: float = attrs.field(default=1e-8, validator=positive)
+    #: discount per env step
+    gamma: float = attrs.field(default=0.99, validator=unit_positive)
+    #: transitions per gradient update
+    batch_size: int = attrs.field(default=128, validator=positive)
+    #: clip the gradient's global norm to this (0: no clipping)
+    grad_clip: float = attrs.field(default=10.0, validator=non_negative)
+    #: use the online net to pick the next action and the target net to value it
+    double: bool = True
+    #: bootstrap after this many env steps (rewards summed on the worker)
+    n_step: int = attrs.field(default=3, validator=positive)
+    # --- network
+    #: sizes of the hidden layers of the MLP
+    hidden: list = attrs.field(factory=lambda: [128, 128], validator=layer_sizes)
+    #: split the head into state value and action advantages
+    dueling: bool = True
+    # --- target network: every ``target_update_every`` updates,
+    # target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)
+    #: updates between target-network updates
+    target_update_every: int = attrs.field(default=100, validator=positive)
+    #: share of the online net blended into the target at each target update
+    tau: float = attrs.field(default=1.0, validator=unit_positive)
+    # --- replay and pacing
+    #: transitions the replay buffer holds (the oldest are overwritten)
+    buffer_size: int = attrs.field(default=100_000, validator=positive)
+    #: no training until the buffer holds this many transitions
+    learning_starts: int = attrs.field(default=1000, validator=positive)
+    #: mean times each sample is replayed (updates * batch_size / samples); the learner trains while below it
+    replay_ratio: float = attrs.field(default=64.0, validator=positive)
+    #: updates owed before behind() asks workers to pause (flow control)
+    max_update_debt: int = attrs.field(default=100, validator=positive)
+    # --- prioritized replay (proportional, Schaul et al. 2016)
+    #: sample transitions in proportion to (|TD error| + per_eps) ** per_alpha
+    prioritized: bool = False
+    #: how strongly priorities skew sampling (0: uniform)
+    per_alpha: float = attrs.field(default=0.6, validator=non_negative)
+    #: importance-sampling exponent at the start, annealed linearly to 1
+    per_beta0: float = attrs.field(default=0.4, validator=unit_interval)
+    #: updates over which per_beta0 is annealed to 1
+    per_beta_updates: int = attrs.field(default=50_000, validator=positive)
+    #: added to |TD error| so that no transition gets priority 0
+    per_eps: float = attrs.field(default=1e-3, validator=positive)
+    # --- exploration (per env: max(ladder value, linear decay from epsilon_start))
+    #: Ape-X ladder: env i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))
+    epsilon_base: float = attrs.field(default=0.4, validator=unit_interval)
+    #: Ape-X ladder exponent spread
+    epsilon_alpha: float = attrs.field(default=7.0, validator=non_negative)
+    #: epsilon of every env when its actor starts
+    epsilon_start: float = attrs.field(default=1.0, validator=unit_interval)
+    #: actor env steps (summed over its envs) over which epsilon falls linearly to the ladder value
+    epsilon_decay_steps: int = attrs.field(default=10_000, validator=non_negative)
+
+    def __attrs_post_init__(self):
+        if self.buffer_size < self.batch_size:
+            raise ConfigError(f"buffer_size={self.buffer_size}: must be >= batch_size ({self.batch_size})")
+
+
+# --------------------------------------------------------------------------
+# 2. Spaces and the network description
+# --------------------------------------------------------------------------
+
+
+def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, int]:
+    """Observation size (flattened) and action count; only float Box -> Discrete is supported."""
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise TypeError(f"dqn needs a Discrete action space, got {act_space!r}")
+    if act_space.start != 0:
+        raise TypeError(f"dqn needs actions numbered from 0, got {act_space!r}")
+    if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
+        raise TypeError(f"dqn needs a Box observation space, got {obs_space!r}")
+    if not np.issubdtype(obs_space.dtype, np.floating):
+        raise TypeError(f"dqn needs float observations, got a Box of {obs_space.dtype}: {obs_space!r}")
+    return int(np.prod(obs_space.shape, dtype=np.int64)), int(act_space.n)
+
+
+def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
+    """The Q-network as the weights' ``info`` describes it (and checkpoints check it).
+
+    The network is an MLP, ``trunk.{0,2,...}`` Linear + ReLU, then ``value`` and
+    ``advantage`` heads (dueling) or one ``head``; the torch ``QNetwork`` and the
+    numpy forward both follow this layout.
+    """
+    return {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(params.hidden), "dueling": bool(params.dueling)}
+
+
+# --------------------------------------------------------------------------
+# 3. Sample spec: one n-step transition
+# --------------------------------------------------------------------------
+
+
+def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -> SampleSpec:
+    """``reward`` is the discounted n-step return; ``discount`` multiplies the bootstrap value.
+
+    discount = gamma ** k for the k rewards summed, or 0 if the episode
+    terminated inside the window (truncation still bootstraps from next_obs).
+    """
+    _, n_actions = check_spaces(obs_space, act_space)
+    shape = tuple(int(s) for s in obs_space.shape)
+    return SampleSpec(
+        fields={
+            "obs": FieldSpec("float32", shape),
+            "action": FieldSpec("int64", (), low=0, high=n_actions - 1),
+            "reward": FieldSpec("float32", ()),
+            "next_obs": FieldSpec("float32", shape),
+            "discount": FieldSpec("float32", (), low=0.0, high=1.0),
+        }
+    )
