@@ -43,8 +43,10 @@ from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
 from mqttrl.envs.rollout import EnvSet, evaluate
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
-from mqttrl_plugins.ppo import PPOActor, PPOParams, make_forward, sample_spec
-from mqttrl_plugins.ppo_torch import PPOLearner
+from mqttrl_plugins.ppo import make_forward
+from mqttrl_plugins.ppo.actor import PPOActor
+from mqttrl_plugins.ppo.common import PPOParams, sample_spec
+from mqttrl_plugins.ppo.learner import PPOLearner
 
 
 def run(

@@ -17,12 +17,15 @@ import torch
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from mqttrl.algorithm import ActorContext
+from mqttrl.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
 from mqttrl.config import ConfigError, build
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.wire import SampleBatch, decode_batch, decode_weights, encode_batch, encode_weights
-from mqttrl_plugins.ppo import NumpyForward, PPOActor, PPOParams, compute_gae, make_forward, normalize_obs, sample_spec
-from mqttrl_plugins.ppo_torch import PPOLearner, TorchForward
+from mqttrl_plugins.ppo import make_forward
+from mqttrl_plugins.ppo.actor import PPOActor
+from mqttrl_plugins.ppo.common import PPOParams, compute_gae, normalize_obs, sample_spec
+from mqttrl_plugins.ppo.learner import PPOLearner, TorchForward
+from mqttrl_plugins.ppo.numpy_net import NumpyForward
 
 torch.set_num_threads(1)
 
@@ -346,13 +349,11 @@ def test_minibatches_epochs_and_schedules():
     assert learner.train_round([])["transitions"] == 0 and learner.rounds == 4
 
 
-def test_sync_learner_refuses_the_async_protocol():
+def test_learner_is_exactly_a_sync_learner():
     learner = PPOLearner(PPOParams(hidden=[8]), OBS, ACT)
-    assert not learner.train_due() and not learner.behind()
-    with pytest.raises(NotImplementedError, match="train_round"):
-        learner.train_step()
-    with pytest.raises(NotImplementedError, match="train_round"):
-        learner.add(as_batch(random_rollout(PPOParams(hidden=[8], rollout_steps=2), learner)))
+    assert isinstance(learner, SyncLearner) and not isinstance(learner, AsyncLearner)
+    for name in ("add", "train_due", "behind", "train_step"):  # no stubs of the async protocol
+        assert not hasattr(learner, name), name
 
 
 # ---------------------------------------------------------------- observation normalisation
@@ -579,10 +580,22 @@ def test_numpy_sampling_follows_the_policy_and_is_seeded():
     np.testing.assert_array_equal(actor.act(np.zeros((2, 2), np.float32), greedy=True)[0], [[1.0, -2.0]] * 2)
 
 
-def test_actor_without_a_forward_builds_a_local_one():
-    actor = PPOActor(PPOParams(hidden=[8]), OBS, ACT, ActorContext(num_envs=2, seed=3))
-    # numpy even where torch imports: same outputs (see the equality tests), cheaper for small MLPs
-    assert isinstance(actor.forward, NumpyForward)
+def test_actor_needs_a_forward_and_workers_prefer_numpy():
+    from mqttrl.plugin.manager import get_registry
+
+    info = get_registry().algorithm("ppo")
+    # numpy first even where torch imports: same outputs (see the equality tests), cheaper for small MLPs
+    assert info.backends[0] == "numpy"
+    params = PPOParams(hidden=[8])
+    for backend in info.backends:
+        forward = info.make_forward(params, OBS, ACT, backend, seed=3)
+        assert isinstance(forward, Forward)
+        actor = info.make_actor(params, OBS, ACT, ActorContext(num_envs=2, seed=3), forward)
+        assert isinstance(actor, SyncActor) and isinstance(actor, Actor)
+        assert actor.forward is forward  # the actor acts over the forward it is given, never its own
+        forward.close()
+    with pytest.raises(TypeError, match="forward"):
+        PPOActor(params, OBS, ACT, ActorContext(num_envs=2, seed=3))
     with pytest.raises(ValueError, match="backend"):
         make_forward(PPOParams(), OBS, ACT, "jax")
 
@@ -635,21 +648,23 @@ else:
 
 import gymnasium as gym
 import numpy as np
-from mqttrl.algorithm import ActorContext
+from mqttrl.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
 from mqttrl.plugin.manager import get_registry
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.wire import decode_weights
-import mqttrl_plugins.ppo as ppo
+from mqttrl_plugins.ppo.actor import PPOActor
+from mqttrl_plugins.ppo.common import PPOParams, sample_spec
 
 weights = decode_weights(open(sys.argv[1], "rb").read())
 info = get_registry().algorithm("ppo")  # the registry loads the plugin without torch
-params = ppo.PPOParams(**json.loads(sys.argv[2]))
+params = PPOParams(**json.loads(sys.argv[2]))
 envs = EnvSet(lambda: gym.make("CartPole-v1"), 4, seed=11)
 space_o, space_a = envs.envs[0].observation_space, envs.envs[0].action_space
 forward = info.make_forward(params, space_o, space_a, "numpy")
 actor = info.make_actor(params, space_o, space_a, ActorContext(num_envs=4, seed=5), forward=forward)
 actor.load_weights(weights.tensors, weights.info)
-default = ppo.PPOActor(params, space_o, space_a, ActorContext(num_envs=1))  # no forward given: numpy, as torch is missing
+# the forward a worker builds by default: the first backend (numpy), which needs no torch
+default = PPOActor(params, space_o, space_a, ActorContext(num_envs=1), info.make_forward(params, space_o, space_a, info.backends[0]))
 steps = 0
 while not actor.pending():
     actions, extras = actor.act(envs.obs)
@@ -657,7 +672,7 @@ while not actor.pending():
     actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
     steps += 1
 out = actor.take()
-ppo.sample_spec(params, space_o, space_a).validate(out, len(out["logprob"]))
+sample_spec(params, space_o, space_a).validate(out, len(out["logprob"]))
 np.savez(sys.argv[3], **out)
 try:
     info.make_learner(params, space_o, space_a, "cpu", 0)
@@ -763,7 +778,7 @@ def test_a_few_rounds_on_cartpole_improve_the_return():
     envsets = [EnvSet(make, 4, seed=100 * w) for w in range(2)]
     space_o, space_a = envsets[0].envs[0].observation_space, envsets[0].envs[0].action_space
     learner = PPOLearner(params, space_o, space_a, seed=0)
-    untrained = PPOActor(params, space_o, space_a, ActorContext(num_envs=10))
+    untrained = make_actor(params, space_o, space_a, ActorContext(num_envs=10), "numpy")
     untrained.load_weights(*through_wire(learner))
     # the workers' actors use the numpy forward, as on a worker without torch
     actors = [make_actor(params, space_o, space_a, ActorContext(num_envs=4, seed=w), "numpy") for w in range(2)]
@@ -777,7 +792,7 @@ def test_a_few_rounds_on_cartpole_improve_the_return():
         assert np.isfinite([m["policy_loss"], m["value_loss"], m["approx_kl"], m["entropy"]]).all()
         assert m["transitions"] == 512
     assert m["explained_variance"] > 0.2
-    trained = PPOActor(params, space_o, space_a, ActorContext(num_envs=10))
+    trained = make_actor(params, space_o, space_a, ActorContext(num_envs=10), "numpy")
     trained.load_weights(*through_wire(learner))
     before = np.mean(evaluate(untrained, make, 10, seed=5))
     after = np.mean(evaluate(trained, make, 10, seed=5))

@@ -1,12 +1,19 @@
-"""The torch half of the PPO plugin: the ``Agent`` module, ``PPOLearner`` and ``TorchForward``.
+"""PPO's learner side, in torch: the ``Agent`` module, a torch forward and the learner.
 
-:mod:`mqttrl_plugins.ppo` imports this module only inside its factories
-(``make_learner``, ``make_forward(..., "torch")``), so a worker without torch
-never loads it. The weights layout, the observation normalisation and the
-sample spec are defined there and shared, so ``TorchForward`` and
-``NumpyForward`` load the same tensors and compute the same outputs, and the
-learner's log-probabilities of the actors' (numpy) samples equal the actors'
-own to float32 rounding.
+Only the learner process (and a worker or inference server that asks for the
+torch forward) imports this module; :mod:`mqttrl_plugins.ppo` imports it
+lazily, so a worker without torch never does. The weights layout, the
+observation normalisation and the sample spec come from :mod:`.common`, so
+``TorchForward`` and ``numpy_net.NumpyForward`` load the same tensors and
+compute the same outputs, and the learner's log-probabilities of the actors'
+(numpy) samples equal the actors' own to float32 rounding.
+
+1. ``Agent``: actor and critic MLPs (CleanRL's layout and initialisation);
+2. ``TorchForward``: the forward contract of :mod:`.numpy_net`, in torch;
+3. ``PPOLearner`` (a :class:`~mqttrl.algorithm.SyncLearner`): one
+   ``train_round`` per model version, clipped surrogate, value loss, entropy
+   bonus, linear schedules in env steps; checkpoints as numpy arrays plus JSON
+   metadata (no pickle, no torch.load).
 """
 
 from __future__ import annotations
@@ -20,32 +27,32 @@ import numpy as np
 import torch
 from torch import nn
 
+from mqttrl.algorithm import Tensors
 from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
-from .ppo import (
-    _LOG_SQRT_2PI,
+from .common import (
+    LOG_SQRT_2PI,
     PPOParams,
     RunningMeanStd,
-    _full_info,
-    _net_info,
-    _obs_std,
-    _scale,
-    _spaces,
+    check_spaces,
+    full_info,
     initial_weights,
+    net_info,
     normalize_obs,
     obs_stats,
+    obs_std,
     sample_spec,
+    scale_obs,
 )
 
-Tensors = dict[str, np.ndarray]
-
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: torch modules of the hidden-layer activations (the names of ``common.ACTIVATIONS``)
+TORCH_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 # --------------------------------------------------------------------------
-# The network
+# 1. The network
 # --------------------------------------------------------------------------
 
 
@@ -60,7 +67,7 @@ def _mlp(inp: int, hidden: list[int], out: int, activation: str, out_std: float,
     layers: list[nn.Module] = []
     width = inp
     for h in hidden:
-        layers += [_layer(nn.Linear(width, h), math.sqrt(2), ortho), ACTIVATIONS[activation]()]
+        layers += [_layer(nn.Linear(width, h), math.sqrt(2), ortho), TORCH_ACTIVATIONS[activation]()]
         width = h
     layers.append(_layer(nn.Linear(width, out), out_std, ortho))
     return nn.Sequential(*layers)
@@ -97,8 +104,8 @@ class Agent(nn.Module):
     def _logprob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.continuous:
             logstd = self.actor_logstd.expand_as(out)
-            logprob = (-0.5 * ((action - out) / logstd.exp()) ** 2 - logstd - _LOG_SQRT_2PI).sum(-1)
-            entropy = (0.5 + _LOG_SQRT_2PI + logstd).sum(-1)
+            logprob = (-0.5 * ((action - out) / logstd.exp()) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
+            entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
         else:
             logp = torch.log_softmax(out, dim=-1)
             logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
@@ -118,12 +125,12 @@ def _agent_from_info(info: Mapping[str, Any]) -> Agent:
 
 
 # --------------------------------------------------------------------------
-# The torch forward (worker or inference server)
+# 2. The torch forward (worker or inference server)
 # --------------------------------------------------------------------------
 
 
 class TorchForward:
-    """PPO's forward in torch; the same outputs as :class:`mqttrl_plugins.ppo.NumpyForward`.
+    """PPO's forward in torch; the same outputs as ``numpy_net.NumpyForward``.
 
     ``forward(obs)`` returns ``{"logits", "value"}`` (Discrete) or ``{"mean", "log_std", "value"}``
     (Box) as float32 numpy arrays for raw observations, normalised inside with the statistics
@@ -134,15 +141,15 @@ class TorchForward:
     def __init__(
         self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0, device: str = "cpu"
     ):
-        obs_dim, continuous, act_dim = _spaces(obs_space, act_space)
+        obs_dim, continuous, act_dim = check_spaces(obs_space, act_space)
         self.obs_dim = obs_dim
-        self.info = _net_info(obs_dim, continuous, act_dim, params)
+        self.info = net_info(obs_dim, continuous, act_dim, params)
         self.device = torch.device(device)
         self.load_weights(initial_weights(self.info, seed, params.ortho_init, params.log_std_init), self.info)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """The tensors :meth:`PPOLearner.export_weights` makes; raises before anything is replaced."""
-        full = _full_info(self.info, info)
+        full = full_info(self.info, info)
         with torch.random.fork_rng(devices=[]):  # building the modules draws from the global RNG
             agent = _agent_from_info(full)
         load_module(agent, tensors, ignore=("obs_norm.",))
@@ -150,7 +157,7 @@ class TorchForward:
         agent.eval().to(self.device)
         self._state = (
             agent,
-            None if stats is None else (stats[0], _obs_std(stats[1])),
+            None if stats is None else (stats[0], obs_std(stats[1])),
             float(full["obs_clip"]),
         )  # the swap
         self.info = full
@@ -159,7 +166,7 @@ class TorchForward:
         agent, stats, clip = self._state
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), self.obs_dim)
         if stats is not None:
-            x = _scale(x, *stats, clip)
+            x = scale_obs(x, *stats, clip)
         elif not x.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
             x = x.copy()
         with torch.inference_mode():
@@ -173,9 +180,12 @@ class TorchForward:
                 res["logits"] = out.cpu().numpy()
         return res
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 # --------------------------------------------------------------------------
-# The learner
+# 3. The learner
 # --------------------------------------------------------------------------
 
 
@@ -185,11 +195,14 @@ def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
 
 
 class PPOLearner:
+    """PPO's learner: each round's batches (one per worker, all made with the current model
+    version) are trained on for ``epochs`` passes, then the next version goes out."""
+
     def __init__(
         self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
     ):
         self.params = p = params
-        self.obs_dim, self.continuous, self.act_dim = _spaces(obs_space, act_space)
+        self.obs_dim, self.continuous, self.act_dim = check_spaces(obs_space, act_space)
         self.spec = sample_spec(params, obs_space, act_space)
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
@@ -205,22 +218,6 @@ class PPOLearner:
         self.rounds = 0
         #: transitions trained on, summed over all rounds (drives the schedules)
         self.samples_added = 0
-
-    # ---- the async protocol does not apply
-
-    def add(self, batch: SampleBatch) -> int:
-        raise NotImplementedError(
-            "ppo is a sync algorithm: the node gives each round's batches to train_round(), never add()"
-        )
-
-    def train_due(self) -> bool:
-        return False
-
-    def behind(self) -> bool:
-        return False
-
-    def train_step(self) -> dict[str, float]:
-        raise NotImplementedError("ppo is a sync algorithm: the node calls train_round(batches), not train_step()")
 
     # ---- schedules
 
@@ -251,7 +248,7 @@ class PPOLearner:
             return {"transitions": 0.0, "rounds": float(self.rounds), "updates": float(self.updates)}
         cat = {k: np.concatenate([np.asarray(b.arrays[k]) for b in batches]) for k in self.spec.fields}
 
-        # normalise with the statistics of the version the actors used (see the module docstring)
+        # normalise with the statistics of the version the actors used (see common's module docstring)
         dev = self.device
         obs = torch.from_numpy(normalize_obs(cat["obs"], *self._stats(), p.obs_clip)).to(dev)
         act_np = cat["action"].reshape(n, -1) if self.continuous else cat["action"]
@@ -361,7 +358,7 @@ class PPOLearner:
     # ---- weights and checkpoints
 
     def _info(self) -> dict[str, Any]:
-        return _net_info(self.obs_dim, self.continuous, self.act_dim, self.params)
+        return net_info(self.obs_dim, self.continuous, self.act_dim, self.params)
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
         """Actor and critic (the actor computes values for GAE) plus, with obs_norm, the statistics
