@@ -1,7 +1,7 @@
 """Single-process DQN check on CartPole-v1 through exactly the Actor/Learner API.
 
 Not a pytest test (no ``test_`` prefix): a script for picking and checking
-the defaults of :class:`mqttrl_plugins.dqn.DQNParams`. It mimics the
+the defaults of :class:`mqttrl_plugins.dqn.common.DQNParams`. It mimics the
 distributed loop in one process:
 
 * one actor with ``--envs`` envs steps them (``--workers N``: N actors

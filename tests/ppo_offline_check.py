@@ -1,7 +1,7 @@
 """Single-process PPO check through exactly the Actor/Learner API and the sync protocol.
 
 Not a pytest test (no ``test_`` prefix): a script for picking and checking
-the defaults of :class:`mqttrl_plugins.ppo.PPOParams`. It mimics the
+the defaults of :class:`mqttrl_plugins.ppo.common.PPOParams`. It mimics the
 distributed sync loop in one process:
 
 * ``--workers`` actors, each with its own :class:`mqttrl.envs.rollout.EnvSet` of
