@@ -33,7 +33,7 @@ from mqttrl.config import load_config
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.local.broker import EmbeddedBroker
-from mqttrl.nodes.inference import RemoteForward
+from mqttrl.nodes.worker.remote_forward import RemoteForward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.topics import Topics

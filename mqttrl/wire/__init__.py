@@ -6,11 +6,22 @@ numpy buffers, weights are safetensors, control messages are JSON.
 
 from .control import StepRate, decode_episodes, decode_json, encode_json
 from .errors import Rejected, RejectionCounter
+from .inference import (
+    InferenceReply,
+    InferenceRequest,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+    request_spec,
+)
 from .samples import FieldSpec, SampleBatch, SampleSpec, decode_batch, encode_batch
 from .weights import WeightsMessage, decode_weights, encode_weights
 
 __all__ = [
     "FieldSpec",
+    "InferenceReply",
+    "InferenceRequest",
     "Rejected",
     "RejectionCounter",
     "SampleBatch",
@@ -20,8 +31,13 @@ __all__ = [
     "decode_batch",
     "decode_episodes",
     "decode_json",
+    "decode_reply",
+    "decode_request",
     "decode_weights",
     "encode_batch",
     "encode_json",
+    "encode_reply",
+    "encode_request",
     "encode_weights",
+    "request_spec",
 ]

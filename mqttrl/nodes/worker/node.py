@@ -6,6 +6,10 @@ algorithm's actor, then steps. New weights are applied between steps (model and
 version swap together). Samples go out in batches through a bounded outbox,
 so a broker outage never stops the game loop. Spawn-safe: nothing here relies
 on fork, so it runs the same on a Windows game PC.
+
+This module is the shell: it owns the MQTT client, the clock, the envs and the
+actor. The rules (which weights to take, when to send, when to stop, what a
+heartbeat says) are in :mod:`mqttrl.nodes.worker.core`.
 """
 
 from __future__ import annotations
@@ -17,24 +21,40 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
+
+import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.algorithm import ActorContext
+from mqttrl.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet
-from mqttrl.nodes.inference import InferenceUnavailable
+from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
+from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.plugin.manager import get_registry
-from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
-from mqttrl.transport.topics import Topics, check_name
-from mqttrl.wire import Rejected, RejectionCounter, decode_json, decode_weights, encode_batch, encode_json
+from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
+from mqttrl.transport.dispatch import Dispatcher, Handler
+from mqttrl.transport.topics import Kind, Topics, check_name
+from mqttrl.wire import Rejected, RejectionCounter, encode_batch, encode_json
 
 log = logging.getLogger("mqttrl.worker")
 
 
 class SyncTimeout(TimeoutError):
     """Sync mode: the learner published no new model version in time."""
+
+
+def _parse_config(data: dict) -> RunConfig:
+    """The received config, with the algorithm's hyperparameter class from the plugin registry."""
+    registry = get_registry()
+    return from_dict(data, lambda name: registry.algorithm(name).params)
+
+
+def _payload_only(handler: Callable[[bytes], None]) -> Handler:
+    """The worker's topics are singletons (no name level): its core's handlers take the payload."""
+    return lambda _name, payload: handler(payload)
 
 
 class WorkerNode:
@@ -55,30 +75,30 @@ class WorkerNode:
         self.num_envs_override = num_envs
         self.seed_override = seed
         self.wait_timeout = wait_timeout
-        self.rejections = RejectionCounter(log)
+        self.clock = time.monotonic
         self._stop = threading.Event()
-        self.version = -1
-        self.seq = 0
-        self.env_steps = 0
-        self.episodes = 0
-        self.learner_online = False
-        self.pause = False
-        self.config: RunConfig | None = None
-        self.actor = None
-        self.forward = None
-        self.inference_mode = "torch"
-        self._pending_weights = None
-        self._episodes: list[dict] = []  # finished episodes, sent with the next sample batch
+        self.core = WorkerCore(run, self.name, _parse_config)
+        self.dispatch = Dispatcher(
+            self.topics,
+            {
+                Kind.CONFIG: _payload_only(self.core.on_config),
+                Kind.WEIGHTS: _payload_only(self.core.on_weights),
+                Kind.FLOW: _payload_only(self.core.on_flow),
+                Kind.LEARNER_STATE: _payload_only(self.core.on_learner_state),
+            },
+            log,
+        )
+        self.info: AlgorithmInfo | None = None
+        self.backend = ""
+        self.forward: Forward | None = None
+        #: the forward when it is the central inference servers' client (told the model version to ask for)
+        self.remote: RemoteForward | None = None
+        self.actor: Actor | None = None
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
             persistent=False,
-            subscriptions=[
-                (self.topics.config, 1),
-                (self.topics.weights, 1),
-                (self.topics.flow, 1),
-                (self.topics.learner_state, 1),
-            ],
+            subscriptions=[self.topics.subscription(kind) for kind in self.dispatch.handlers],
             will=Outgoing(
                 self.topics.worker_state(self.name), self._state("offline", "connection lost"), 1, True, "state"
             ),
@@ -86,6 +106,174 @@ class WorkerNode:
             inbox_limit=1000,
             outbox_limit=2000,
         )
+
+    # ---- what other code reads -------------------------------------------------
+    @property
+    def rejections(self) -> RejectionCounter:
+        """The one count of refused messages, by reason: the dispatcher's."""
+        return self.dispatch.rejections
+
+    @property
+    def version(self) -> int:
+        return self.core.version
+
+    @property
+    def env_steps(self) -> int:
+        return self.core.env_steps
+
+    @property
+    def episodes(self) -> int:
+        return self.core.episodes
+
+    def stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    # ---- the run, top to bottom -------------------------------------------------
+    def run(self, max_env_steps: int | None = None) -> None:
+        self.node.start(wait=None)
+        if self._wait_for("config", lambda: self.core.config is not None):
+            self._play(max_env_steps)
+        self._shutdown()
+
+    def _play(self, max_env_steps: int | None) -> None:
+        """Build envs and policy, wait for a model, then step until stopped or done."""
+        cfg = self.core.config
+        self.info = get_registry().algorithm(cfg.algorithm.name)
+        envs, ctx = self._make_envs(cfg)
+        try:
+            self._make_policy(cfg, envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
+            if not self._wait_for("weights", lambda: self.core.has_model):
+                return
+            self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
+            self._load_new_weights()
+            log.info(
+                "worker %s stepping %d envs from model version %d (inference: %s)",
+                self.name,
+                envs.num_envs,
+                self.core.version,
+                self.backend,
+            )
+            while not self._stop.is_set() and not self.core.finished:
+                self._tick(envs)
+            self._flush()
+        finally:
+            envs.close()
+            if self.forward is not None:
+                self.forward.close()
+
+    def _tick(self, envs: EnvSet) -> None:
+        """One turn of the game loop: messages, new weights, heartbeat, a vector step, maybe a batch."""
+        self._drain()
+        self._load_new_weights()
+        self._heartbeat_if_due()
+        if self.core.held_back:
+            self._drain(timeout=0.01)  # the learner is behind: wait for it
+            return
+        if self._step(envs):
+            self._send_when_due()
+
+    def _step(self, envs: EnvSet) -> bool:
+        """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
+        try:
+            actions, extras = self.actor.act(envs.obs)
+        except InferenceUnavailable as e:
+            log.error("%s", e)
+            self._heartbeat()
+            return False
+        obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
+        self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
+        self.core.stepped(envs.num_envs, ended, time.time())
+        return True
+
+    def _send_when_due(self) -> None:
+        """Send a batch when the core says so; in sync mode that was the share: wait for the next model."""
+        if self.core.next_move(self.actor.pending(), self.clock()) is not Move.SEND:
+            return  # Move.STOP: the run loop sees core.finished
+        self._send_batch()
+        if self.core.awaiting_model:
+            self._wait_for_newer_model()
+
+    def _flush(self) -> None:
+        """On the way out: what is pending, and the episodes not yet reported."""
+        if self.actor.pending():
+            self._send_batch()
+        self._send_episodes()
+
+    # ---- weights -------------------------------------------------------------------
+    def _load_new_weights(self) -> None:
+        try:
+            load = self.core.weights_to_load()
+        except Rejected as r:
+            self.rejections.add(r, "weights")
+            return
+        if load is None:
+            return
+        if load.discard_partial:  # only in sync mode, where the actor is a SyncActor (checked when built)
+            cast(SyncActor, self.actor).discard()
+        if self.actor.pending():  # a batch never mixes model versions
+            self._send_batch()
+        w = load.weights
+        self.actor.load_weights(w.tensors, w.info)
+        self.core.loaded(w)
+        if self.remote is not None:
+            self.remote.require_version(w.version)
+
+    def _wait_for_newer_model(self) -> None:
+        """Sync mode: the share is sent; wait for the round's model, saying what to check at every timeout."""
+        while self.core.awaiting_model and not self._stop.is_set():
+            try:
+                self.sync(self.core.rules.sync_timeout_s)
+            except SyncTimeout as e:
+                log.error("%s", e)
+
+    def sync(self, timeout: float) -> None:
+        """Sync mode: block until a model version newer than the one we sent a share for.
+
+        Keeps heartbeating (the learner must not think we died) and raises
+        :class:`SyncTimeout` with what to check when nothing arrives in time.
+        """
+        deadline = self.clock() + timeout
+        while self.core.awaiting_model and not self._stop.is_set():
+            self._drain(timeout=0.05)
+            self._load_new_weights()
+            now = self.clock()
+            if self.core.awaiting_model and now >= deadline:
+                raise SyncTimeout(self._sync_timeout_message(timeout))
+            self._heartbeat_if_due(now)
+
+    def _sync_timeout_message(self, timeout: float) -> str:
+        state = "online" if self.core.learner_online else "offline"
+        return (
+            f"no model version after {self.core.awaiting_newer_than} within {timeout:.0f}s for run {self.topics.run!r} "
+            f"(learner state: {state}). Check that the learner is running and connected to this broker "
+            f"(mosquitto_sub -v -t '{self.topics.learner_state}'), and its log for stalled rounds; "
+            f"raise worker.sync_timeout_s if rounds are legitimately slow. Still waiting."
+        )
+
+    # ---- publishing ----------------------------------------------------------------
+    def _send_batch(self) -> None:
+        self._send_episodes()
+        arrays = self.actor.take()
+        if not arrays:
+            return
+        seq, version = self.core.batch_sent()
+        payload = encode_batch(self.topics.run, self.name, seq, version, arrays)
+        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
+
+    def _send_episodes(self) -> None:
+        body = self.core.take_episodes()
+        if body is not None:
+            self.node.publish(self.topics.episodes(self.name), encode_json(body), qos=1, kind="episodes")
+
+    def _heartbeat_if_due(self, now: float | None = None) -> None:
+        if self.core.heartbeat_due(self.clock() if now is None else now):
+            self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        hb = self.core.heartbeat(
+            time.time(), os.getpid(), self.node.outbox_size, self.node.dropped, self.rejections.snapshot()
+        )
+        self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
     def _state(self, status: str, reason: str = "") -> bytes:
         return encode_json(
@@ -103,58 +291,25 @@ class WorkerNode:
             }
         )
 
-    # ---- inbox ----------------------------------------------------------------
-    def _handle(self, msg: Message) -> None:
-        try:
-            kind, _ = self.topics.parse(msg.topic)
-        except ValueError:
-            return
-        try:
-            if kind == "config":
-                if self.config is None:
-                    self._on_config(decode_json(msg.payload, {"run": str}))
-            elif kind == "weights":
-                w = decode_weights(msg.payload)
-                if w.run != self.topics.run:
-                    raise Rejected("wrong_run", f"weights for run {w.run!r}")
-                if self.version < 0 or w.version > self.version or w.version < self.version - 1000:
-                    self._pending_weights = w  # applied between steps; newest wins
-            elif kind == "flow":
-                self.pause = bool(decode_json(msg.payload).get("pause", False))
-            elif kind == "learner_state" and msg.payload:
-                st = decode_json(msg.payload, {"status": str})
-                online = st["status"] == "online"
-                if online != self.learner_online:
-                    log.info("learner is %s", st["status"])
-                self.learner_online = online
-        except Rejected as r:
-            self.rejections.add(r, kind)
-        except Exception as exc:  # never let one message take the node down
-            log.exception("handling a message on %s failed", msg.topic)
-            self.rejections.add(Rejected("internal_error", f"{type(exc).__name__}: {exc}"), kind)
-
-    def _on_config(self, data: dict) -> None:
-        registry = get_registry()
-        algo_name = data.get("algorithm", {}).get("name")
-        self.config = from_dict(data, lambda name: registry.algorithm(name).params)
-        self.info = registry.algorithm(algo_name)
-        log.info("run %s: env %s, algorithm %s", self.config.run, self.config.env.id, algo_name)
-
+    # ---- inbox ---------------------------------------------------------------------
     def _drain(self, timeout: float = 0.0) -> None:
+        """Handle every queued message, waiting up to ``timeout`` for the first."""
         try:
             msg = self.node.inbox.get(timeout=timeout) if timeout else self.node.inbox.get_nowait()
-            self._handle(msg)
             while True:
-                self._handle(self.node.inbox.get_nowait())
+                self.dispatch(msg.topic, msg.payload)
+                msg = self.node.inbox.get_nowait()
         except queue.Empty:
             pass
 
-    def _wait_for(self, what: str, ready) -> None:
-        start = time.monotonic()
-        last_note = start
-        while not ready() and not self._stop.is_set():
+    def _wait_for(self, what: str, ready: Callable[[], bool]) -> bool:
+        """Handle messages until ``ready()``; False when stopped first. Says every 10 s what it waits for."""
+        start = last_note = self.clock()
+        while not ready():
+            if self._stop.is_set():
+                return False
             self._drain(timeout=0.2)
-            now = time.monotonic()
+            now = self.clock()
             if now - last_note > 10:
                 last_note = now
                 log.warning(
@@ -167,224 +322,63 @@ class WorkerNode:
                 raise TimeoutError(
                     f"no {what} for run {self.topics.run!r} after {self.wait_timeout:.0f}s; start the learner first"
                 )
+        return not self._stop.is_set()
 
-    # ---- main loop ------------------------------------------------------------
-    def stop(self, *_: Any) -> None:
-        self._stop.set()
-
-    def _apply_weights(self) -> None:
-        w = self._pending_weights
-        self._pending_weights = None
-        if w is None:
-            return
-        if w.algorithm != self.config.algorithm.name:
-            self.rejections.add(
-                Rejected("bad_value", f"weights for {w.algorithm!r}, run uses {self.config.algorithm.name!r}"),
-                "weights",
-            )
-            return
-        if self.actor.pending():  # a batch never mixes model versions
-            self._send_batch()
-        self.actor.load_weights(w.tensors, w.info)
-        self.version = w.version
-        if hasattr(self.forward, "min_version"):  # central inference: only answers from this model on
-            self.forward.min_version = w.version
-
-    def _wait_next_version(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync(self.config.worker.sync_timeout_s)
-                return
-            except SyncTimeout as e:
-                log.error("%s", e)
-
-    def _send_episodes(self) -> None:
-        if self._episodes:
-            body = {"worker": self.name, "episodes": self._episodes}
-            self._episodes = []
-            self.node.publish(self.topics.episodes(self.name), encode_json(body), qos=1, kind="episodes")
-
-    def _send_batch(self) -> None:
-        self._send_episodes()
-        arrays = self.actor.take()
-        if not arrays:
-            return
-        payload = encode_batch(self.topics.run, self.name, self.seq, self.version, arrays)
-        self.seq += 1
-        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
-
-    def sync(self, timeout: float) -> None:
-        """Sync mode: block until a model version newer than the one we sent a share for.
-
-        Keeps heartbeating (the learner must not think we died) and raises
-        :class:`SyncTimeout` with what to check when nothing arrives in time.
-        """
-        sent_version = self.version
-        deadline = time.monotonic() + timeout
-        next_hb = time.monotonic() + self.config.worker.heartbeat_interval_s
-        while not self._stop.is_set():
-            if self._pending_weights is not None and self._pending_weights.version > sent_version:
-                self._apply_weights()
-                return
-            now = time.monotonic()
-            if now >= deadline:
-                state = "online" if self.learner_online else "offline"
-                raise SyncTimeout(
-                    f"no model version after {sent_version} within {timeout:.0f}s for run {self.topics.run!r} "
-                    f"(learner state: {state}). Check that the learner is running and connected to this broker "
-                    f"(mosquitto_sub -v -t '{self.topics.learner_state}'), and its log for stalled rounds; "
-                    f"raise worker.sync_timeout_s if rounds are legitimately slow. Still waiting."
-                )
-            if now >= next_hb:
-                next_hb = now + self.config.worker.heartbeat_interval_s
-                self._heartbeat()
-            self._drain(timeout=0.05)
-
-    def _heartbeat(self) -> None:
-        hb = {
-            "worker": self.name,
-            "pid": os.getpid(),
-            "model_version": self.version,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "seq": self.seq,
-            "outbox": self.node.outbox_size,
-            "dropped": dict(self.node.dropped),
-            "rejected": self.rejections.snapshot(),
-            "paused": self.pause and self.learner_online,
-            "time": time.time(),
-        }
-        self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
-
-    def _make_forward(self, obs_space, act_space):
-        """The policy network's home: local torch, local numpy, or the central inference servers."""
-        cfg = self.config
-        mode = cfg.worker.inference
-        if mode == "remote":
-            from mqttrl.nodes.inference import RemoteForward
-
-            ic = cfg.inference
-            return RemoteForward(
-                self.node.settings, self.topics.run, self.name, timeout_s=ic.timeout_s, retries=ic.retries
-            )
-        if mode == "auto":  # numpy where the algorithm has a numpy forward: no torch needed, and faster for MLPs
-            mode = "numpy" if self.info.make_forward is not None else "torch"
-        if mode == "torch":
-            import torch
-
-            torch.set_num_threads(cfg.worker.torch_threads)
-        if self.info.make_forward is None:
-            if mode != "torch":
-                raise RuntimeError(
-                    f'algorithm {cfg.algorithm.name!r} offers no {mode} forward; use worker.inference = "torch"'
-                )
-            return None
-        self.inference_mode = mode
-        return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, mode)
-
-    def run(self, max_env_steps: int | None = None) -> None:
-        self.node.start(wait=None)
-        self._wait_for("config", lambda: self.config is not None)
-        if self._stop.is_set():
-            return self._shutdown()
-        cfg = self.config
+    # ---- building ------------------------------------------------------------------
+    def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
         num_envs = self.num_envs_override or cfg.env.num_envs
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + self.index * 97
         registry = get_registry()
-        make = lambda: make_env(cfg.env.id, cfg.env.kwargs, registry)  # noqa: E731
-        envs = EnvSet(make, num_envs, seed)
+        envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs, registry), num_envs, seed)
         ctx = ActorContext(
             num_envs=num_envs,
             first_env_index=self.index * num_envs,
             total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
             seed=seed,
         )
-        obs_space, act_space = envs.envs[0].observation_space, envs.envs[0].action_space
-        self.forward = self._make_forward(obs_space, act_space)
-        if self.forward is None:
-            self.actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx)
-        else:
-            self.actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx, forward=self.forward)
-        self._wait_for("weights", lambda: self._pending_weights is not None or self.version >= 0)
-        if self._stop.is_set():
-            envs.close()
-            return self._shutdown()
-        self._apply_weights()
-        log.info(
-            "worker %s stepping %d envs from model version %d (inference: %s)",
-            self.name,
-            num_envs,
-            self.version,
-            cfg.worker.inference if cfg.worker.inference != "auto" else self.inference_mode,
-        )
-        hb_every = cfg.worker.heartbeat_interval_s
-        next_hb = 0.0
-        batch_started = None
-        sync_mode = self.info.mode == "sync"
-        while not self._stop.is_set():
-            self._drain()
-            if self._pending_weights is not None:
-                if sync_mode:  # a round finished without us: our partial share is of an old version
-                    discard = getattr(self.actor, "discard", None)
-                    if discard is not None:
-                        discard()
-                self._apply_weights()
-            now = time.monotonic()
-            if now >= next_hb:
-                next_hb = now + hb_every
-                self._heartbeat()
-            if self.pause and self.learner_online:
-                self._drain(timeout=0.01)  # the learner is behind: wait for it
-                continue
-            try:
-                actions, extras = self.actor.act(envs.obs)
-            except InferenceUnavailable as e:  # central inference is down: say so, keep trying
-                log.error("%s", e)
-                self._heartbeat()
-                continue
-            obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
-            self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
-            self.env_steps += num_envs
-            for e in ended:
-                self.episodes += 1
-                self._episodes.append(
-                    {
-                        "env": e.env_index,
-                        "return": e.episode_return,
-                        "length": e.length,
-                        "terminated": e.terminated,
-                        "model_version": self.version,
-                        "env_steps": self.env_steps,
-                        "time": time.time(),
-                    }
-                )
-            pending = self.actor.pending()
-            if sync_mode:
-                if pending:  # our whole share of this round: send it, wait for the next version
-                    self._send_batch()
-                    self._wait_next_version()
-                    next_hb = 0.0
-                continue
-            if pending and batch_started is None:
-                batch_started = now
-            if pending >= cfg.worker.batch_size or (pending and now - batch_started > cfg.worker.max_batch_delay_s):
-                self._send_batch()
-                batch_started = None
-            if max_env_steps and self.env_steps >= max_env_steps:
-                break
-        if self.actor.pending():
-            self._send_batch()
-        self._send_episodes()
-        envs.close()
-        if hasattr(self.forward, "close"):
-            self.forward.close()
-        self._shutdown()
+        return envs, ctx
+
+    def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
+        """The forward (where the network runs), then the algorithm's actor over it."""
+        self.backend = self._choose_backend(cfg.worker.inference)
+        self.forward = self._make_forward(cfg, obs_space, act_space, ctx.seed)
+        actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx, self.forward)
+        if self.info.mode == "sync" and not isinstance(actor, SyncActor):
+            raise TypeError(f"algorithm {self.info.name!r} runs in sync mode but its actor is not a SyncActor")
+        self.actor = actor
+
+    def _choose_backend(self, inference: str) -> str:
+        """worker.inference: "auto" is the algorithm's preferred backend (the built-ins: numpy,
+        no torch needed and faster for small MLPs); "remote" is the central inference servers."""
+        if inference == "auto":
+            return self.info.backends[0]
+        if inference != "remote" and inference not in self.info.backends:
+            raise RuntimeError(
+                f"algorithm {self.info.name!r} offers no {inference} forward; "
+                f"use worker.inference = one of {', '.join(self.info.backends)} or remote"
+            )
+        return inference
+
+    def _make_forward(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, seed: int) -> Forward:
+        if self.backend == "remote":
+            ic = cfg.inference
+            self.remote = RemoteForward(
+                self.node.settings, self.topics.run, self.name, timeout_s=ic.timeout_s, retries=ic.retries
+            )
+            return self.remote
+        if self.backend == "torch":
+            import torch
+
+            torch.set_num_threads(cfg.worker.torch_threads)
+        return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, self.backend, seed)
 
     def _shutdown(self) -> None:
         self.node.stop(
             final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", "stopped"), 1, True, "state")]
         )
-        log.info("worker %s stopped after %d env steps, %d episodes", self.name, self.env_steps, self.episodes)
+        log.info(
+            "worker %s stopped after %d env steps, %d episodes", self.name, self.core.env_steps, self.core.episodes
+        )
 
 
 def run_worker(broker: BrokerSettings, run: str, **kwargs) -> None:

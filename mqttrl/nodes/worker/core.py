@@ -1,0 +1,277 @@
+"""The worker's rules as plain objects: which weights to take, when to send, when to stop.
+
+No MQTT, no threads, no clock reads: every call that depends on time takes
+``now`` (seconds on one monotonic clock) or ``wall_time`` (seconds since the
+epoch, for the JSON that other processes read), so tests drive the core with
+made-up times. The shell (:mod:`mqttrl.nodes.worker.node`) feeds it what the
+broker delivers and what the envs did, and does what it answers: load weights,
+send a batch, wait for the next model, stop.
+
+A refused message raises :class:`~mqttrl.wire.Rejected`; the shell's
+:class:`~mqttrl.transport.dispatch.Dispatcher` counts it, in one place.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+import attrs
+
+from mqttrl.algorithm import Mode
+from mqttrl.config import ConfigError, RunConfig
+from mqttrl.envs.rollout import EpisodeEnd
+from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights
+
+log = logging.getLogger("mqttrl.worker")
+
+#: a model version this far below ours comes from a learner that started counting again
+#: (a fresh run directory under the same run name): its model wins
+RESTART_GAP = 1000
+
+
+def accepts_version(current: int, offered: int) -> bool:
+    """Whether weights of version ``offered`` replace a model of version ``current`` (-1: none yet)."""
+    return current < 0 or offered > current or offered < current - RESTART_GAP
+
+
+@attrs.frozen
+class Rules:
+    """The settings the rules read; :meth:`from_config` takes them from the run's config."""
+
+    #: transitions per sample message (async mode)
+    batch_size: int = 128
+    #: the longest a partial batch waits before it goes out (async mode)
+    max_batch_delay_s: float = 0.5
+    heartbeat_interval_s: float = 2.0
+    #: sync mode (PPO rounds): send the whole share, then wait for a newer model
+    sync: bool = False
+    #: sync mode: how long one wait for the next model lasts before the worker says what to check
+    sync_timeout_s: float = 60.0
+    #: stop after this many env steps (None: run until stopped)
+    max_env_steps: int | None = None
+
+    @classmethod
+    def from_config(cls, config: RunConfig, mode: Mode, max_env_steps: int | None = None) -> Rules:
+        wc = config.worker
+        return cls(
+            batch_size=wc.batch_size,
+            max_batch_delay_s=wc.max_batch_delay_s,
+            heartbeat_interval_s=wc.heartbeat_interval_s,
+            sync=mode == "sync",
+            sync_timeout_s=wc.sync_timeout_s,
+            max_env_steps=max_env_steps,
+        )
+
+
+class Move(enum.Enum):
+    """What the worker does after a vector step."""
+
+    STEP = "step"  #: keep stepping
+    SEND = "send"  #: send the pending transitions (a full batch, an old partial one, or the whole share)
+    STOP = "stop"  #: the run is over: send what is pending and stop
+
+
+@attrs.frozen
+class Load:
+    """Weights to load now."""
+
+    weights: WeightsMessage
+    #: sync mode: a round finished without this worker, so the partial share it holds was made
+    #: with a version the learner has moved past; the actor drops it before loading
+    discard_partial: bool
+
+
+class WorkerCore:
+    """One worker's state: model version, flow, learner liveness, batching, counters.
+
+    ``parse_config`` turns the received config's JSON object into a :class:`RunConfig`
+    (the shell resolves the algorithm's hyperparameter class through the plugin registry).
+    """
+
+    def __init__(self, run: str, name: str, parse_config: Callable[[dict], RunConfig]):
+        self.run = run
+        self.name = name
+        self._parse_config = parse_config
+        self.config: RunConfig | None = None
+        self.rules = Rules()
+        #: the loaded model's version (-1: none yet) and the newest accepted weights not yet loaded
+        self.version = -1
+        self.pending_weights: WeightsMessage | None = None
+        #: the learner's flow signal, and whether the learner is online to lift it
+        self.paused = False
+        self.learner_online = False
+        #: sync mode: the version the sent share was made with, until a newer model is loaded
+        self.awaiting_newer_than: int | None = None
+        self.seq = 0
+        self.env_steps = 0
+        self.episodes = 0
+        #: finished episodes, sent with the next sample batch
+        self.finished_episodes: list[dict] = []
+        self._batch_started: float | None = None
+        self._next_heartbeat: float | None = None  # None: due now
+
+    # ---- received messages -----------------------------------------------------
+    def on_config(self, payload: bytes) -> None:
+        """The first config is the run's; a retained copy seen again after a reconnect changes nothing."""
+        if self.config is not None:
+            return
+        data = decode_json(payload, {"run": str})
+        try:
+            self.config = self._parse_config(data)
+        except ConfigError as e:
+            raise Rejected("bad_value", f"config: {e}") from None
+        log.info("run %s: env %s, algorithm %s", self.config.run, self.config.env.id, self.config.algorithm.name)
+
+    def on_weights(self, payload: bytes) -> None:
+        """Keep the newest acceptable weights; they are loaded between steps."""
+        w = decode_weights(payload)
+        if w.run != self.run:
+            raise Rejected("wrong_run", f"weights for run {w.run!r}")
+        if accepts_version(self.version, w.version):
+            self.pending_weights = w
+
+    def on_flow(self, payload: bytes) -> None:
+        self.paused = bool(decode_json(payload).get("pause", False))
+
+    def on_learner_state(self, payload: bytes) -> None:
+        if not payload:  # a cleared retained state
+            return
+        status = decode_json(payload, {"status": str})["status"]
+        online = status == "online"
+        if online != self.learner_online:
+            log.info("learner is %s", status)
+        self.learner_online = online
+
+    # ---- starting --------------------------------------------------------------
+    def begin(self, rules: Rules) -> None:
+        """Envs and actor are built: stepping starts under ``rules``."""
+        self.rules = rules
+
+    @property
+    def has_model(self) -> bool:
+        return self.version >= 0 or self.pending_weights is not None
+
+    # ---- weights -----------------------------------------------------------------
+    def weights_to_load(self) -> Load | None:
+        """The accepted weights to load now, if any (taken: the next call returns None).
+
+        Raises :class:`Rejected` for weights of another algorithm than the run's.
+        """
+        w, self.pending_weights = self.pending_weights, None
+        if w is None:
+            return None
+        algorithm = self.config.algorithm.name if self.config is not None else w.algorithm
+        if w.algorithm != algorithm:
+            raise Rejected("bad_value", f"weights for {w.algorithm!r}, run uses {algorithm!r}")
+        # a share can be in progress only while a model runs and its share is not yet sent
+        in_progress = self.rules.sync and self.version >= 0 and self.awaiting_newer_than is None
+        return Load(w, discard_partial=in_progress)
+
+    def loaded(self, w: WeightsMessage) -> None:
+        """The actor runs ``w`` now. Ending a sync wait heartbeats at once, so the learner sees
+        this worker on the new version without waiting a heartbeat interval."""
+        self.version = w.version
+        if self.awaiting_newer_than is not None:
+            self.awaiting_newer_than = None
+            self._next_heartbeat = None
+
+    @property
+    def awaiting_model(self) -> bool:
+        """Sync mode: the share is sent and no newer model is loaded yet."""
+        return self.awaiting_newer_than is not None
+
+    # ---- stepping ----------------------------------------------------------------
+    @property
+    def held_back(self) -> bool:
+        """The learner asked workers to pause. A pause left retained by a learner that went
+        offline holds nobody back: it could never be lifted."""
+        return self.paused and self.learner_online
+
+    def stepped(self, num_envs: int, ended: Iterable[EpisodeEnd], wall_time: float) -> None:
+        """Count one vector step and the episodes it finished."""
+        self.env_steps += num_envs
+        for e in ended:
+            self.episodes += 1
+            self.finished_episodes.append(
+                {
+                    "env": e.env_index,
+                    "return": e.episode_return,
+                    "length": e.length,
+                    "terminated": e.terminated,
+                    "model_version": self.version,
+                    "env_steps": self.env_steps,
+                    "time": wall_time,
+                }
+            )
+
+    @property
+    def finished(self) -> bool:
+        """The run has made its ``max_env_steps``."""
+        limit = self.rules.max_env_steps
+        return bool(limit) and self.env_steps >= limit
+
+    def next_move(self, pending: int, now: float) -> Move:
+        """After a step with ``pending`` transitions ready to send: step on, send, or stop.
+
+        Async: send a full batch, or a partial one older than ``max_batch_delay_s``.
+        Sync: the actor reports nothing pending until its whole share is collected; send it
+        (then :attr:`awaiting_model` holds until a newer model is loaded). Stopping comes
+        first in both modes: the shell sends what is pending on its way out.
+        """
+        if self.finished:
+            return Move.STOP
+        if not pending:
+            return Move.STEP
+        if self.rules.sync:
+            return Move.SEND
+        if self._batch_started is None:
+            self._batch_started = now
+        if pending >= self.rules.batch_size or now - self._batch_started > self.rules.max_batch_delay_s:
+            return Move.SEND
+        return Move.STEP
+
+    def batch_sent(self) -> tuple[int, int]:
+        """Number a batch that is going out: returns ``(seq, model_version)``. In sync mode the
+        batch is the share, and the worker now waits for a newer model."""
+        seq = self.seq
+        self.seq += 1
+        self._batch_started = None
+        if self.rules.sync:
+            self.awaiting_newer_than = self.version
+        return seq, self.version
+
+    def take_episodes(self) -> dict | None:
+        """The episodes message for the finished episodes not yet sent, or None."""
+        if not self.finished_episodes:
+            return None
+        body = {"worker": self.name, "episodes": self.finished_episodes}
+        self.finished_episodes = []
+        return body
+
+    # ---- heartbeats ----------------------------------------------------------------
+    def heartbeat_due(self, now: float) -> bool:
+        """Whether a heartbeat goes out now; if so the next one is scheduled an interval later."""
+        if self._next_heartbeat is not None and now < self._next_heartbeat:
+            return False
+        self._next_heartbeat = now + self.rules.heartbeat_interval_s
+        return True
+
+    def heartbeat(
+        self, wall_time: float, pid: int, outbox: int, dropped: Mapping[str, int], rejected: Mapping[str, int]
+    ) -> dict:
+        """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys."""
+        return {
+            "worker": self.name,
+            "pid": pid,
+            "model_version": self.version,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "seq": self.seq,
+            "outbox": outbox,
+            "dropped": dict(dropped),
+            "rejected": dict(rejected),
+            "paused": self.held_back,
+            "time": wall_time,
+        }
