@@ -13,15 +13,18 @@ import csv
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from mqttrl.plugin.spec import hookimpl
-from mqttrl.storage import Point
+from mqttrl import hookimpl
+from mqttrl.storage import Point, Storage
 
 log = logging.getLogger("mqttrl.storage.files")
 
 
 class FilesStorage:
+    """A :class:`mqttrl.storage.Storage` writing CSV files and PNG curves."""
+
     def __init__(self, settings: dict):
         self.dir = Path(settings.get("dir", "telemetry"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -176,5 +179,5 @@ class FilesStorage:
 
 
 @hookimpl
-def mqttrl_register_storages(register):
+def mqttrl_register_storages(register: Callable[[str, Callable[[dict], Storage], str], None]) -> None:
     register("files", FilesStorage, "CSV per measurement and PNG curves in a directory (option: dir)")

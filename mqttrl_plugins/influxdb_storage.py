@@ -20,14 +20,17 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
-from mqttrl.plugin.spec import hookimpl
-from mqttrl.storage import Point, to_line
+from mqttrl import hookimpl
+from mqttrl.storage import Point, Storage, to_line
 
 log = logging.getLogger("mqttrl.storage.influxdb")
 
 
 class InfluxStorage:
+    """A :class:`mqttrl.storage.Storage` for InfluxDB: ``write`` queues, a thread sends and retries."""
+
     def __init__(self, settings: dict):
         from influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
@@ -133,7 +136,7 @@ class InfluxStorage:
 
 
 @hookimpl
-def mqttrl_register_storages(register):
+def mqttrl_register_storages(register: Callable[[str, Callable[[dict], Storage], str], None]) -> None:
     register(
         "influxdb",
         InfluxStorage,
