@@ -39,7 +39,7 @@ class FilesStorage:
         self._throughput = collections.deque(maxlen=50_000)  # (t, samples/s, updates/s)
         self._steps = collections.defaultdict(lambda: collections.deque(maxlen=50_000))  # worker -> (t, steps/s)
         self._since_plot = 0
-        self._last_plot = 0.0
+        self._last_plot = time.monotonic()  # the first curves after plot_every_s, not on the first write
         self._lock = threading.Lock()
         self.plots_drawn = 0
 

@@ -1,0 +1,494 @@
+"""Conformance checks a plugin author runs: ``mqttrl check-plugin NAME``.
+
+:func:`check_algorithm` runs an algorithm through the round trip a real run
+makes, in one process and without a broker, with the real wire formats::
+
+    env spaces -> make_forward (each backend that imports) -> make_learner
+    -> export_weights -> weights wire -> forward/actor.load_weights
+    -> actor acts on env steps -> take -> encode_batch -> decode_batch
+    -> sample_spec.validate -> learner (add + train_step, or train_round)
+    -> new weights -> actor loads them and acts -> state_dict round trip
+
+and checks the mode's protocols (:mod:`mqttrl.algorithm`). :func:`check_storage`
+writes a few points and closes. Each step is one :class:`CheckResult`; an
+algorithm's chain stops at its first failing step (the rest depend on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.algorithm import (
+    Actor,
+    ActorContext,
+    AlgorithmInfo,
+    AsyncLearner,
+    Forward,
+    SyncActor,
+    SyncLearner,
+)
+from mqttrl.storage import Point, Storage
+
+
+@attrs.frozen
+class CheckResult:
+    """One check: its step name, whether it passed, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Checks:
+    """Collects results; ``step`` records one and stops the chain when it fails."""
+
+    def __init__(self) -> None:
+        self.results: list[CheckResult] = []
+
+    def ok(self, name: str, detail: str = "") -> None:
+        self.results.append(CheckResult(name, True, detail))
+
+    def fail(self, name: str, detail: str) -> None:
+        self.results.append(CheckResult(name, False, detail))
+        raise _Failed(name)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[dict]:
+        """Run a block as step ``name``; an exception fails it. Put a detail in the yielded dict."""
+        note: dict = {}
+        try:
+            yield note
+        except _Failed:
+            raise
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f" ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
+            self.fail(name, f"{type(exc).__name__}: {exc}{where}")
+        self.ok(name, note.get("detail", ""))
+
+    def require(self, name: str, cond: bool, detail: str) -> None:
+        if not cond:
+            self.fail(name, detail)
+
+
+def _arrays(name: str, out: Any, batch: int) -> str | None:
+    """Why ``out`` is not a dict of numpy arrays with ``batch`` rows, or None."""
+    if not isinstance(out, dict):
+        return f"{name} returned {type(out).__name__}, expected a dict of arrays"
+    for k, v in out.items():
+        if not isinstance(v, np.ndarray):
+            return f"{name}[{k!r}] is {type(v).__name__}, expected numpy.ndarray"
+        if v.ndim == 0 or v.shape[0] != batch:
+            return f"{name}[{k!r}] has shape {v.shape}, expected the batch ({batch}) as first axis"
+    return None
+
+
+def _scalars(name: str, metrics: Any) -> str | None:
+    if not isinstance(metrics, dict):
+        return f"{name} returned {type(metrics).__name__}, expected dict[str, float]"
+    bad = {k: v for k, v in metrics.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+    if bad:
+        return f"{name} returned non-scalar metrics {sorted(bad)}"
+    return None
+
+
+def _weights_wire(name: str, tensors: Any, info: Any) -> tuple[dict, dict]:
+    """The weights as workers get them: through the safetensors weights message."""
+    from mqttrl.wire import decode_weights, encode_weights
+
+    if not isinstance(tensors, dict) or not all(isinstance(v, np.ndarray) for v in tensors.values()):
+        raise TypeError("export_weights must return (dict[str, numpy.ndarray], dict)")
+    json.dumps(info)  # JSON-able, as the wire needs
+    msg = decode_weights(encode_weights(1, name, "check", tensors, info))
+    return dict(msg.tensors), dict(msg.info)
+
+
+class _Envs:
+    """A few envs stepped one by one (no vector-env autoreset): ``next_obs`` is the final obs."""
+
+    def __init__(self, env_id: str, n: int, seed: int) -> None:
+        from mqttrl.envs.make import make_env
+
+        self.envs = [make_env(env_id) for _ in range(n)]
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.steps = 0
+
+    @property
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        return self.envs[0].observation_space, self.envs[0].action_space
+
+    def step(self, actor: Any) -> None:
+        n = len(self.envs)
+        obs = self.obs
+        actions, extras = actor.act(obs)
+        next_obs, final_obs = np.empty_like(obs), np.empty_like(obs)
+        rewards = np.zeros(n, np.float32)
+        term, trunc = np.zeros(n, bool), np.zeros(n, bool)
+        discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
+        for i, env in enumerate(self.envs):
+            a = int(actions[i]) if discrete else actions[i]
+            o, rewards[i], term[i], trunc[i], _ = env.step(a)
+            final_obs[i] = o
+            if term[i] or trunc[i]:
+                o, _ = env.reset()
+            next_obs[i] = o
+        actor.record(obs, actions, extras, rewards, final_obs, term, trunc)
+        self.obs = next_obs
+        self.steps += n
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _check_actions(c: _Checks, name: str, actor: Any, obs: np.ndarray, act_space: gym.Space) -> None:
+    with c.step(name) as note:
+        out = actor.act(obs)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"act() returned {type(out).__name__}, expected (actions, extras)")
+        actions, extras = out
+        if not isinstance(actions, np.ndarray) or actions.shape[:1] != (len(obs),):
+            raise TypeError(f"act() actions {getattr(actions, 'shape', type(actions))}: expected one row per env")
+        why = _arrays("act() extras", extras, len(obs))
+        if why:
+            raise TypeError(why)
+        for a in actions:
+            if not act_space.contains(a.item() if isinstance(act_space, gym.spaces.Discrete) else a):
+                raise ValueError(f"act() returned {a!r}, not in the action space {act_space}")
+        note["detail"] = f"actions {actions.dtype}{list(actions.shape)}"
+
+
+def _collect(c: _Checks, name: str, envs: _Envs, actor: Any, budget: int) -> int:
+    """Step until the actor has transitions ready; how many."""
+    with c.step(name) as note:
+        while actor.pending() == 0 and envs.steps < budget:
+            envs.step(actor)
+        pending = actor.pending()
+        if pending <= 0:
+            raise RuntimeError(f"actor.pending() still 0 after {envs.steps} env steps")
+        note["detail"] = f"{pending} transitions after {envs.steps} env steps"
+    return pending
+
+
+def _send(c: _Checks, info: AlgorithmInfo, spec: Any, actor: Any, pending: int, seq: int, version: int):
+    """take -> encode_batch -> decode_batch -> validate: the batch as the learner gets it."""
+    from mqttrl.wire import decode_batch, encode_batch
+
+    with c.step("take") as note:
+        arrays = actor.take()
+        why = _arrays("take()", arrays, pending) if arrays else "take() returned nothing while pending() > 0"
+        if why:
+            raise ValueError(why)
+        if actor.pending() != 0:
+            raise ValueError(f"pending() is {actor.pending()} after take(), expected 0")
+        note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items())
+    with c.step("wire") as note:
+        batch = decode_batch(encode_batch("check", "w0", seq, version, arrays))
+        note["detail"] = f"{batch.count} transitions"
+    with c.step("sample_spec.validate"):
+        spec.validate(batch.arrays, batch.count)
+    return batch
+
+
+def check_algorithm(
+    info: AlgorithmInfo,
+    env_id: str = "CartPole-v1",
+    params: Any = None,
+    num_envs: int = 2,
+    max_env_steps: int = 20_000,
+) -> list[CheckResult]:
+    """Run ``info`` through a worker/learner round trip on ``env_id``; one result per step.
+
+    ``params`` defaults to ``info.params()``; ``max_env_steps`` bounds how long the
+    actor may take to have transitions ready and the learner to want a train step.
+    """
+    c = _Checks()
+    forwards: dict[str, Forward] = {}
+    try:
+        _check_algorithm(c, info, env_id, params, num_envs, max_env_steps, forwards)
+    except _Failed:
+        pass
+    finally:
+        for f in forwards.values():
+            with contextlib.suppress(Exception):
+                f.close()
+    return c.results
+
+
+def _check_algorithm(
+    c: _Checks,
+    info: AlgorithmInfo,
+    env_id: str,
+    params: Any,
+    num_envs: int,
+    max_env_steps: int,
+    forwards: dict[str, Forward],
+) -> None:
+    with c.step("algorithm_info") as note:
+        if not isinstance(info, AlgorithmInfo):
+            raise TypeError(f"{type(info).__name__} is not an AlgorithmInfo")
+        if not info.backends:
+            raise ValueError("backends is empty")
+        params = info.params() if params is None else params
+        note["detail"] = f"{info.name}: mode {info.mode}, backends {list(info.backends)}"
+    with c.step("env") as note:
+        envs = _Envs(env_id, num_envs, seed=0)
+        obs_space, act_space = envs.spaces
+        note["detail"] = f"{env_id}: obs {obs_space}, actions {act_space}"
+    try:
+        with c.step("sample_spec") as note:
+            spec = info.sample_spec(params, obs_space, act_space)
+            if not hasattr(spec, "validate"):
+                raise TypeError(f"sample_spec returned {type(spec).__name__}, expected mqttrl.wire.SampleSpec")
+            note["detail"] = json.dumps(spec.describe())
+
+        for backend in info.backends:
+            try:
+                fwd = info.make_forward(params, obs_space, act_space, backend, seed=0)
+            except ImportError as exc:
+                c.ok(f"forward[{backend}]", f"skipped: cannot import ({exc})")
+                continue
+            except Exception as exc:
+                c.fail(f"forward[{backend}]", f"{type(exc).__name__}: {exc}")
+            forwards[backend] = fwd
+            with c.step(f"forward[{backend}]") as note:
+                if not isinstance(fwd, Forward):
+                    raise TypeError(f"{type(fwd).__name__} lacks a Forward method (load_weights, __call__, close)")
+                out = fwd(envs.obs)
+                why = _arrays("forward(obs)", out, num_envs)
+                if why:
+                    raise TypeError(why)
+                note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in out.items())
+        c.require("forward", bool(forwards), f"no backend of {list(info.backends)} could be imported")
+
+        with c.step("learner") as note:
+            learner = info.make_learner(params, obs_space, act_space, "cpu", 0)
+            note["detail"] = type(learner).__name__
+        with c.step(f"protocol[{info.mode}]") as note:
+            want = AsyncLearner if info.mode == "async" else SyncLearner
+            if not isinstance(learner, want):
+                raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(learner).__name__} is not one")
+            note["detail"] = f"learner is a {want.__name__}"
+
+        with c.step("export_weights") as note:
+            tensors, winfo = _weights_wire(info.name, *learner.export_weights())
+            note["detail"] = f"{len(tensors)} tensors, {sum(t.size for t in tensors.values())} values"
+        outs = {}
+        for backend, fwd in forwards.items():
+            with c.step(f"forward[{backend}].load_weights"):
+                fwd.load_weights(tensors, winfo)
+                outs[backend] = fwd(envs.obs)
+        if len(outs) > 1:
+            with c.step("backends agree") as note:
+                (b0, o0), *rest = outs.items()
+                for b, o in rest:
+                    if set(o) != set(o0):
+                        raise ValueError(f"{b} outputs {sorted(o)}, {b0} outputs {sorted(o0)}")
+                    for k in o0:
+                        if not np.allclose(o[k], o0[k], rtol=1e-4, atol=1e-4):
+                            err = float(np.max(np.abs(o[k].astype(np.float64) - o0[k])))
+                            raise ValueError(f"{k!r}: {b} and {b0} differ by up to {err:g} with the same weights")
+                note["detail"] = f"{', '.join(outs)} give the same outputs"
+
+        backend, forward = next(iter(forwards.items()))
+        with c.step("actor") as note:
+            ctx = ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=0)
+            actor = info.make_actor(params, obs_space, act_space, ctx, forward)
+            want = SyncActor if info.mode == "sync" else Actor
+            if not isinstance(actor, want):
+                raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(actor).__name__} is not one")
+            note["detail"] = f"{type(actor).__name__} over the {backend} forward"
+        with c.step("actor.load_weights"):
+            actor.load_weights(tensors, winfo)
+        _check_actions(c, "act", actor, envs.obs, act_space)
+
+        budget = envs.steps + max_env_steps
+        pending = _collect(c, "collect", envs, actor, budget)
+        batch = _send(c, info, spec, actor, pending, seq=0, version=1)
+        updates0 = learner.updates
+        if info.mode == "async":
+            with c.step("learner.add") as note:
+                added = learner.add(batch)
+                if not isinstance(added, int) or isinstance(added, bool):
+                    raise TypeError(f"add() returned {added!r}, expected the int number of transitions added")
+                note["detail"] = f"added {added}"
+            seq = 1
+            with c.step("train_due") as note:
+                while not learner.train_due():
+                    if envs.steps >= budget:
+                        raise RuntimeError(f"train_due() still False after {envs.steps} env steps")
+                    while actor.pending() == 0 and envs.steps < budget:
+                        envs.step(actor)
+                    arrays = actor.take()
+                    if arrays:
+                        from mqttrl.wire import decode_batch, encode_batch
+
+                        b = decode_batch(encode_batch("check", "w0", seq, 1, arrays))
+                        spec.validate(b.arrays, b.count)
+                        learner.add(b)
+                        seq += 1
+                bool(learner.behind())
+                note["detail"] = f"due after {envs.steps} env steps"
+            with c.step("train_step") as note:
+                metrics = learner.train_step()
+                why = _scalars("train_step()", metrics)
+                if why:
+                    raise TypeError(why)
+                note["detail"] = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:6])
+        else:
+            with c.step("train_round") as note:
+                metrics = learner.train_round([batch])
+                why = _scalars("train_round()", metrics)
+                if why:
+                    raise TypeError(why)
+                note["detail"] = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:6])
+        c.require(
+            "updates",
+            isinstance(learner.updates, int) and learner.updates > updates0,
+            f"learner.updates went from {updates0} to {learner.updates} after training",
+        )
+
+        with c.step("new weights") as note:
+            new, new_info = _weights_wire(info.name, *learner.export_weights())
+            if set(new) != set(tensors):
+                raise ValueError(f"tensor names changed: {sorted(set(new) ^ set(tensors))}")
+            changed = [k for k in new if not np.array_equal(new[k], tensors[k])]
+            if not changed:
+                raise ValueError("training changed no exported tensor")
+            actor.load_weights(new, new_info)
+            note["detail"] = f"{len(changed)} of {len(new)} tensors changed; the actor loaded them"
+        _check_actions(c, "act after update", actor, envs.obs, act_space)
+        if info.mode == "sync":
+            with c.step("discard"):
+                envs.step(actor)
+                actor.discard()
+                if actor.pending() != 0:
+                    raise ValueError(f"pending() is {actor.pending()} after discard()")
+                envs.step(actor)
+
+        with c.step("state_dict") as note:
+            st, meta = learner.state_dict(include_replay=False)
+            json.dumps(meta)
+            again = info.make_learner(params, obs_space, act_space, "cpu", 1)
+            again.load_state_dict(st, meta)
+            restored, _ = again.export_weights()
+            differ = [k for k in new if k not in restored or not np.array_equal(restored[k], new[k])]
+            if differ:
+                raise ValueError(f"a learner restored from state_dict exports other weights: {differ[:5]}")
+            note["detail"] = f"{len(st)} tensors; a fresh learner restored from them exports the same weights"
+    finally:
+        envs.close()
+
+
+def _sample_points(now: float) -> list[Point]:
+    return [
+        Point("episode", {"run": "check", "worker": "w0"}, {"return": 12.5, "length": 13, "model_version": 2}, now),
+        Point("episode", {"run": "check", "worker": "w 1,x=y"}, {"return": -1.0, "length": 1, "model_version": 2}, now),
+        Point(
+            "worker",
+            {"run": "check", "worker": "w0"},
+            {"online": 1, "env_steps_per_s": 1234.5, "version_lag": None, "last_return": 12.5},
+            now + 0.5,
+        ),
+        Point(
+            "eval", {"run": "check", "evaluator": "e0"}, {"mean": 200.0, "note": 'say "hi"', "greedy": True}, now + 1
+        ),
+    ]
+
+
+def check_storage(factory: Callable[[dict], Any], settings: dict | None = None) -> list[CheckResult]:
+    """Build a storage from ``settings``, write points as telemetry does (tags; int, float,
+    str, bool and None fields; two batches), and close it."""
+    c = _Checks()
+    try:
+        with c.step("create") as note:
+            st = factory(dict(settings or {}))
+            note["detail"] = type(st).__name__
+        with c.step("protocol"):
+            if not isinstance(st, Storage):
+                raise TypeError(f"{type(st).__name__} lacks write(points) or close()")
+        now = time.time()
+        points = _sample_points(now)
+        for i, batch in enumerate((points[:2], points[2:])):
+            with c.step(f"write[{i}]") as note:
+                t0 = time.monotonic()
+                st.write(batch)
+                took = time.monotonic() - t0
+                if took > 2.0:
+                    raise TimeoutError(f"write() took {took:.2f} s; it runs on telemetry's loop and must not block")
+                note["detail"] = f"{len(batch)} points in {took * 1000:.1f} ms"
+        with c.step("close"):
+            st.close()
+    except _Failed:
+        pass
+    return c.results
+
+
+def run_checks(name: str) -> list[CheckResult]:
+    """The checks for ``name``: a registered algorithm, a storage, or a plugin (everything it registers).
+
+    Raises :class:`~mqttrl.plugin.manager.UnknownPluginError` when nothing has that name.
+    Storages are built with no settings, in a temporary working directory.
+    """
+    from mqttrl.plugin.manager import UnknownPluginError, get_registry
+
+    reg = get_registry()
+    if name in reg.algorithms:
+        return check_algorithm(reg.algorithms[name].obj)
+    if name in reg.storages:
+        return _storage_in_tmp(reg.storages[name].obj)
+    record = reg.plugin(name)
+    if record is None:
+        known = sorted({*reg.algorithms, *reg.storages, *(p["name"] for p in reg.plugins)})
+        raise UnknownPluginError(
+            f"no algorithm, storage or plugin named {name!r}; installed: {', '.join(known) or 'none'}"
+        )
+    if "error" in record:
+        return [CheckResult("load", False, record["error"])]
+    results = [CheckResult("load", True, f"{record['module']} ({record.get('distribution')} {record.get('version')})")]
+    for algo in record.get("algorithms", []):
+        results += [attrs.evolve(r, name=f"{algo}: {r.name}") for r in check_algorithm(reg.algorithms[algo].obj)]
+    for storage in record.get("storages", []):
+        results += [attrs.evolve(r, name=f"{storage}: {r.name}") for r in _storage_in_tmp(reg.storages[storage].obj)]
+    for env in record.get("envs", []):
+        results.append(_check_env(env, reg))
+    return results
+
+
+def _storage_in_tmp(factory: Callable[[dict], Any]) -> list[CheckResult]:
+    with tempfile.TemporaryDirectory(prefix="mqttrl-check-") as tmp, contextlib.chdir(tmp):
+        return check_storage(factory, {})
+
+
+def _check_env(name: str, reg: Any) -> CheckResult:
+    if name.endswith("/"):
+        return CheckResult(f"env {name}", True, "skipped: a namespace (check an id in it with a run)")
+    try:
+        env = reg.envs[name].obj()
+        obs, _ = env.reset(seed=0)
+        if not env.observation_space.contains(obs):
+            return CheckResult(f"env {name}", False, "reset() returned an observation outside observation_space")
+        for _ in range(3):
+            obs, _, term, trunc, _ = env.step(env.action_space.sample())
+            if not env.observation_space.contains(obs):
+                return CheckResult(f"env {name}", False, "step() returned an observation outside observation_space")
+            if term or trunc:
+                env.reset()
+        env.close()
+    except Exception as exc:
+        return CheckResult(f"env {name}", False, f"{type(exc).__name__}: {exc}")
+    return CheckResult(f"env {name}", True, f"obs {env.observation_space}, actions {env.action_space}")
