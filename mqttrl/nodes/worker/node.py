@@ -188,7 +188,7 @@ class WorkerNode:
     def _send_when_due(self) -> None:
         """Send a batch when the core says so; in sync mode that was the share: wait for the next model."""
         if self.core.next_move(self.actor.pending(), self.clock()) is not Move.SEND:
-            return  # Move.STOP: the run loop sees core.finished
+            return  # STEP on; or STOP, which the run loop reads from core.finished
         self._send_batch()
         if self.core.awaiting_model:
             self._wait_for_newer_model()
