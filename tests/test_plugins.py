@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 from conftest import Proc, node_env, script
@@ -24,6 +25,7 @@ CORRIDOR_MODULE = '''
 
 import attrs
 import gymnasium as gym
+import attrs
 import numpy as np
 
 from mqttrl.plugin.spec import hookimpl
@@ -99,14 +101,13 @@ def canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@pytest.fixture(scope="module")
-def corridor_site(tmp_path_factory) -> Path:
-    """Build and install the corridor plugin package into a private directory (once per module)."""
-    root = tmp_path_factory.mktemp("corridor")
+def install_package(root: Path, files: dict[str, str]) -> Path:
+    """Write a package's files (``pyproject.toml`` and its modules) under ``root/src`` and
+    pip-install it into ``root/site`` (no index, no deps); returns the site directory."""
     pkg = root / "src"
-    pkg.mkdir()
-    (pkg / "pyproject.toml").write_text(CORRIDOR_PYPROJECT)
-    (pkg / "mqttrl_corridor.py").write_text(textwrap.dedent(CORRIDOR_MODULE))
+    pkg.mkdir(parents=True)
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
     site = root / "site"
     r = subprocess.run(
         [
@@ -128,6 +129,17 @@ def corridor_site(tmp_path_factory) -> Path:
         timeout=120,
     )
     assert r.returncode == 0, f"pip install failed:\n{r.stdout}\n{r.stderr}"
+    assert list(site.glob("*.dist-info/entry_points.txt")), "the package declares no entry points"
+    return site
+
+
+@pytest.fixture(scope="module")
+def corridor_site(tmp_path_factory) -> Path:
+    """Build and install the corridor plugin package into a private directory (once per module)."""
+    site = install_package(
+        tmp_path_factory.mktemp("corridor"),
+        {"pyproject.toml": CORRIDOR_PYPROJECT, "mqttrl_corridor.py": CORRIDOR_MODULE},
+    )
     assert (site / "mqttrl_corridor.py").exists()
     assert list(site.glob("mqttrl_corridor-*.dist-info/entry_points.txt"))
     return site
@@ -349,3 +361,464 @@ def test_third_party_env_end_to_end(corridor_site, mosquitto, tmp_path):
     # the run config the learner published names the plugin env
     resolved = list(run_dir.glob("*.json"))
     assert any(CORRIDOR_ENV in p.read_text() for p in resolved), [p.name for p in resolved]
+
+
+# ---- broken plugins: refused by name, the others load ---------------------------------------------
+
+BROKEN_PYPROJECT = """
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "mqttrl-broken-plugins"
+version = "0.0.1"
+requires-python = ">=3.11"
+
+[project.entry-points.mqttrl]
+typo = "mqttrl_typo"
+unmarked = "mqttrl_unmarked"
+raising = "mqttrl_raising"
+badreg = "mqttrl_badreg"
+zz_override = "mqttrl_override"
+
+[tool.setuptools]
+py-modules = ["mqttrl_typo", "mqttrl_unmarked", "mqttrl_raising", "mqttrl_badreg", "mqttrl_override"]
+"""
+
+BROKEN_MODULES = {
+    # a misspelled hook (storage, not storages) next to a good one: the whole plugin is refused
+    "mqttrl_typo.py": """
+        from mqttrl import hookimpl
+
+        @hookimpl
+        def mqttrl_register_storage(register):
+            register("typo_store", dict, "never registered")
+
+        @hookimpl
+        def mqttrl_register_envs(register):
+            register("typo/", dict, "never registered either")
+        """,
+    # a hook's name without @hookimpl: pluggy alone would skip it silently
+    "mqttrl_unmarked.py": """
+        def mqttrl_register_envs(register):
+            register("unmarked/", dict, "never registered")
+        """,
+    # a hook that registers one thing, then raises: nothing of it stays
+    "mqttrl_raising.py": """
+        from mqttrl import hookimpl
+
+        @hookimpl
+        def mqttrl_register_envs(register):
+            register("raising/", dict, "dropped with its plugin")
+            raise RuntimeError("boom")
+        """,
+    # register called with a name and factory for an algorithm
+    "mqttrl_badreg.py": """
+        from mqttrl import hookimpl
+
+        @hookimpl
+        def mqttrl_register_algorithms(register):
+            register("badalgo", dict, "not an AlgorithmInfo")
+        """,
+    # a good plugin that overrides the built-in 'files' storage
+    "mqttrl_override.py": """
+        from mqttrl import hookimpl
+
+        class Null:
+            def __init__(self, settings):
+                pass
+
+            def write(self, points):
+                pass
+
+            def close(self):
+                pass
+
+        @hookimpl
+        def mqttrl_register_storages(register):
+            register("files", Null, "a null storage under the built-in's name")
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory) -> Path:
+    return install_package(tmp_path_factory.mktemp("broken"), {"pyproject.toml": BROKEN_PYPROJECT, **BROKEN_MODULES})
+
+
+@pytest.fixture
+def registry_from(monkeypatch):
+    """get_registry() in this process with ``site`` importable (cache cleared before and after)."""
+    from mqttrl.plugin.manager import get_registry
+
+    added: list[str] = []
+
+    def load(site: Path, wanted: str | None = None):
+        if wanted is None:
+            monkeypatch.delenv("MQTTRL_LOAD_PLUGINS", raising=False)
+        else:
+            monkeypatch.setenv("MQTTRL_LOAD_PLUGINS", wanted)
+        monkeypatch.syspath_prepend(str(site))
+        added.extend(p.stem for p in site.glob("*.py"))
+        get_registry.cache_clear()
+        return get_registry()
+
+    yield load
+    get_registry.cache_clear()
+    for name in added:
+        sys.modules.pop(name, None)
+
+
+def test_misspelled_hook_refuses_the_plugin_by_name(broken_site):
+    """Through the real path: entry points of an installed package, ``mqttrl plugins`` in a subprocess."""
+    env = node_env(PYTHONPATH=str(broken_site))
+    env.pop("MQTTRL_LOAD_PLUGINS", None)
+    r = subprocess.run([script("mqttrl"), "plugins"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = by_name(json.loads(r.stdout))
+    typo = report["typo"]
+    assert typo["module"] == "mqttrl_typo"
+    assert "'typo'" in typo["error"] and "'mqttrl_register_storage'" in typo["error"], typo
+    assert "did you mean 'mqttrl_register_storages'" in typo["error"]
+    assert "envs" not in typo and "storages" not in typo  # its good hook is refused with it
+    # logged with the plugin's name, and the node's other plugins load
+    assert "plugin 'typo' (mqttrl_typo) implements unknown hook 'mqttrl_register_storage'" in r.stderr
+    for name in ("dqn", "ppo", "gym_envs", "files", "influxdb"):
+        assert "error" not in report[name], report[name]
+    assert report["dqn"]["algorithms"] == ["dqn"] and report["influxdb"]["storages"] == ["influxdb"]
+
+
+def test_broken_plugins_are_refused_and_the_rest_load(broken_site, registry_from, caplog):
+    caplog.set_level("WARNING", logger="mqttrl.plugins")
+    reg = registry_from(broken_site)
+    report = by_name(reg.plugins)
+    assert "without @hookimpl" in report["unmarked"]["error"] and "mqttrl_register_envs" in report["unmarked"]["error"]
+    assert "RuntimeError: boom" in report["raising"]["error"] and "envs" not in report["raising"]
+    assert "AlgorithmInfo" in report["badreg"]["error"] and "'badreg'" in report["badreg"]["error"]
+    for name in ("typo", "unmarked", "raising", "badreg"):
+        assert any(rec.levelname == "ERROR" and f"'{name}'" in rec.getMessage() for rec in caplog.records), name
+    # nothing a refused plugin registered is in the registry
+    assert not {"typo/", "unmarked/", "raising/"} & set(reg.envs)
+    assert "typo_store" not in reg.storages and "badalgo" not in reg.algorithms
+    assert set(reg.algorithms) == {"dqn", "ppo"} and reg.envs["gym/"].plugin == "gym_envs"
+    # a good plugin overriding a built-in: attributed to it, and the warning names both plugins
+    assert reg.storages["files"].plugin == "zz_override" and report["zz_override"]["storages"] == ["files"]
+    assert "error" not in report["zz_override"]
+    assert any(
+        "'files' from plugin zz_override overrides the one from plugin files" in rec.getMessage()
+        for rec in caplog.records
+    )
+    assert reg.storages["influxdb"].plugin == "influxdb"
+    # MQTTRL_LOAD_PLUGINS still filters, and a refused plugin alone leaves an empty registry
+    reg = registry_from(broken_site, "typo")
+    assert [p["name"] for p in reg.plugins] == ["typo"] and not reg.envs and not reg.storages
+
+
+def test_registrations_are_attributed_to_their_plugin(corridor_site, registry_from):
+    """pluggy calls each plugin's hooks; every registration names the plugin it came from."""
+    reg = registry_from(corridor_site)
+    assert {n: r.plugin for n, r in reg.algorithms.items()} == {"dqn": "dqn", "ppo": "ppo", "corridor_dqn": "corridor"}
+    assert {n: r.plugin for n, r in reg.envs.items()} == {"gym/": "gym_envs", CORRIDOR_ENV: "corridor"}
+    assert {n: r.plugin for n, r in reg.storages.items()} == {"files": "files", "influxdb": "influxdb"}
+    assert reg.algorithms["corridor_dqn"].description == "DQN, renamed by a third-party plugin"
+    report = by_name(reg.plugins)
+    assert [p["name"] for p in reg.plugins] == sorted(report)
+    assert report["corridor"]["envs"] == [CORRIDOR_ENV] and report["corridor"]["algorithms"] == ["corridor_dqn"]
+
+
+def test_the_manager_lets_pluggy_call_the_hooks(monkeypatch):
+    """Every hook call goes through pluggy's hook callers (no getattr on the module)."""
+    import pluggy
+
+    from mqttrl.plugin import manager
+    from mqttrl.plugin.spec import HOOKS
+
+    calls: list[tuple[str, tuple]] = []
+    real = pluggy.PluginManager.subset_hook_caller
+
+    def spy(self, name, remove_plugins):
+        caller = real(self, name, remove_plugins)
+        calls.append((name, tuple(sorted(i.plugin_name for i in caller.get_hookimpls()))))
+        return caller
+
+    monkeypatch.setattr(pluggy.PluginManager, "subset_hook_caller", spy)
+    monkeypatch.setenv("MQTTRL_LOAD_PLUGINS", "dqn,files,gym_envs")
+    manager.get_registry.cache_clear()
+    try:
+        reg = manager.get_registry()
+    finally:
+        manager.get_registry.cache_clear()
+    assert set(reg.algorithms) == {"dqn"} and set(reg.storages) == {"files"} and set(reg.envs) == {"gym/"}
+    # one caller per plugin and hook, each holding at most that plugin's implementation
+    assert len(calls) == 3 * len(HOOKS)
+    assert ("mqttrl_register_algorithms", ("dqn",)) in calls
+    assert ("mqttrl_register_storages", ("files",)) in calls
+    assert ("mqttrl_register_envs", ("gym_envs",)) in calls
+    assert all(len(plugins) <= 1 for _, plugins in calls)
+
+
+# ---- the hooks, one by one, and the conformance checks ---------------------------------------
+
+
+def test_hook_register_algorithms_takes_algorithm_info():
+    from mqttrl.algorithm import AlgorithmInfo
+    from mqttrl.plugin.check import check_algorithm
+    from mqttrl.plugin.manager import get_registry
+    from mqttrl_plugins import dqn, ppo
+
+    for module, name in ((dqn, "dqn"), (ppo, "ppo")):
+        got: list = []
+        module.mqttrl_register_algorithms(register=got.append)
+        assert len(got) == 1 and isinstance(got[0], AlgorithmInfo) and got[0].name == name
+        assert get_registry().algorithm(name) == got[0]
+    assert check_algorithm  # the round trip itself: test_check_algorithm_passes_for_builtins
+
+
+def test_hook_register_envs_exact_ids_and_namespaces(corridor_site, registry_from):
+    from mqttrl.envs.make import make_env
+
+    reg = registry_from(corridor_site)
+    env = make_env("gym/CartPole-v1", {}, reg)  # a namespace: factory(rest_of_id, **kwargs)
+    assert env.spec.id == "CartPole-v1"
+    env = make_env(CORRIDOR_ENV, {"length": 3}, reg)  # an exact id: factory(**kwargs)
+    assert env.length == 3
+
+
+def test_hook_register_storages_factory_gets_settings(tmp_path):
+    from mqttrl.nodes.telemetry import make_storages
+    from mqttrl.storage import Storage
+
+    (st,) = make_storages(["files"], {"files": {"dir": str(tmp_path / "t")}})
+    assert isinstance(st, Storage) and st.dir == tmp_path / "t"
+    st.close()
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_check_algorithm_passes_for_builtins(name):
+    from mqttrl.plugin.check import run_checks
+
+    results = run_checks(name)
+    failed = [r for r in results if not r.ok]
+    assert not failed, failed
+    steps = [r.name for r in results]
+    for step in ("forward[numpy]", "protocol[" + ("async" if name == "dqn" else "sync") + "]", "export_weights"):
+        assert step in steps
+    for step in ("actor.load_weights", "act", "take", "wire", "sample_spec.validate", "new weights", "state_dict"):
+        assert step in steps
+    assert ("train_step" if name == "dqn" else "train_round") in steps
+    if name == "ppo":
+        assert "discard" in steps
+
+
+def _wrapped_dqn(wrap_actor=None, make_learner=None):
+    """The built-in DQN with its actor (or learner factory) replaced, to break one step on purpose."""
+    from mqttrl.plugin.manager import get_registry
+
+    dqn = get_registry().algorithm("dqn")
+    changes: dict = {"name": "broken_dqn"}
+    if wrap_actor:
+        changes["make_actor"] = lambda *a, **kw: wrap_actor(dqn.make_actor(*a, **kw))
+    if make_learner:
+        changes["make_learner"] = make_learner
+    return attrs.evolve(dqn, **changes)
+
+
+class _Delegate:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def load_weights(self, tensors, info):
+        self.inner.load_weights(tensors, info)
+
+    def act(self, obs, greedy=False):
+        return self.inner.act(obs, greedy)
+
+    def record(self, *args):
+        self.inner.record(*args)
+
+    def pending(self):
+        return self.inner.pending()
+
+    def take(self):
+        return self.inner.take()
+
+
+def test_check_algorithm_names_the_failing_step():
+    from mqttrl.plugin.check import check_algorithm
+
+    class FloatActions(_Delegate):  # the actor sends actions as float64; the spec says int64
+        def take(self):
+            arrays = dict(self.inner.take())
+            arrays["action"] = arrays["action"].astype(np.float64)
+            return arrays
+
+    results = check_algorithm(_wrapped_dqn(wrap_actor=FloatActions))
+    assert not results[-1].ok and results[-1].name == "sample_spec.validate", results[-1]
+    assert "action is float64, expected int64" in results[-1].detail
+    assert all(r.ok for r in results[:-1])  # everything before it passed, nothing after it ran
+
+    class OutOfSpace(_Delegate):  # actions outside Discrete(2)
+        def act(self, obs, greedy=False):
+            actions, extras = self.inner.act(obs, greedy)
+            return actions + 5, extras
+
+    results = check_algorithm(_wrapped_dqn(wrap_actor=OutOfSpace))
+    assert (results[-1].name, results[-1].ok) == ("act", False) and "not in the action space" in results[-1].detail
+
+    def sync_learner_for_async(params, obs_space, act_space, device="cpu", seed=0):
+        from mqttrl_plugins.ppo import make_learner
+        from mqttrl_plugins.ppo.common import PPOParams
+
+        return make_learner(PPOParams(), obs_space, act_space, device, seed)
+
+    results = check_algorithm(_wrapped_dqn(make_learner=sync_learner_for_async))
+    assert (results[-1].name, results[-1].ok) == ("protocol[async]", False)
+    assert "AsyncLearner" in results[-1].detail
+
+
+def test_check_algorithm_on_a_tiny_algorithm():
+    """The checks ask nothing beyond mqttrl/algorithm.py: a random-policy 'algorithm' written here passes."""
+    from mqttrl.algorithm import AlgorithmInfo
+    from mqttrl.plugin.check import check_algorithm
+    from mqttrl.wire import FieldSpec, SampleSpec
+
+    @attrs.define
+    class P:
+        seed: int = 0
+
+    class Fwd:
+        def __init__(self, n_obs, n_act, seed):
+            self.w = np.random.default_rng(seed).normal(size=(n_obs, n_act)).astype(np.float32)
+
+        def load_weights(self, tensors, info):
+            self.w = np.array(tensors["w"], np.float32)
+
+        def __call__(self, obs):
+            return {"logits": obs.astype(np.float32) @ self.w}
+
+        def close(self):
+            pass
+
+    class Act:
+        def __init__(self, params, obs_space, act_space, ctx, forward):
+            self.forward, self.rows = forward, []
+
+        def load_weights(self, tensors, info):
+            self.forward.load_weights(tensors, info)
+
+        def act(self, obs, greedy=False):
+            return self.forward(obs)["logits"].argmax(1).astype(np.int64), {}
+
+        def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated):
+            self.rows.append((obs.astype(np.float32), actions.astype(np.int64), rewards.astype(np.float32)))
+
+        def pending(self):
+            return sum(len(r[0]) for r in self.rows)
+
+        def take(self):
+            rows, self.rows = self.rows, []
+            return {k: np.concatenate([r[i] for r in rows]) for i, k in enumerate(("obs", "action", "reward"))}
+
+    class Learn:
+        def __init__(self, obs_space, act_space, seed):
+            self.w = Fwd(obs_space.shape[0], act_space.n, seed).w
+            self.updates, self.seen = 0, 0
+
+        def export_weights(self):
+            return {"w": self.w.copy()}, {}
+
+        def state_dict(self, include_replay):
+            return {"w": self.w.copy()}, {"updates": self.updates}
+
+        def load_state_dict(self, tensors, meta):
+            self.w, self.updates = np.array(tensors["w"]), int(meta["updates"])
+
+        def add(self, batch):
+            self.seen += batch.count
+            return batch.count
+
+        def train_due(self):
+            return self.seen >= 8
+
+        def behind(self):
+            return False
+
+        def train_step(self):
+            self.w = self.w + 0.01
+            self.updates += 1
+            self.seen = 0
+            return {"loss": 0.5}
+
+    def spec(params, obs_space, act_space):
+        return SampleSpec(
+            {
+                "obs": FieldSpec("float32", obs_space.shape),
+                "action": FieldSpec("int64", (), 0, 1),
+                "reward": FieldSpec("float32"),
+            }
+        )
+
+    info = AlgorithmInfo(
+        name="tiny",
+        description="argmax of a random linear map",
+        params=P,
+        mode="async",
+        sample_spec=spec,
+        make_actor=Act,
+        make_learner=lambda params, o, a, device="cpu", seed=0: Learn(o, a, seed),
+        make_forward=lambda params, o, a, backend, seed=0: Fwd(o.shape[0], a.n, seed),
+        backends=("numpy",),
+    )
+    results = check_algorithm(info)
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
+    assert [r.name for r in results][-3:] == ["new weights", "act after update", "state_dict"]
+
+
+def test_check_storage_passes_for_files(tmp_path):
+    from mqttrl.plugin.check import check_storage
+    from mqttrl.plugin.manager import get_registry
+
+    results = check_storage(get_registry().storage("files"), {"dir": str(tmp_path)})
+    assert [r.name for r in results] == ["create", "protocol", "write[0]", "write[1]", "close"]
+    assert all(r.ok for r in results), results
+    episode = (tmp_path / "episode.csv").read_text().splitlines()
+    assert len(episode) == 3 and episode[0].startswith("time,run,worker,return")
+    assert '"w 1,x=y"' in episode[2]
+    assert "eval.csv" in {p.name for p in tmp_path.iterdir()} and "worker.csv" in {p.name for p in tmp_path.iterdir()}
+
+
+def test_check_storage_reports_a_raising_write():
+    from mqttrl.plugin.check import check_storage
+
+    class Fragile:
+        def __init__(self, settings):
+            pass
+
+        def write(self, points):
+            raise ConnectionError("server down")
+
+        def close(self):
+            pass
+
+    results = check_storage(Fragile, {})
+    assert (results[-1].name, results[-1].ok) == ("write[0]", False) and "ConnectionError" in results[-1].detail
+
+    results = check_storage(lambda settings: object(), {})
+    assert (results[-1].name, results[-1].ok) == ("protocol", False)
+
+
+def test_run_checks_by_plugin_name_and_unknown_names(broken_site, registry_from, monkeypatch, tmp_path):
+    from mqttrl.plugin.check import run_checks
+    from mqttrl.plugin.manager import UnknownPluginError
+
+    registry_from(broken_site, "typo,gym_envs,files")
+    (load,) = run_checks("typo")
+    assert (load.name, load.ok) == ("load", False) and "mqttrl_register_storage" in load.detail
+    results = run_checks("gym_envs")
+    assert [r.name for r in results] == ["load", "env gym/"] and all(r.ok for r in results)
+    monkeypatch.chdir(tmp_path)
+    results = run_checks("files")  # a storage name: built in a temporary directory, not here
+    assert all(r.ok for r in results) and not list(tmp_path.iterdir())
+    with pytest.raises(UnknownPluginError, match="nothere"):
+        run_checks("nothere")

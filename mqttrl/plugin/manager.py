@@ -101,21 +101,31 @@ def _wanted() -> set[str] | None:
     return {x.strip() for x in raw.split(",") if x.strip()}
 
 
+def _bind(name: str, factory: Callable, description: str) -> tuple[str, Callable, str]:
+    return name, factory, description
+
+
 def _registrar(hook: str, plugin: str, out: list[Registered]) -> Callable[..., None]:
     """The ``register`` one plugin's implementation of ``hook`` gets; it checks what it is given."""
     if hook == "mqttrl_register_algorithms":
 
-        def register_algorithm(info: AlgorithmInfo) -> None:
-            if not isinstance(info, AlgorithmInfo):
+        def register_algorithm(*args: Any, **kwargs: Any) -> None:
+            given = [*args, *kwargs.values()]
+            if len(given) != 1 or not isinstance(given[0], AlgorithmInfo):
                 raise TypeError(
                     f"plugin {plugin!r}: mqttrl_register_algorithms' register() takes one "
-                    f"mqttrl.algorithm.AlgorithmInfo, not {type(info).__name__}"
+                    f"mqttrl.algorithm.AlgorithmInfo, not {', '.join(type(x).__name__ for x in given) or 'nothing'}"
                 )
+            info = given[0]
             out.append(Registered(name=info.name, plugin=plugin, obj=info, description=info.description))
 
         return register_algorithm
 
-    def register(name: str, factory: Callable, description: str) -> None:
+    def register(*args: Any, **kwargs: Any) -> None:
+        try:
+            name, factory, description = _bind(*args, **kwargs)
+        except TypeError:
+            raise TypeError(f"plugin {plugin!r}: {hook}'s register() takes (name, factory, description)") from None
         if not isinstance(name, str) or not name:
             raise TypeError(f"plugin {plugin!r}: {hook}'s register() needs a non-empty str name, not {name!r}")
         if not callable(factory):
@@ -201,6 +211,12 @@ def get_registry() -> Registry:
             module = ep.load()
         except Exception as exc:  # a broken third-party plugin must not take the node down
             _refuse(record, f"plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}")
+            continue
+        unmarked = [
+            h for h in HOOKS if callable(getattr(module, h, None)) and pm.parse_hookimpl_opts(module, h) is None
+        ]
+        if unmarked:  # pluggy would silently skip these
+            _refuse(record, f"plugin {ep.name!r} ({ep.value}) defines {', '.join(unmarked)} without @hookimpl")
             continue
         try:
             pm.register(module, name=ep.name)
