@@ -8,7 +8,8 @@ Loading goes in three steps, and a plugin that fails any of them is refused
 (logged with its entry-point name, listed with an ``error`` by ``mqttrl
 plugins``) while the others load:
 
-1. import the entry point's module and ``pm.register`` it (pluggy checks each
+1. import the entry point's module (a function with a hook's name but no ``@hookimpl``
+   refuses it) and ``pm.register`` it (pluggy checks each
    ``@hookimpl``'s arguments against its hookspec);
 2. ``pm.check_pending()``: a ``@hookimpl`` whose name matches no hookspec (a
    misspelled hook) refuses its plugin;

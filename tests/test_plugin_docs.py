@@ -1,0 +1,207 @@
+"""docs/plugins.md cannot drift: exact hook signatures, a test per hook, the built-ins, and the
+third-party storage example, installed from the doc alone, receives every point telemetry writes."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import inspect
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import REPO
+from test_plugins import install_package
+
+from mqttrl.plugin import spec
+from mqttrl.plugin.spec import HOOKS
+
+DOC = REPO / "docs" / "plugins.md"
+
+#: every hookspec -> the tests in tests/test_plugins.py that exercise it
+HOOK_TESTS = {
+    "mqttrl_register_algorithms": [
+        "test_hook_register_algorithms_takes_algorithm_info",
+        "test_check_algorithm_passes_for_builtins",
+        "test_check_algorithm_names_the_failing_step",
+    ],
+    "mqttrl_register_envs": [
+        "test_hook_register_envs_exact_ids_and_namespaces",
+        "test_third_party_env_and_algorithm_resolve",
+    ],
+    "mqttrl_register_storages": [
+        "test_hook_register_storages_factory_gets_settings",
+        "test_check_storage_passes_for_files",
+        "test_misspelled_hook_refuses_the_plugin_by_name",
+    ],
+}
+
+
+def doc() -> str:
+    return DOC.read_text()
+
+
+def hookspecs() -> dict[str, object]:
+    return {n: f for n, f in vars(spec).items() if n.startswith("mqttrl_") and hasattr(f, "mqttrl_spec")}
+
+
+def signature_text(name: str, fn) -> str:
+    """``def name(arg: Ann) -> Ret`` from inspect.signature (annotations are source text)."""
+    sig = inspect.signature(fn)
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
+    return f"def {name}({params}) -> {sig.return_annotation}"
+
+
+def code_blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_hookspecs_are_the_hooks():
+    assert set(hookspecs()) == set(HOOKS)
+    for name, fn in hookspecs().items():
+        assert fn.__doc__ and "register(" in fn.__doc__, name  # each says what register accepts
+
+
+def test_every_hookspec_is_in_the_docs_with_its_exact_signature():
+    text = doc()
+    for name, fn in hookspecs().items():
+        sig = signature_text(name, fn)
+        assert "(register: Callable[" in sig  # typed
+        assert f"### `{name}`" in text, f"docs/plugins.md has no section for {name}"
+        assert sig in text, f"docs/plugins.md does not show {name} as:\n{sig}"
+
+
+def test_every_hookspec_has_tests():
+    tree = ast.parse((REPO / "tests" / "test_plugins.py").read_text())
+    tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    assert set(HOOK_TESTS) == set(HOOKS)
+    for hook, names in HOOK_TESTS.items():
+        missing = [n for n in names if n not in tests]
+        assert names and not missing, f"{hook}: tests {missing} are not in tests/test_plugins.py"
+
+
+def test_docs_list_the_builtins_and_commands():
+    text = doc()
+    builtins = {ep.name: ep.value for ep in md.entry_points(group="mqttrl") if ep.dist and ep.dist.name == "mqttrl"}
+    assert len(builtins) == 5, builtins
+    for name, module in builtins.items():
+        assert f"| `{name}` | `{module}` |" in text, f"built-in {name} ({module}) is not in the table"
+    for phrase in (
+        "`mqttrl plugins`",
+        "MQTTRL_LOAD_PLUGINS",
+        "mqttrl check-plugin NAME",
+        "from mqttrl import hookimpl",
+    ):
+        assert phrase in text, phrase
+    assert "unknown hook 'mqttrl_register_storage'" in text  # what a misspelled hook gives
+    for method in ("write(points: list[Point]) -> None", "close() -> None"):
+        assert method in text
+
+
+def test_docs_storage_contract_matches_the_protocol():
+    from mqttrl.storage import Storage
+
+    assert str(inspect.signature(Storage.write)) == "(self, points: 'list[Point]') -> 'None'"
+    assert str(inspect.signature(Storage.close)) == "(self) -> 'None'"
+
+
+def storage_example() -> dict[str, str]:
+    """The third-party storage package exactly as docs/plugins.md shows it."""
+    text = doc()
+    section = text[text.index("A complete third-party storage") :]
+    toml = code_blocks(section, "toml")[0]
+    module = code_blocks(section, "python")[0]
+    first = module.splitlines()[0]
+    assert first.startswith("# ") and first.endswith(".py"), first
+    return {"pyproject.toml": toml, first[2:]: module}
+
+
+@pytest.fixture(scope="module")
+def doc_storage_site(tmp_path_factory) -> Path:
+    return install_package(tmp_path_factory.mktemp("docstorage"), storage_example())
+
+
+class Recorder:
+    """A storage that keeps what it is given, to compare with the doc's storage."""
+
+    def __init__(self) -> None:
+        self.points: list = []
+
+    def write(self, points) -> None:
+        self.points.extend(points)
+
+    def close(self) -> None:
+        pass
+
+
+def test_storage_from_the_docs_receives_every_point(doc_storage_site, mosquitto, tmp_path, monkeypatch):
+    from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
+    from mqttrl.plugin.check import check_storage
+    from mqttrl.plugin.manager import get_registry
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.transport.topics import Topics
+    from mqttrl.wire import encode_json
+
+    monkeypatch.syspath_prepend(str(doc_storage_site))
+    monkeypatch.delenv("MQTTRL_LOAD_PLUGINS", raising=False)
+    get_registry.cache_clear()
+    try:
+        reg = get_registry()
+        assert reg.storages["jsonl"].plugin == "jsonl"
+        assert all(r.ok for r in check_storage(reg.storage("jsonl"), {"path": str(tmp_path / "check.jsonl")}))
+
+        path = tmp_path / "points.jsonl"
+        (jsonl,) = make_storages(["jsonl"], {"jsonl": {"path": str(path)}})
+        recorder = Recorder()
+        run = "doc-storage"
+        node = TelemetryNode(
+            BrokerSettings(url=mosquitto.url), run, [jsonl, recorder], TelemetrySettings(interval_s=0.3)
+        )
+        thread = threading.Thread(target=node.run, daemon=True)
+        thread.start()
+        assert node.node.wait_connected(15)
+        time.sleep(0.3)
+        tp = Topics(run)
+        pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="doc-storage-pub", protocol=mqtt.MQTTv5)
+        pub.connect("127.0.0.1", mosquitto.port)
+        pub.loop_start()
+        try:
+            for i in range(20):
+                episode = {"return": 1.5 * i, "length": i + 1, "model_version": 3, "env_steps": 10 * i}
+                pub.publish(tp.episodes("w0"), encode_json(episode), qos=1).wait_for_publish(5)
+            metrics = {"updates": 7, "model_version": 3, "samples": 100, "train": {"loss": 0.5}}
+            pub.publish(tp.learner_metrics, encode_json(metrics), qos=1).wait_for_publish(5)
+            deadline = time.monotonic() + 20
+            while node.episodes < 20 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert node.episodes == 20
+            time.sleep(1.0)  # a few aggregate intervals
+        finally:
+            node.stop()
+            thread.join(30)
+            pub.loop_stop()
+        assert not thread.is_alive()
+    finally:
+        get_registry.cache_clear()
+        sys.modules.pop("mqttrl_jsonl", None)
+
+    got = [json.loads(line) for line in path.read_text().splitlines()]
+    want = [
+        {
+            "measurement": p.measurement,
+            "tags": dict(p.tags),
+            "time": p.time,
+            "fields": {k: v for k, v in p.fields.items() if v is not None},
+        }
+        for p in recorder.points
+    ]
+    assert len(got) == len(want) > 20 and got == want  # every point telemetry wrote, in order, closed and flushed
+    episodes = [g for g in got if g["measurement"] == "episode"]
+    assert [e["fields"]["return"] for e in episodes] == [1.5 * i for i in range(20)]
+    assert all(e["tags"] == {"run": run, "worker": "w0"} for e in episodes)
+    assert {"episode", "episode_stats", "learner", "worker", "telemetry"} <= {g["measurement"] for g in got}
