@@ -808,6 +808,43 @@ def test_check_storage_reports_a_raising_write():
     assert (results[-1].name, results[-1].ok) == ("protocol", False)
 
 
+def test_check_storage_fails_when_close_leaves_points_pending():
+    from mqttrl.plugin.check import check_storage
+
+    class Buffering:
+        """Holds every point, as a database client whose server never answers would."""
+
+        def __init__(self, settings):
+            self.held = []
+            self.flush = settings.get("flush") == "yes"
+
+        @property
+        def pending(self):
+            return len(self.held)
+
+        def write(self, points):
+            self.held += points
+
+        def close(self):
+            if self.flush:
+                self.held.clear()
+
+    results = check_storage(Buffering, {})
+    assert (results[-1].name, results[-1].ok) == ("close", False) and "4 points still pending" in results[-1].detail
+    assert all(r.ok for r in check_storage(Buffering, {"flush": "yes"}))
+
+
+def test_check_plugin_cli_passes_storage_options_and_refuses_malformed_ones(tmp_path, capsys):
+    from mqttrl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["check-plugin", "files", "--opt", "no-equals-sign"])
+    assert e.value.code == 2 and "expected KEY=VALUE" in capsys.readouterr().err
+    main(["check-plugin", "files", "--opt", f"dir={tmp_path}", "--opt", "plot_every_s=0"])
+    assert "ok    close" in capsys.readouterr().out
+    assert {"episode.csv", "worker.csv"} <= {p.name for p in tmp_path.iterdir()}, "it wrote where --opt dir= said"
+
+
 def test_run_checks_by_plugin_name_and_unknown_names(broken_site, registry_from, monkeypatch, tmp_path):
     from mqttrl.plugin.check import run_checks
     from mqttrl.plugin.manager import UnknownPluginError

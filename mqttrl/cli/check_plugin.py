@@ -16,6 +16,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "name", metavar="NAME", help="what a plugin registers: an algorithm or storage name (see `mqttrl plugins`)"
     )
+    p.add_argument(
+        "--opt",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a storage option, as telemetry's --storage-opt NAME.KEY=VALUE passes it; repeatable "
+        "(e.g. --opt url=http://127.0.0.1:8086) (default: none)",
+    )
     verbose_arg(p)
 
 
@@ -24,8 +33,18 @@ def run(args: argparse.Namespace) -> None:
     from mqttrl.plugin.check import run_checks
     from mqttrl.plugin.manager import UnknownPluginError
 
+    settings = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(
+                f"mqttrl check-plugin: --opt {item!r}: expected KEY=VALUE, e.g. url=http://127.0.0.1:8086",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        settings[key] = value
     try:
-        results = run_checks(args.name)
+        results = run_checks(args.name, settings)
     except UnknownPluginError as e:
         print(f"mqttrl check-plugin: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -433,16 +433,19 @@ def check_storage(factory: Callable[[dict], Any], settings: dict | None = None) 
                 note["detail"] = f"{len(batch)} points in {took * 1000:.1f} ms"
         with c.step("close"):
             st.close()
+            left = getattr(st, "pending", 0)
+            if isinstance(left, int) and left > 0:
+                raise RuntimeError(f"{left} points still pending after close(): they were never stored")
     except _Failed:
         pass
     return c.results
 
 
-def run_checks(name: str) -> list[CheckResult]:
+def run_checks(name: str, settings: dict | None = None) -> list[CheckResult]:
     """The checks for ``name``: a registered algorithm, a storage, or a plugin (everything it registers).
 
     Raises :class:`~mqttrl.plugin.manager.UnknownPluginError` when nothing has that name.
-    Storages are built with no settings, in a temporary working directory.
+    Storages are built from ``settings`` (default none), in a temporary working directory.
     """
     from mqttrl.plugin.manager import UnknownPluginError, get_registry
 
@@ -450,7 +453,7 @@ def run_checks(name: str) -> list[CheckResult]:
     if name in reg.algorithms:
         return check_algorithm(reg.algorithms[name].obj)
     if name in reg.storages:
-        return _storage_in_tmp(reg.storages[name].obj)
+        return _storage_in_tmp(reg.storages[name].obj, settings)
     record = reg.plugin(name)
     if record is None:
         known = sorted({*reg.algorithms, *reg.storages, *(p["name"] for p in reg.plugins)})
@@ -463,15 +466,17 @@ def run_checks(name: str) -> list[CheckResult]:
     for algo in record.get("algorithms", []):
         results += [attrs.evolve(r, name=f"{algo}: {r.name}") for r in check_algorithm(reg.algorithms[algo].obj)]
     for storage in record.get("storages", []):
-        results += [attrs.evolve(r, name=f"{storage}: {r.name}") for r in _storage_in_tmp(reg.storages[storage].obj)]
+        results += [
+            attrs.evolve(r, name=f"{storage}: {r.name}") for r in _storage_in_tmp(reg.storages[storage].obj, settings)
+        ]
     for env in record.get("envs", []):
         results.append(_check_env(env, reg))
     return results
 
 
-def _storage_in_tmp(factory: Callable[[dict], Any]) -> list[CheckResult]:
+def _storage_in_tmp(factory: Callable[[dict], Any], settings: dict | None = None) -> list[CheckResult]:
     with tempfile.TemporaryDirectory(prefix="mqttrl-check-") as tmp, contextlib.chdir(tmp):
-        return check_storage(factory, {})
+        return check_storage(factory, dict(settings or {}))
 
 
 def _check_env(name: str, reg: Any) -> CheckResult:
