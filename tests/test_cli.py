@@ -130,7 +130,7 @@ class _Result:
 
 @pytest.fixture
 def fake_checks(monkeypatch):
-    """Stands in for mqttrl.plugin.check: the command's contract is run_checks(name) -> [CheckResult]."""
+    """Stands in for mqttrl.plugin.check: the command's contract is run_checks(name, settings) -> [CheckResult]."""
     from mqttrl.plugin.manager import UnknownPluginError
 
     outcomes = {
@@ -138,7 +138,7 @@ def fake_checks(monkeypatch):
         "bad": [_Result("actor", True), _Result("weights", False, "checksum differs")],
     }
 
-    def run_checks(name):
+    def run_checks(name, settings=None):
         if name not in outcomes:
             raise UnknownPluginError(f"no plugin registers {name!r}")
         return outcomes[name]
