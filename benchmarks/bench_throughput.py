@@ -24,7 +24,7 @@ Starts its own mosquitto on a free port and measures, in one run:
    CartPole transitions are published at QoS 1 from another process as fast as
    it can. Receiver A is a bare paho client that only counts (the ceiling);
    receiver B is an ``MqttNode`` whose consumer (the main thread, as in the
-   learner) does what ``LearnerNode._on_samples`` does: ``decode_batch``, header
+   learner) does what ``LearnerCore.on_samples`` does: ``decode_batch``, header
    checks, ``spec.validate``, ``DQNLearner.add``. Measured live (publisher
    running) and from a backlog (messages queued in the broker for a persistent
    session first, then drained: the receiver alone sets the pace). Also the
@@ -427,7 +427,7 @@ def _paired(a: list[float], b: list[float]) -> float:
 
 
 class _Ingest:
-    """What LearnerNode._on_samples does to one payload, minus the worker bookkeeping."""
+    """What LearnerCore.on_samples does to one payload, minus the worker bookkeeping."""
 
     def __init__(self):
         import gymnasium as gym

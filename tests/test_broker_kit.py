@@ -223,7 +223,7 @@ def test_anonymous_and_wrong_password_are_refused(broker, fresh_negotiation):
 def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
     learner = Client(broker.port, "learner")
     telemetry = Client(broker.port, "telemetry").sub("mqttrl/#")
-    # the learner's own subscriptions (mqttrl/learner.py)
+    # the learner's own subscriptions (mqttrl/nodes/learner/node.py)
     observer = Client(broker.port, "learner").sub(
         T.all_samples, T.all_heartbeats, T.all_worker_states, T.all_commands, T.weights
     )
