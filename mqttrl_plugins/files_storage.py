@@ -1,5 +1,8 @@
 """Built-in storage ``files``: CSV per measurement and PNG curves, redrawn as the run goes.
 
+``write`` appends CSV rows and returns; the curves are drawn by a thread of their own
+(a redraw takes ~0.3 s, longer than telemetry's loop may wait), and once more on ``close``.
+
 Options: ``dir`` (default ``telemetry``), ``plot_every_s`` (default 15),
 ``plot_every_episodes`` (default 50). Writes ``<measurement>.csv`` and
 ``returns.png`` (episode returns, moving average, evaluations) and
@@ -42,6 +45,10 @@ class FilesStorage:
         self._last_plot = time.monotonic()  # the first curves after plot_every_s, not on the first write
         self._lock = threading.Lock()
         self.plots_drawn = 0
+        self._plot_wanted = threading.Event()
+        self._closing = False
+        self._plotter = threading.Thread(target=self._plot_loop, name="files-storage-plots", daemon=True)
+        self._plotter.start()
 
     def _writer(self, p: Point):
         entry = self._files.get(p.measurement)
@@ -92,7 +99,18 @@ class FilesStorage:
         if self._since_plot and (
             self._since_plot >= self.plot_every_episodes or time.monotonic() - self._last_plot > self.plot_every_s
         ):
-            self.plot()
+            self._plot_wanted.set()
+
+    def _plot_loop(self) -> None:
+        while True:
+            self._plot_wanted.wait()
+            self._plot_wanted.clear()
+            if self._closing:
+                return
+            try:
+                self.plot()
+            except Exception:  # a broken plot must not stop the CSVs or later plots
+                log.exception("drawing the curves in %s failed", self.dir)
 
     def _remember(self, p: Point) -> None:
         if self._t0 is None:
@@ -170,6 +188,9 @@ class FilesStorage:
         tmp.replace(self.dir / name)
 
     def close(self) -> None:
+        self._closing = True
+        self._plot_wanted.set()
+        self._plotter.join(timeout=30)
         if self._episodes or self._throughput:
             self.plot()
         with self._lock:

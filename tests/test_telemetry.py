@@ -282,3 +282,28 @@ def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
         env=node_env(),
     )
     assert out.returncode != 0 and "offline" in out.stderr and "Check that it is running" in out.stderr
+
+
+def test_files_storage_draws_curves_off_the_writing_thread(tmp_path, monkeypatch):
+    """A due redraw must not hold up write(): telemetry's loop calls it between messages."""
+    from mqttrl.storage import Point
+
+    release, drawing = threading.Event(), threading.Event()
+    drawn_on: list[str] = []
+
+    def slow_plot(self):
+        drawn_on.append(threading.current_thread().name)
+        drawing.set()
+        release.wait(10)
+
+    monkeypatch.setattr(FilesStorage, "plot", slow_plot)
+    st = FilesStorage({"dir": str(tmp_path), "plot_every_episodes": 2})
+    episodes = [Point("episode", {"worker": "w0"}, {"return": float(i), "length": 10}, time.time()) for i in range(3)]
+    st.write(episodes)  # a redraw is due now; with the plot blocked, a synchronous write would hang here
+    assert drawing.wait(5), "no redraw was started after plot_every_episodes episodes"
+    st.write(episodes)  # and writes go on while the curves are being drawn
+    release.set()
+    st.close()
+    assert drawn_on[0] == "files-storage-plots" and drawn_on[-1] == threading.current_thread().name
+    rows = (tmp_path / "episode.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6, "every episode row was written while plotting"
