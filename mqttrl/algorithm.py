@@ -36,6 +36,11 @@ from mqttrl.wire import SampleBatch, SampleSpec
 Tensors = dict[str, np.ndarray]
 Mode = Literal["async", "sync"]
 
+#: a key the learner adds to every weights ``info``: the median env steps of the workers it
+#: heard from. An actor whose schedule counts env steps (DQN's epsilon decay) starts from it,
+#: so a restarted worker explores as far into the run as its peers, not from the start.
+FLEET_PROGRESS_KEY = "fleet_env_steps_per_worker"
+
 
 @attrs.frozen
 class ActorContext:
@@ -72,7 +77,8 @@ class Actor(Protocol):
     """The worker side of an algorithm, numpy only, over any :class:`Forward`."""
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
-        """Replace the policy's parameters (called between steps, never during one)."""
+        """Replace the policy's parameters (called between steps, never during one). ``info``
+        is the learner's export info plus :data:`FLEET_PROGRESS_KEY`."""
 
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions for a batch of observations (one per env) and per-step extras."""

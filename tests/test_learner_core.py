@@ -87,16 +87,19 @@ def make(mode: str = "async", now: float = 0.0, **rules):
     return core, learner
 
 
-def payload(worker, seq, version, count=3, run=RUN, sender=None, nan=False, action=0) -> bytes:
+def payload(worker, seq, version, count=3, run=RUN, sender=None, nan=False, action=0, incarnation="", epoch=0) -> bytes:
     obs = np.zeros((count, 2), np.float32)
     if nan:
         obs[0, 0] = np.nan
     arrays = {"obs": obs, "action": np.full(count, action, np.int64)}
-    return encode_batch(run, sender or worker, seq, version, arrays)
+    return encode_batch(run, sender or worker, seq, version, arrays, incarnation=incarnation, epoch=epoch)
 
 
-def birth(core, worker, now=0.0):
-    core.on_worker_state(worker, encode_json({"status": "online", "host": "h", "pid": 1}), now)
+def birth(core, worker, now=0.0, incarnation=None):
+    state = {"status": "online", "host": "h", "pid": 1}
+    if incarnation is not None:
+        state["incarnation"] = incarnation
+    core.on_worker_state(worker, encode_json(state), now)
 
 
 def last_will(core, worker, now=0.0):
@@ -205,7 +208,127 @@ def test_spec_validation_refuses_and_counts_nothing():
     assert reason(core.on_samples, "w0", payload("w0", 0, 0, nan=True), 0.0) == "non_finite"
     assert reason(core.on_samples, "w0", payload("w0", 1, 0, action=2), 0.0) == "out_of_range"
     assert reason(core.on_samples, "w0", b"not a batch", 0.0) == "garbage"
-    assert learner.added == [] and core.workers["w0"].last_seq == -1 and core.samples_total == 0
+    assert learner.added == [] and core.samples_total == 0 and core.batches_total == 0
+
+
+def test_a_refused_batch_is_not_counted_again_as_missing():
+    """Issue 9, item 5: seq 1 was refused (counted under out_of_range); when seq 2 arrives,
+    the gap before it is not a lost batch."""
+    core, learner = make()
+    birth(core, "w0")
+    core.on_samples("w0", payload("w0", 0, 0), 0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 1, 0, action=2), 0.0) == "out_of_range"
+    core.on_samples("w0", payload("w0", 2, 0), 0.0)
+    assert core.workers["w0"].missing == 0 and [b.seq for b in learner.added] == [0, 2]
+    core.on_samples("w0", payload("w0", 5, 0), 0.0)  # 3 and 4 never came: those are missing
+    assert core.workers["w0"].missing == 2
+
+
+# ---- incarnations: a restarted worker is a new sender, not a duplicate ---------------------------
+def test_a_restarted_worker_numbering_from_zero_is_accepted():
+    """Issue 9, item 1: the supervisor restarts w0 under its name; the new process numbers from 0."""
+    core, learner = make()
+    birth(core, "w0", incarnation="a")
+    for seq in range(5):
+        core.on_samples("w0", payload("w0", seq, 0, incarnation="a"), 0.0)
+    birth(core, "w0", 1.0, incarnation="b")  # the restarted process's birth message
+    for seq in range(3):
+        core.on_samples("w0", payload("w0", seq, 0, incarnation="b"), 1.0)
+    w = core.workers["w0"]
+    assert (w.incarnation, w.restarts, w.last_seq, w.first_seq, w.missing) == ("b", 1, 2, 0, 0)
+    assert len(learner.added) == 8 and core.batches_total == 8
+    # resends stay duplicates, per incarnation; a late batch of the old process still counts
+    assert reason(core.on_samples, "w0", payload("w0", 2, 0, incarnation="b"), 1.0) == "duplicate"
+    assert reason(core.on_samples, "w0", payload("w0", 4, 0, incarnation="a"), 1.0) == "duplicate"
+    core.on_samples("w0", payload("w0", 5, 0, incarnation="a"), 1.0)
+    assert (w.incarnation, w.last_seq, w.missing) == ("b", 2, 0) and len(learner.added) == 9
+
+
+def test_a_new_incarnation_without_a_birth_seen_is_still_a_new_sender():
+    core, learner = make()
+    birth(core, "w0", incarnation="a")
+    core.on_samples("w0", payload("w0", 7, 0, incarnation="a"), 0.0)
+    core.on_samples("w0", payload("w0", 0, 0, incarnation="c"), 0.0)
+    w = core.workers["w0"]
+    assert (w.incarnation, w.restarts, w.missing) == ("c", 1, 0) and len(learner.added) == 2
+
+
+def test_a_restarted_member_delivers_its_share_of_the_open_round():
+    """Issue 9, item 1 with PPO: w1 dies (dropped from the round), comes back as a new process and
+    sends its share of the open version: the round takes it and trains without waiting for a timeout."""
+    core, learner = make("sync", round_timeout_s=30.0)
+    birth(core, "w0", incarnation="a0")
+    birth(core, "w1", incarnation="a1")
+    core.new_version(0.0)
+    core.on_samples("w1", payload("w1", 0, 1, incarnation="a1"), 0.0)
+    core.step(0.0)  # w0 still owes its share
+    last_will(core, "w0", 1.0)
+    assert core.mode.round.dropped == {"w0"}
+    core.step(1.0)  # w1 delivered, w0 dropped: the round trains
+    assert len(learner.rounds) == 1 and core.version == 2
+    birth(core, "w0", 2.0, incarnation="b0")
+    core.on_samples("w1", payload("w1", 1, 2, incarnation="a1"), 2.0)
+    core.on_samples("w0", payload("w0", 0, 2, incarnation="b0"), 2.0)
+    step = core.step(2.0)
+    assert step.trained and step.round_record["workers"] == ["w0", "w1"] and step.round_record["dropped"] == []
+    assert core.mode.round.version == 3 and core.mode.round.members == {"w0", "w1"}
+
+
+def test_a_dropped_member_that_delivers_late_is_a_member_again():
+    core, _ = make("sync", round_timeout_s=30.0)
+    birth(core, "w0")
+    birth(core, "w1")
+    core.new_version(0.0)
+    last_will(core, "w1", 0.5)
+    birth(core, "w1", 0.6)
+    core.on_samples("w1", payload("w1", 0, 1), 0.7)
+    r = core.mode.round
+    assert "w1" in r.members and "w1" not in r.dropped
+
+
+def test_checkpointed_sequence_numbers_are_per_incarnation():
+    core, _ = make()
+    birth(core, "w0", incarnation="a")
+    core.on_samples("w0", payload("w0", 4, 0, incarnation="a"), 0.0)
+    birth(core, "w0", incarnation="b")
+    core.on_samples("w0", payload("w0", 1, 0, incarnation="b"), 0.0)
+    saved = core.last_seqs()
+    assert saved == {"w0": {"a": 4, "b": 1}} and list(saved["w0"]) == ["a", "b"]  # current one last
+    resumed, _ = make()
+    resumed.restore(0, 0, 0, saved)
+    w = resumed.workers["w0"]
+    assert (w.incarnation, w.last_seq, w.online) == ("b", 1, False)
+    birth(resumed, "w0", incarnation="b")
+    assert reason(resumed.on_samples, "w0", payload("w0", 1, 0, incarnation="b"), 0.0) == "duplicate"
+    assert reason(resumed.on_samples, "w0", payload("w0", 4, 0, incarnation="a"), 0.0) == "duplicate"
+    resumed.on_samples("w0", payload("w0", 2, 0, incarnation="b"), 0.0)
+
+
+# ---- epochs: a learner whose version went back ----------------------------------------------
+def test_batches_of_a_previous_epoch_never_deadlock_an_async_learner():
+    """Issue 9, item 3: the learner resumed from an older checkpoint (version 3, epoch 2) while
+    workers ran version 40 of epoch 1. Their batches are not future_version: they are admitted
+    as off-policy data of the previous epoch, and counted as such."""
+    core, learner = make()
+    core.epoch = 2
+    core.restore(3, 0, 0, {})
+    birth(core, "w0")
+    core.on_samples("w0", payload("w0", 0, 40, epoch=1), 0.0)
+    assert len(learner.added) == 1 and core.old_epoch_batches == 1
+    assert reason(core.on_samples, "w0", payload("w0", 1, 40, epoch=2), 0.0) == "future_version"
+    assert reason(core.on_samples, "w0", payload("w0", 2, 3, epoch=3), 0.0) == "future_epoch"
+    core.on_samples("w0", payload("w0", 3, 3, epoch=2), 0.0)
+    assert len(learner.added) == 2 and core.snapshot(0.0)["old_epoch_batches"] == 1
+
+
+def test_a_sync_round_refuses_shares_of_a_previous_epoch_by_name():
+    core, learner = make("sync")
+    core.epoch = 5
+    birth(core, "w0")
+    core.new_version(0.0)
+    assert reason(core.on_samples, "w0", payload("w0", 0, 1, epoch=4), 0.0) == "old_epoch"
+    core.on_samples("w0", payload("w0", 1, 1, epoch=5), 0.0)
+    assert core.step(0.0).trained and core.workers["w0"].missing == 0
 
 
 def test_oversize_payload_is_refused_before_decoding():
@@ -274,8 +397,8 @@ def test_liveness_timeout_marks_offline_and_drops_from_the_round():
 
 def test_resumed_workers_are_offline_and_keep_their_sequence_numbers():
     core, _ = make()
-    core.restore(7, 300, 100, {"w0": 7})
-    assert core.version == 7 and core.last_seqs() == {"w0": 7} and not core.workers["w0"].online
+    core.restore(7, 300, 100, {"w0": 7})  # a checkpoint from before incarnations
+    assert core.version == 7 and core.last_seqs() == {"w0": {"": 7}} and not core.workers["w0"].online
     assert core.check_liveness(1e6) == []  # never seen in this process: no timeout
     birth(core, "w0")
     assert reason(core.on_samples, "w0", payload("w0", 7, 7), 0.0) == "duplicate"
@@ -428,25 +551,52 @@ class LearnerRules(RuleBasedStateMachine):
             worker_timeout_s=WORKER_TIMEOUT,
             publish_every=PUBLISH_EVERY,
         )
+        self.epoch = self.core.epoch = 5  # as the shell does at start; batches of epoch 4 and 6 come too
+        self.current: dict[str, str] = {}  # worker -> the incarnation the core should call current
+        self.numbered: dict[str, set[str]] = defaultdict(set)  # incarnations whose batches got numbered
+        self.restarts: Counter[str] = Counter()
+        self.missing: Counter[str] = Counter()
+        self.births = 0
+        self.known: set[str] = set()
         for w in ("w0", "w1"):  # a run starts with some workers; w2 is unknown until born
-            birth(self.core, w, self.now)
-        self.known: set[str] = {"w0", "w1"}
+            self.birth(w)
         self.core.new_version(self.now)  # as the shell does at start
         self.version = 1  # the model's view of the rules
         self.delivered: set[str] = set()
-        self.last_seq: dict[str, int] = {}
+        self.last_seq: dict[tuple[str, str], int] = {}  # (worker, incarnation) -> last seq seen
         self.offered = 0
         self.accepted: list[SampleBatch] = []
         self.refused: Counter[str] = Counter()
         self.trained: list[tuple[int, list[SampleBatch]]] = []
 
-    def expected_reason(self, worker, sender, run, seq, version, nan) -> str | None:
+    def switch(self, worker, inc):
+        if inc != self.current.get(worker):
+            if worker in self.current or self.numbered[worker]:
+                self.restarts[worker] += 1
+            self.current[worker] = inc
+
+    def expected_reason(self, worker, sender, run, inc, seq, epoch, version, nan) -> str | None:
         if run != RUN:
             return "wrong_run"
         if sender != worker:
             return "sender_mismatch"
         if worker not in self.known:
             return "unknown_sender"
+        if inc not in self.numbered[worker]:
+            self.switch(worker, inc)
+        last = self.last_seq.get((worker, inc), -1)
+        if seq <= last:
+            return "duplicate"
+        if last >= 0:
+            self.missing[worker] += seq - last - 1
+        self.last_seq[worker, inc] = seq  # seen from here on, whatever the verdict
+        self.numbered[worker].add(inc)
+        if epoch > self.epoch:
+            return "future_epoch"
+        if epoch < self.epoch:
+            if self.mode == "sync":
+                return "old_epoch"
+            return "non_finite" if nan else None
         if version > self.version:
             return "future_version"
         if self.mode == "async" and self.version - version > STALENESS:
@@ -455,13 +605,18 @@ class LearnerRules(RuleBasedStateMachine):
             return "wrong_round"
         if self.mode == "sync" and worker in self.delivered:
             return "duplicate"
-        if seq <= self.last_seq.get(worker, -1):
-            return "duplicate"
         return "non_finite" if nan else None
 
-    @rule(worker=WORKERS)
-    def birth(self, worker):
-        birth(self.core, worker, self.now)
+    @rule(worker=WORKERS, restarted=st.booleans())
+    def birth(self, worker, restarted=True):
+        """A birth message: a restarted process (a new incarnation) or the same one reconnecting."""
+        if restarted or worker not in self.current:
+            self.births += 1
+            inc = f"{worker}.{self.births}"
+        else:
+            inc = self.current[worker]
+        birth(self.core, worker, self.now, incarnation=inc)
+        self.switch(worker, inc)
         self.known.add(worker)
 
     @rule(worker=WORKERS)
@@ -486,13 +641,28 @@ class LearnerRules(RuleBasedStateMachine):
         back=st.sampled_from([0, 0, 0, 1, 2, 3, -1]),  # versions behind the current one (-1: a future one)
         count=st.integers(1, 4),
         fault=st.sampled_from([None, None, None, None, "run", "sender", "nan"]),
+        which=st.sampled_from(["current"] * 4 + ["older", "unannounced"]),
+        epoch_delta=st.sampled_from([0, 0, 0, 0, 0, -1, 1]),
     )
-    def offer(self, worker, seq, back, count, fault):
+    def offer(self, worker, seq, back, count, fault, which="current", epoch_delta=0):
+        """A batch from the current process, a late one from an earlier process, or one from
+        a process whose birth the learner never saw; made with this epoch's model or another's."""
         version = max(self.version - back, 0)
         run = "other-run" if fault == "run" else RUN
         sender = "w7" if fault == "sender" else worker
-        body = payload(worker, seq, version, count, run=run, sender=sender, nan=fault == "nan")
-        want = self.expected_reason(worker, sender, run, seq, version, fault == "nan")
+        older = sorted(self.numbered[worker] - {self.current.get(worker)})
+        if which == "older" and older:
+            inc = older[0]
+        elif which == "unannounced":
+            self.births += 1
+            inc = f"{worker}.{self.births}"
+        else:
+            inc = self.current.get(worker, "")
+        epoch = self.epoch + epoch_delta
+        body = payload(
+            worker, seq, version, count, run=run, sender=sender, nan=fault == "nan", incarnation=inc, epoch=epoch
+        )
+        want = self.expected_reason(worker, sender, run, inc, seq, epoch, version, fault == "nan")
         self.offered += 1
         try:
             batch = self.core.on_samples(worker, body, self.now)
@@ -502,13 +672,14 @@ class LearnerRules(RuleBasedStateMachine):
         else:
             assert want is None, want
             self.accepted.append(batch)
-            self.last_seq[worker] = seq
-            self.delivered.add(worker)
+            if self.mode == "sync":
+                self.delivered.add(worker)
 
     @rule(worker=WORKERS, gap=st.sampled_from([1, 1, 1, 2]), back=st.sampled_from([0, 0, 1, 2, 3]))
     def offer_next(self, worker, gap, back):
         """A well-behaved worker's next batch (most offers of a real run), so versions move on."""
-        self.offer(worker, self.last_seq.get(worker, -1) + gap, back, 2, None)
+        inc = self.current.get(worker, "")
+        self.offer(worker, self.last_seq.get((worker, inc), -1) + gap, back, 2, None)
 
     @rule(dt=st.sampled_from([0.1, 1.0, 3.0, 6.0, 11.0]))
     def advance(self, dt):
@@ -558,6 +729,13 @@ class LearnerRules(RuleBasedStateMachine):
             assert all(b.model_version == r.version for b in r.batches.values())
 
     @invariant()
+    def incarnations_restarts_and_gaps_agree(self):
+        for name, w in self.core.workers.items():
+            assert w.incarnation == self.current.get(name, ""), name
+            assert w.restarts == self.restarts[name], name
+            assert w.missing == self.missing[name], name
+
+    @invariant()
     def a_round_never_mixes_versions(self):
         for version, batches in self.trained:
             assert all(b.model_version == version for b in batches)
@@ -573,12 +751,12 @@ class LearnerRules(RuleBasedStateMachine):
             handed = self.learner.added
         else:
             handed = [b for _, batches in self.trained for b in batches] + list(self.core.mode.round.batches.values())
-        key = [(b.worker, b.seq) for b in handed]
-        assert sorted(key) == sorted((b.worker, b.seq) for b in self.accepted)
+        key = [(b.worker, b.incarnation, b.seq) for b in handed]
+        assert sorted(key) == sorted((b.worker, b.incarnation, b.seq) for b in self.accepted)
         assert len(set(key)) == len(key)
         seqs = defaultdict(list)
         for b in self.accepted:
-            seqs[b.worker].append(b.seq)
+            seqs[b.worker, b.incarnation].append(b.seq)
         assert all(a < b for s in seqs.values() for a, b in pairwise(s))
 
     @invariant()

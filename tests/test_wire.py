@@ -383,6 +383,15 @@ def _mutated(**changes):
         {"seq": ...},
         {"model_version": None},
         {"model_version": 2**63},
+        {"epoch": -1},
+        {"epoch": "3"},
+        {"epoch": None},
+        {"epoch": 2**63},
+        {"epoch": 1.0},
+        {"incarnation": 7},
+        {"incarnation": None},
+        {"incarnation": ["a"]},
+        {"incarnation": "x" * 65},
         {"count": -2},
         {"count": 2**40},
         {"sent_at": "now"},
@@ -473,7 +482,7 @@ def test_fuzz_decode_batch_bytes_after_magic(data):
     decodes_or_rejects(decode_batch, payload)
 
 
-VALID_PAYLOAD = encode_batch("r", "w", 9, 2, sample_arrays(6), extra={"x": 1})
+VALID_PAYLOAD = encode_batch("r", "w", 9, 2, sample_arrays(6), extra={"x": 1}, incarnation="a1b2c3", epoch=17)
 
 
 @FUZZ
@@ -494,7 +503,7 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
     max_leaves=12,
 )
-HEADER_KEYS = ["run", "worker", "seq", "model_version", "count", "sent_at", "arrays", "extra"]
+HEADER_KEYS = ["run", "worker", "incarnation", "seq", "epoch", "model_version", "count", "sent_at", "arrays", "extra"]
 ENTRY_KEYS = ["name", "dtype", "shape", "offset"]
 
 
@@ -561,8 +570,9 @@ def test_fuzz_batch_round_trip(fields, count, seq):
     for dtype, (d1, d2) in fields.items():
         shape = (count,) + ((d1,) if d1 else ()) + ((d2,) if d1 and d2 else ())
         arrays[f"f_{dtype}"] = (rng.random(shape) * 100).astype(dtype)
-    b = decode_batch(encode_batch("r", "w", seq, seq // 3, arrays))
-    assert b.seq == seq and b.count == count
+    incarnation = f"{seq % 4096:x}"
+    b = decode_batch(encode_batch("r", "w", seq, seq // 3, arrays, incarnation=incarnation, epoch=seq // 7))
+    assert b.seq == seq and b.count == count and (b.incarnation, b.epoch) == (incarnation, seq // 7)
     for k, v in arrays.items():
         np.testing.assert_array_equal(b.arrays[k], v)
         assert b.arrays[k].dtype == v.dtype
@@ -581,10 +591,11 @@ def weights(seed=0):
 
 def test_weights_round_trip():
     t = weights()
-    payload = encode_weights(7, "dqn", "run-x", t, info={"obs_norm": False, "n": 3}, published_at=123.25)
+    payload = encode_weights(7, "dqn", "run-x", t, info={"obs_norm": False, "n": 3}, published_at=123.25, epoch=42)
     m = decode_weights(payload)
     assert isinstance(m, WeightsMessage)
-    assert (m.version, m.algorithm, m.run, m.published_at) == (7, "dqn", "run-x", 123.25)
+    assert (m.version, m.algorithm, m.run, m.published_at, m.epoch) == (7, "dqn", "run-x", 123.25, 42)
+    assert m.order == (42, 7)
     assert m.info == {"obs_norm": False, "n": 3}
     assert set(m.tensors) == set(t)
     for k, v in t.items():
@@ -722,7 +733,7 @@ def test_fuzz_decode_weights_byte_flips_and_truncation(flips, cut):
 @given(
     st.dictionaries(
         st.sampled_from(
-            ["format", "protocol", "version", "algorithm", "run", "checksum", "published_at", "info", "other"]
+            ["format", "protocol", "version", "epoch", "algorithm", "run", "checksum", "published_at", "info", "other"]
         ),
         json_values,
         min_size=1,
@@ -838,3 +849,21 @@ def test_step_rate_uses_the_senders_clock_and_never_goes_negative():
     assert r.update({"env_steps": 1010, "time": 102.05}, now=5000.0) == pytest.approx(500.0)
     # the worker restarted and its counter began again
     assert r.update({"env_steps": 10, "time": 104.0}, now=5000.0) == 0.0
+
+
+@pytest.mark.parametrize("epoch", ["-1", "x", "1.5", str(2**62)])
+def test_weights_with_a_bad_epoch_are_refused(epoch):
+    base, header = _tensor_region(WEIGHTS_PAYLOAD)
+    header["__metadata__"]["epoch"] = epoch
+    hb = json.dumps(header).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    assert rejected(decode_weights, len(hb).to_bytes(8, "little") + hb + WEIGHTS_PAYLOAD[base:]).reason == "bad_header"
+
+
+def test_weights_without_an_epoch_are_epoch_zero():
+    """A learner from before epochs: its weights still decode (and any epoch'd learner's win)."""
+    base, header = _tensor_region(WEIGHTS_PAYLOAD)
+    header["__metadata__"].pop("epoch", None)
+    hb = json.dumps(header).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    assert decode_weights(len(hb).to_bytes(8, "little") + hb + WEIGHTS_PAYLOAD[base:]).epoch == 0

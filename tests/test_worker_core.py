@@ -21,7 +21,7 @@ from mqttrl.algorithm import AlgorithmInfo, SyncActor
 from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.nodes.worker import node as node_mod
-from mqttrl.nodes.worker.core import Move, Rules, WorkerCore, accepts_version
+from mqttrl.nodes.worker.core import Move, Rules, WorkerCore, newer
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_batch, decode_json, encode_json, encode_weights
@@ -45,12 +45,12 @@ def config_payload(run: str = RUN, algorithm: str = "fake", **worker) -> bytes:
     return encode_json(data)
 
 
-def weights(version: int, run: str = RUN, algorithm: str = "fake") -> bytes:
-    return encode_weights(version, algorithm, run, {"w": np.full(2, version, np.float32)})
+def weights(version: int, run: str = RUN, algorithm: str = "fake", epoch: int = 0) -> bytes:
+    return encode_weights(version, algorithm, run, {"w": np.full(2, version, np.float32)}, epoch=epoch)
 
 
 def make_core(sync: bool = False, configured: bool = True, **rules) -> WorkerCore:
-    core = WorkerCore(RUN, "w0", parse)
+    core = WorkerCore(RUN, "w0", parse, incarnation="inc-1")
     if configured:
         core.on_config(config_payload())
     core.begin(Rules(sync=sync, **rules))
@@ -104,12 +104,25 @@ def test_rules_come_from_the_config_and_the_mode():
 
 
 # ---- weights --------------------------------------------------------------------------
-def test_version_acceptance_rule():
-    assert accepts_version(-1, 0) and accepts_version(-1, 57)  # no model yet: anything
-    assert accepts_version(3, 4)  # newer
-    assert not accepts_version(3, 3) and not accepts_version(3, 2)  # same or a little older: a late copy
-    assert not accepts_version(1500, 500)  # exactly 1000 lower: still a late copy
-    assert accepts_version(1500, 499)  # more than 1000 lower: a learner that started counting again
+def test_weights_order_is_epoch_then_version():
+    assert newer((0, 0), (0, -1)) and newer((0, 57), (0, -1))  # no model yet: anything
+    assert newer((0, 4), (0, 3))  # newer version
+    assert not newer((0, 3), (0, 3)) and not newer((0, 2), (0, 3))  # same or older: a late copy
+    assert newer((2, 5), (1, 1500))  # a restarted learner: a new epoch wins at a lower version
+    assert not newer((1, 9999), (2, 0))  # an older epoch's weights (a broker restored them) never do
+
+
+def test_a_learner_whose_version_went_back_is_followed():
+    """Issue 9, item 3: the learner resumed from an older checkpoint (version 3) in a new epoch
+    while this worker ran version 40: the worker loads version 3 of the new epoch, then ignores a
+    stale retained copy of the old epoch's version 41, and its batches carry the new epoch."""
+    core = make_core()
+    core.on_weights(weights(40, epoch=1))
+    load_newest(core)
+    core.on_weights(weights(3, epoch=2))
+    assert load_newest(core).weights.version == 3 and (core.epoch, core.version) == (2, 3)
+    core.on_weights(weights(41, epoch=1))
+    assert core.weights_to_load() is None and (core.epoch, core.version) == (2, 3)
 
 
 def test_weights_are_held_until_loaded_and_the_newest_wins():
@@ -117,12 +130,12 @@ def test_weights_are_held_until_loaded_and_the_newest_wins():
     assert not core.has_model and core.weights_to_load() is None
     core.on_weights(weights(0))
     core.on_weights(weights(2))
-    core.on_weights(weights(1))  # arrives late: still newer than the loaded model (none), so it replaces 2
+    core.on_weights(weights(1))  # arrives late: older than the held version 2, so 2 stays
     assert core.has_model and core.version == -1  # nothing loaded between steps yet
     load = load_newest(core)
-    assert load.weights.version == 1 and core.version == 1
+    assert load.weights.version == 2 and core.version == 2
     assert core.weights_to_load() is None  # taken
-    core.on_weights(weights(1))  # the same version again (a retained copy after a reconnect)
+    core.on_weights(weights(2))  # the same version again (a retained copy after a reconnect)
     core.on_weights(weights(0))
     assert core.weights_to_load() is None
     core.on_weights(weights(5))
@@ -305,9 +318,14 @@ def test_heartbeats_are_due_every_interval_starting_at_once():
     assert not core.heartbeat_due(61.0)
 
 
+def test_every_worker_process_is_a_new_incarnation():
+    a, b = WorkerCore(RUN, "w0", parse), WorkerCore(RUN, "w0", parse)
+    assert a.incarnation != b.incarnation and len(a.incarnation) == 12
+
+
 def test_heartbeat_contents():
     core = make_core(batch_size=1)
-    core.on_weights(weights(7))
+    core.on_weights(weights(7, epoch=3))
     load_newest(core)
     core.stepped(4, [EpisodeEnd(0, 1.0, 4, True)], 0.0)
     core.batch_sent()
@@ -316,6 +334,8 @@ def test_heartbeat_contents():
     hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1})
     assert hb == {
         "worker": "w0",
+        "incarnation": "inc-1",
+        "epoch": 3,
         "pid": 99,
         "model_version": 7,
         "env_steps": 4,
@@ -327,7 +347,7 @@ def test_heartbeat_contents():
         "paused": True,
         "time": 1234.5,
     }
-    assert list(hb) == ["worker", "pid", "model_version", "env_steps", "episodes", "seq"] + [
+    assert list(hb) == ["worker", "incarnation", "pid", "epoch", "model_version", "env_steps", "episodes", "seq"] + [
         "outbox",
         "dropped",
         "rejected",

@@ -100,7 +100,7 @@ class InferenceServer:
         self.max_delay = max_delay_ms / 1000 if max_delay_ms is not None else None
         self.backend = backend
         self._stop = threading.Event()
-        self.version = -1
+        self.epoch, self.version = 0, -1
         self.served_requests = 0
         self.served_rows = 0
         self.batches = 0
@@ -193,9 +193,10 @@ class InferenceServer:
         )
 
     def _on_weights(self, _name: str, payload: bytes) -> None:
-        """Newest wins; loaded between forwards."""
+        """Newest (epoch, version) wins, so a restarted learner's lower versions are served; loaded between forwards."""
         w = decode_weights(payload)
-        if w.version > self.version:
+        best = self._pending_weights.order if self._pending_weights is not None else (self.epoch, self.version)
+        if w.order > best:
             self._pending_weights = w
 
     def _on_request(self, _name: str, payload: bytes) -> None:
@@ -263,7 +264,7 @@ class InferenceServer:
             return
         w, self._pending_weights = self._pending_weights, None
         self.forward.load_weights(w.tensors, w.info)
-        self.version = w.version
+        self.epoch, self.version = w.epoch, w.version
 
     def _serve(self, batch: list[_Pending]) -> None:
         obs = np.concatenate([p.request.obs for p in batch]) if len(batch) > 1 else batch[0].request.obs
@@ -273,7 +274,7 @@ class InferenceServer:
             n = p.request.count
             part = {k: np.ascontiguousarray(v[start : start + n]) for k, v in out.items()}
             start += n
-            payload = encode_reply(self.topics.run, self.name, p.request, self.version, part)
+            payload = encode_reply(self.topics.run, self.name, p.request, self.version, part, epoch=self.epoch)
             self.node.send_now(p.request.reply_to, payload, kind="reply")
             self._latencies.append(time.perf_counter() - p.received)
         self.served_requests += len(batch)
@@ -287,6 +288,7 @@ class InferenceServer:
         m = {
             "server": self.name,
             "model_version": self.version,
+            "epoch": self.epoch,
             "requests_per_s": (self.served_requests - window["req"]) / dt,
             "rows_per_s": (self.served_rows - window["rows"]) / dt,
             "mean_batch_rows": (self.served_rows - window["rows"]) / max(1, self.batches - window["batches"]),

@@ -26,6 +26,8 @@ REASONS = (
     "stale_version",  # model version older than the staleness window
     "future_version",  # model version the learner never published
     "wrong_round",  # synchronous mode: sample for another round
+    "old_epoch",  # synchronous mode: made with a model of a previous learner incarnation
+    "future_epoch",  # made with a model of a learner incarnation newer than this one (two learners?)
     "duplicate",  # sequence number already seen
     "checksum",
     "bad_value",

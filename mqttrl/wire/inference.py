@@ -47,6 +47,12 @@ class InferenceReply:
     #: the model version the server computed the outputs with
     model_version: int
     outputs: Mapping[str, np.ndarray]
+    #: the learner epoch of that model
+    epoch: int = 0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.epoch, self.model_version)
 
 
 def encode_request(run: str, worker: str, request_id: int, model_version: int, obs: np.ndarray, reply_to: str) -> bytes:
@@ -68,9 +74,14 @@ def decode_request(payload: bytes, spec: SampleSpec) -> InferenceRequest:
 
 
 def encode_reply(
-    run: str, server: str, request: InferenceRequest, model_version: int, outputs: Mapping[str, np.ndarray]
+    run: str,
+    server: str,
+    request: InferenceRequest,
+    model_version: int,
+    outputs: Mapping[str, np.ndarray],
+    epoch: int = 0,
 ) -> bytes:
-    return encode_batch(run, server, request.seq, model_version, dict(outputs), extra={"id": request.id})
+    return encode_batch(run, server, request.seq, model_version, dict(outputs), extra={"id": request.id}, epoch=epoch)
 
 
 def decode_reply(payload: bytes) -> InferenceReply:
@@ -79,4 +90,4 @@ def decode_reply(payload: bytes) -> InferenceReply:
     rid = batch.extra.get("id")
     if not isinstance(rid, int) or isinstance(rid, bool):
         raise Rejected("bad_header", f"reply id {rid!r} is not an integer")
-    return InferenceReply(rid, batch.model_version, batch.arrays)
+    return InferenceReply(rid, batch.model_version, batch.arrays, batch.epoch)

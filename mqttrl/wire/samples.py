@@ -5,8 +5,9 @@ Layout (all integers little-endian)::
     b"MQSB"  u8 protocol  u32 header_len  header (UTF-8 JSON)  pad to 8
     array data, each array starting at an 8-byte aligned offset
 
-The header holds run, worker, sequence number, model version, transition
-count and, per array, name/dtype/shape/offset. Decoding maps each array onto
+The header holds run, worker, the worker process's incarnation id, sequence
+number (counted per incarnation), the learner epoch and model version the batch
+was made with, transition count and, per array, name/dtype/shape/offset. Decoding maps each array onto
 the payload with ``np.frombuffer`` (no copy) after checking every bound, then
 :meth:`SampleSpec.validate` checks names, dtypes, shapes and finiteness
 against what the algorithm expects.
@@ -34,6 +35,7 @@ ALLOWED_DTYPES = frozenset(
 )
 MAX_HEADER = 64 * 1024
 MAX_DIMS = 8
+MAX_INCARNATION = 64
 
 
 @attrs.frozen
@@ -97,6 +99,10 @@ class SampleBatch:
     sent_at: float = 0.0
     protocol: int = PROTOCOL_VERSION
     extra: Mapping[str, object] = attrs.field(factory=dict)
+    #: the sending process (a restarted worker is a new incarnation under the same name)
+    incarnation: str = ""
+    #: the learner epoch of the model that made the batch (0: none given)
+    epoch: int = 0
 
 
 def _align(n: int) -> int:
@@ -110,8 +116,12 @@ def encode_batch(
     model_version: int,
     arrays: Mapping[str, np.ndarray],
     extra: Mapping[str, object] | None = None,
+    incarnation: str = "",
+    epoch: int = 0,
 ) -> bytes:
     """Encode named arrays (all with the same leading batch axis) into one payload."""
+    if len(incarnation) > MAX_INCARNATION:
+        raise ValueError(f"incarnation id of {len(incarnation)} characters (at most {MAX_INCARNATION})")
     if not arrays:
         raise ValueError("a batch needs at least one array")
     counts = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
@@ -131,7 +141,9 @@ def encode_batch(
     header = {
         "run": run,
         "worker": worker,
+        "incarnation": incarnation,
         "seq": int(seq),
+        "epoch": int(epoch),
         "model_version": int(model_version),
         "count": int(count),
         "sent_at": time.time(),
@@ -190,6 +202,10 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         raise Rejected("bad_header", "run and worker must be strings")
     seq = _int(header, "seq")
     version = _int(header, "model_version")
+    epoch = _int(header, "epoch") if "epoch" in header else 0
+    incarnation = header.get("incarnation", "")
+    if not isinstance(incarnation, str) or len(incarnation) > MAX_INCARNATION:
+        raise Rejected("bad_header", f"incarnation must be a string of at most {MAX_INCARNATION} characters")
     count = _int(header, "count", 0, 2**31)
     sent_at = header.get("sent_at", 0.0)
     if not isinstance(sent_at, (int, float)) or isinstance(sent_at, bool) or not _finite(sent_at):
@@ -240,4 +256,6 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         sent_at=float(sent_at),
         protocol=proto,
         extra=extra,
+        incarnation=incarnation,
+        epoch=epoch,
     )

@@ -31,6 +31,13 @@ class WeightsMessage:
     #: algorithm-specific JSON-able extras (e.g. observation normalisation settings)
     info: Mapping[str, object] = attrs.field(factory=dict)
     published_at: float = 0.0
+    #: the learner incarnation that published them; a newer epoch wins even with a lower version
+    epoch: int = 0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """(epoch, version): newer weights compare greater, across learner restarts too."""
+        return (self.epoch, self.version)
 
 
 def checksum(tensors: Mapping[str, np.ndarray]) -> str:
@@ -50,12 +57,14 @@ def encode_weights(
     tensors: Mapping[str, np.ndarray],
     info: Mapping[str, object] | None = None,
     published_at: float = 0.0,
+    epoch: int = 0,
 ) -> bytes:
     tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
     meta = {
         "format": FORMAT,
         "protocol": str(PROTOCOL_VERSION),
         "version": str(int(version)),
+        "epoch": str(int(epoch)),
         "algorithm": algorithm,
         "run": run,
         "checksum": checksum(tensors),
@@ -93,13 +102,14 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         raise Rejected("protocol_version", f"protocol {meta.get('protocol')!r}, expected {PROTOCOL_VERSION}")
     try:
         version = int(meta["version"])
+        epoch = int(meta.get("epoch", "0"))
         published_at = float(meta.get("published_at", "0"))
         info = json.loads(meta.get("info", "{}"))
         algorithm, run, digest = meta["algorithm"], meta["run"], meta["checksum"]
     except (KeyError, ValueError, TypeError, RecursionError) as exc:
         raise Rejected("bad_header", f"weights metadata incomplete ({exc})") from None
-    if version < 0 or not isinstance(info, dict):
-        raise Rejected("bad_header", "negative version or bad info")
+    if version < 0 or not 0 <= epoch < 2**62 or not isinstance(info, dict):
+        raise Rejected("bad_header", "negative version, epoch out of range or bad info")
     try:
         tensors = st_load(bytes(payload))
     except Exception as exc:  # safetensors raises its own error types
@@ -110,5 +120,11 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise Rejected("non_finite", f"tensor {name} contains NaN or inf")
     return WeightsMessage(
-        version=version, algorithm=algorithm, run=run, tensors=tensors, info=info, published_at=published_at
+        version=version,
+        algorithm=algorithm,
+        run=run,
+        tensors=tensors,
+        info=info,
+        published_at=published_at,
+        epoch=epoch,
     )

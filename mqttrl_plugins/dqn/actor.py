@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.algorithm import ActorContext, Forward, Tensors
+from mqttrl.algorithm import FLEET_PROGRESS_KEY, ActorContext, Forward, Tensors
 
 from .common import DQNParams, check_spaces
 
@@ -61,6 +61,8 @@ class DQNActor:
         )
         #: env steps this actor has recorded, summed over its envs (drives the epsilon decay)
         self.env_steps = 0
+        #: the run's progress as the learner last said (weights info): the epsilon schedule starts there
+        self.fleet_env_steps = 0
         # n-step windows, all envs at once: slot k of env e holds its k-th oldest step not yet emitted
         n, e = params.n_step, ctx.num_envs
         self.w_obs = np.zeros((e, n, *self.obs_shape), np.float32)
@@ -75,7 +77,8 @@ class DQNActor:
     def epsilons(self) -> np.ndarray:
         """Current epsilon per env: the linear decay from epsilon_start, floored at the ladder value."""
         p = self.params
-        frac = 1.0 if p.epsilon_decay_steps == 0 else min(1.0, self.env_steps / p.epsilon_decay_steps)
+        steps = max(self.env_steps, self.fleet_env_steps)
+        frac = 1.0 if p.epsilon_decay_steps == 0 else min(1.0, steps / p.epsilon_decay_steps)
         decayed = p.epsilon_start + frac * (self.ladder - p.epsilon_start)
         return np.maximum(self.ladder, decayed)
 
@@ -89,6 +92,8 @@ class DQNActor:
                 f"this env has obs_dim={self.obs_dim}, n_actions={self.n_actions}"
             )
         self.forward.load_weights(tensors, info)
+        # a restarted worker goes on decaying from where its peers are, not from epsilon_start
+        self.fleet_env_steps = max(self.fleet_env_steps, int(info.get(FLEET_PROGRESS_KEY, 0)))
 
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions = self.forward(obs)["q"].argmax(axis=1).astype(np.int64)

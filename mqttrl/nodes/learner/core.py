@@ -73,12 +73,47 @@ class WorkerStatus:
     model_version: int = -1
     env_steps: int = 0
     episodes: int = 0
+    #: the worker process now running under this name (its birth message or newest batch says)
+    incarnation: str = ""
+    #: last sequence number seen (accepted or refused) from the current incarnation
     last_seq: int = -1
-    #: first sequence number received in this learner process (shows what a restart recovered)
+    #: first sequence number received from the current incarnation in this learner process
     first_seq: int = -1
     samples: int = 0
+    #: sequence numbers never seen: gaps within an incarnation's numbering
     missing: int = 0
+    #: new incarnations seen under this name (process restarts)
+    restarts: int = 0
+    #: last sequence number seen, per incarnation (a late batch of a previous process still counts right)
+    seqs: dict[str, int] = attrs.Factory(dict)
     info: dict = attrs.Factory(dict)
+
+    def switch_to(self, incarnation: str) -> None:
+        """A new process runs under this name: its numbering starts afresh."""
+        if incarnation == self.incarnation:
+            return
+        if self.incarnation or self.seqs:
+            self.restarts += 1
+        self.incarnation = incarnation
+        self.last_seq = self.seqs.get(incarnation, -1)
+        self.first_seq = -1
+        while len(self.seqs) >= MAX_INCARNATIONS and incarnation not in self.seqs:
+            self.seqs.pop(next(iter(self.seqs)))
+
+    def saw(self, incarnation: str, seq: int) -> None:
+        """Sequence ``seq`` of ``incarnation`` arrived (accepted or not): count the gap before it."""
+        last = self.seqs.get(incarnation, -1)
+        if last >= 0 and seq > last + 1:
+            self.missing += seq - last - 1
+        self.seqs[incarnation] = seq
+        if incarnation == self.incarnation:
+            self.last_seq = seq
+            if self.first_seq < 0:
+                self.first_seq = seq
+
+
+#: incarnations remembered per worker name (a late batch from an older process is still recognised)
+MAX_INCARNATIONS = 8
 
 
 @attrs.frozen
@@ -175,6 +210,9 @@ class SyncRounds:
     def take(self, batch: SampleBatch) -> None:
         r = self.round
         r.batches[batch.worker] = batch
+        if batch.worker in r.dropped:  # back (e.g. restarted) in time to deliver: a member again
+            r.dropped.discard(batch.worker)
+            r.members.add(batch.worker)
         if not r.members and r.batches.keys() == {batch.worker}:
             r.members.add(batch.worker)  # the first worker of a fresh run opens the round
 
@@ -250,7 +288,11 @@ class LearnerCore:
         self.spec = spec
         self.mode = mode
         self.workers: dict[str, WorkerStatus] = {}
+        #: this learner incarnation (the shell sets it at start); weights and batches carry it
+        self.epoch = 0
         self.version = 0
+        #: async mode: batches made with a previous epoch's model, accepted (off-policy data stays good)
+        self.old_epoch_batches = 0
         self.samples_total = 0
         self.batches_total = 0
         self.paused = False
@@ -264,13 +306,24 @@ class LearnerCore:
         return cls(rules, spec, AsyncAdmission(learner, rules.max_staleness, rules.publish_every))
 
     # ---- versions ----------------------------------------------------------------
-    def restore(self, version: int, samples_total: int, batches_total: int, last_seq: Mapping[str, int]) -> None:
-        """Resume from a checkpoint: workers come back offline, with their last sequence numbers."""
+    def restore(
+        self, version: int, samples_total: int, batches_total: int, last_seq: Mapping[str, int | Mapping[str, int]]
+    ) -> None:
+        """Resume from a checkpoint: workers come back offline, with their last sequence numbers
+        per incarnation (an int: a checkpoint from before incarnations, under incarnation "")."""
         self.version = int(version)
         self.samples_total = int(samples_total)
         self.batches_total = int(batches_total)
-        for name, seq in last_seq.items():
-            self.workers[name] = WorkerStatus(name=name, online=False, last_seq=int(seq))
+        for name, seqs in last_seq.items():
+            per_incarnation = {"": int(seqs)} if isinstance(seqs, int) else {str(k): int(v) for k, v in seqs.items()}
+            newest = next(reversed(per_incarnation), "")
+            self.workers[name] = WorkerStatus(
+                name=name,
+                online=False,
+                incarnation=newest,
+                last_seq=per_incarnation.get(newest, -1),
+                seqs=per_incarnation,
+            )
 
     def continue_after(self, version: int) -> bool:
         """Never go backwards: adopt a newer version (the broker's retained weights). True if adopted."""
@@ -302,18 +355,26 @@ class LearnerCore:
             if self.rules.require_announce:
                 raise Rejected("unknown_sender", f"worker {worker!r} never announced itself on state/workers/{worker}")
             status = self.workers[worker] = WorkerStatus(name=worker, last_seen=now)
-        if batch.model_version > self.version:
-            raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
-        self.mode.check(batch, self.version)
-        if batch.seq <= status.last_seq:
-            raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {status.last_seq})")
+        inc = batch.incarnation
+        if inc not in status.seqs and inc != status.incarnation:
+            status.switch_to(inc)  # a process whose birth we missed: a new sender, not a duplicate
+        last = status.seqs.get(inc, -1)
+        if batch.seq <= last:
+            raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {last}, incarnation {inc!r})")
+        status.saw(inc, batch.seq)  # seen, whatever comes next: a refusal below is not also "missing"
+        old_epoch = batch.epoch < self.epoch
+        if batch.epoch > self.epoch:
+            raise Rejected("future_epoch", f"epoch {batch.epoch} > this learner's {self.epoch}: is another learner up?")
+        if old_epoch:
+            if self.mode.mode == "sync":
+                raise Rejected("old_epoch", f"made with epoch {batch.epoch}'s model; rounds are of epoch {self.epoch}")
+        else:
+            if batch.model_version > self.version:
+                raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
+            self.mode.check(batch, self.version)
         self.spec.validate(batch.arrays, batch.count)
         self.mode.take(batch)
-        if status.last_seq >= 0 and batch.seq > status.last_seq + 1:
-            status.missing += batch.seq - status.last_seq - 1
-        status.last_seq = batch.seq
-        if status.first_seq < 0:
-            status.first_seq = batch.seq
+        self.old_epoch_batches += old_epoch
         status.samples += batch.count
         status.last_seen = now
         status.online = True
@@ -339,6 +400,8 @@ class LearnerCore:
         st = decode_json(payload, {"status": str})
         status = self.workers.setdefault(worker, WorkerStatus(name=worker))
         if st["status"] == "online":
+            if isinstance(st.get("incarnation"), str):
+                status.switch_to(st["incarnation"])
             status.online = True
             status.announced_at = now
             status.last_seen = now
@@ -380,12 +443,25 @@ class LearnerCore:
         return True
 
     # ---- reading -----------------------------------------------------------------
+    def env_steps_per_worker(self) -> int:
+        """The median env steps the workers reported (0 before any heartbeat): the run's progress."""
+        steps = sorted(w.env_steps for w in self.workers.values() if w.env_steps > 0)
+        return steps[(len(steps) - 1) // 2] if steps else 0
+
     def online(self) -> set[str]:
         return {w.name for w in self.workers.values() if w.online}
 
-    def last_seqs(self) -> dict[str, int]:
-        """Per worker, the last sequence number accepted (checkpoints keep it so resends stay duplicates)."""
-        return {w.name: w.last_seq for w in self.workers.values() if w.last_seq >= 0}
+    def last_seqs(self) -> dict[str, dict[str, int]]:
+        """Per worker and incarnation, the last sequence number seen (checkpoints keep it so
+        resends stay duplicates); the current incarnation last."""
+        out = {}
+        for w in self.workers.values():
+            seqs = {k: v for k, v in w.seqs.items() if v >= 0 and k != w.incarnation}
+            if w.seqs.get(w.incarnation, -1) >= 0:
+                seqs[w.incarnation] = w.seqs[w.incarnation]
+            if seqs:
+                out[w.name] = seqs
+        return out
 
     def snapshot(self, now: float) -> dict:
         """The core's part of the learner metrics."""
@@ -396,6 +472,9 @@ class LearnerCore:
             "batches": self.batches_total,
             "paused_workers": self.paused,
             "missing_batches": sum(w.missing for w in workers),
+            "worker_restarts": sum(w.restarts for w in workers),
+            "epoch": self.epoch,
+            "old_epoch_batches": self.old_epoch_batches,
             "workers_online": sum(w.online for w in workers),
             "workers": {
                 w.name: {
@@ -406,6 +485,8 @@ class LearnerCore:
                     "env_steps": w.env_steps,
                     "samples": w.samples,
                     "missing_batches": w.missing,
+                    "incarnation": w.incarnation,
+                    "restarts": w.restarts,
                     "first_seq": w.first_seq,
                     "last_seq": w.last_seq,
                 }

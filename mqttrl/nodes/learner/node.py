@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mqttrl import PROTOCOL_VERSION, __version__
+from mqttrl.algorithm import FLEET_PROGRESS_KEY
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.envs.make import make_env
 from mqttrl.nodes.learner.core import LearnerCore, Rules
@@ -70,6 +71,8 @@ class LearnerNode:
             self.params, self.obs_space, self.act_space, self.lc.device, config.train.seed
         )
         self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
+        # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
+        self.core.epoch = time.time_ns() // 1_000_000
         self.dispatch = Dispatcher(
             self.topics,
             {
@@ -127,6 +130,7 @@ class LearnerNode:
         self.algo.load_state_dict(algo_tensors, meta["algo"])
         node = meta["node"]
         self.core.restore(node["version"], node["samples_total"], node["batches_total"], node.get("last_seq", {}))
+        self.core.epoch = max(self.core.epoch, int(node.get("epoch", 0)) + 1)
         restore_rng(meta.get("rng", {}), tensors)
         self._last_ckpt_update = self.algo.updates
         self.resumed_from = str(path)
@@ -144,6 +148,8 @@ class LearnerNode:
             if msg.topic == self.topics.weights:
                 try:
                     w = decode_weights(msg.payload)
+                    if w.epoch >= self.core.epoch:  # a clock that went back: stay ahead of the last learner
+                        self.core.epoch = w.epoch + 1
                     before = self.version
                     if self.core.continue_after(w.version):
                         log.info(
@@ -168,6 +174,7 @@ class LearnerNode:
                 "algorithm": self.config.algorithm.name,
                 "mode": self.info.mode,
                 "model_version": self.version,
+                "epoch": self.core.epoch,
                 "updates": self.algo.updates,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
@@ -190,7 +197,10 @@ class LearnerNode:
     def publish_weights(self) -> None:
         """Publish the learner's weights as the core's current version (retained: late workers get them)."""
         tensors, info = self.algo.export_weights()
-        payload = encode_weights(self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
+        info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker()}
+        payload = encode_weights(
+            self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time(), epoch=self.core.epoch
+        )
         self._recent_weights[self.version] = payload
         while len(self._recent_weights) > 32:
             self._recent_weights.popitem(last=False)
@@ -252,6 +262,7 @@ class LearnerNode:
                 "samples_total": self.core.samples_total,
                 "batches_total": self.core.batches_total,
                 "last_seq": self.core.last_seqs(),
+                "epoch": self.core.epoch,
                 "time": time.time(),
             },
             "config": self.config.to_dict(),

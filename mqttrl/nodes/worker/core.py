@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 
 import attrs
@@ -26,14 +27,20 @@ from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights
 
 log = logging.getLogger("mqttrl.worker")
 
-#: a model version this far below ours comes from a learner that started counting again
-#: (a fresh run directory under the same run name): its model wins
-RESTART_GAP = 1000
+
+def newer(offered: tuple[int, int], current: tuple[int, int]) -> bool:
+    """Whether weights ordered ``(epoch, version)`` replace the model at ``current``.
+
+    A learner that restarts (from an older checkpoint, or with a fresh run directory)
+    opens a new epoch, so its weights win even when their version number went back;
+    weights of an older epoch (a retained copy a broker restored) never replace newer ones.
+    """
+    return offered > current
 
 
-def accepts_version(current: int, offered: int) -> bool:
-    """Whether weights of version ``offered`` replace a model of version ``current`` (-1: none yet)."""
-    return current < 0 or offered > current or offered < current - RESTART_GAP
+def new_incarnation() -> str:
+    """A fresh id for this worker process: the learner counts sequence numbers per incarnation."""
+    return os.urandom(6).hex()
 
 
 @attrs.frozen
@@ -90,13 +97,17 @@ class WorkerCore:
     (the shell resolves the algorithm's hyperparameter class through the plugin registry).
     """
 
-    def __init__(self, run: str, name: str, parse_config: Callable[[dict], RunConfig]):
+    def __init__(self, run: str, name: str, parse_config: Callable[[dict], RunConfig], incarnation: str = ""):
         self.run = run
         self.name = name
+        #: this process; its birth message and every batch carry it
+        self.incarnation = incarnation or new_incarnation()
         self._parse_config = parse_config
         self.config: RunConfig | None = None
         self.rules = Rules()
-        #: the loaded model's version (-1: none yet) and the newest accepted weights not yet loaded
+        #: the loaded model's learner epoch and version (-1: none yet), and the newest accepted
+        #: weights not yet loaded
+        self.epoch = 0
         self.version = -1
         self.pending_weights: WeightsMessage | None = None
         #: the learner's flow signal, and whether the learner is online to lift it
@@ -129,7 +140,8 @@ class WorkerCore:
         w = decode_weights(payload)
         if w.run != self.run:
             raise Rejected("wrong_run", f"weights for run {w.run!r}")
-        if accepts_version(self.version, w.version):
+        best = self.pending_weights.order if self.pending_weights is not None else (self.epoch, self.version)
+        if newer(w.order, best):
             self.pending_weights = w
 
     def on_flow(self, payload: bytes) -> None:
@@ -172,7 +184,7 @@ class WorkerCore:
     def loaded(self, w: WeightsMessage) -> None:
         """The actor runs ``w`` now. Ending a sync wait heartbeats at once, so the learner sees
         this worker on the new version without waiting a heartbeat interval."""
-        self.version = w.version
+        self.epoch, self.version = w.epoch, w.version
         if self.awaiting_newer_than is not None:
             self.awaiting_newer_than = None
             self._next_heartbeat = None
@@ -264,7 +276,9 @@ class WorkerCore:
         """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys."""
         return {
             "worker": self.name,
+            "incarnation": self.incarnation,
             "pid": pid,
+            "epoch": self.epoch,
             "model_version": self.version,
             "env_steps": self.env_steps,
             "episodes": self.episodes,

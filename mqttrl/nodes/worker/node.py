@@ -216,7 +216,7 @@ class WorkerNode:
         self.actor.load_weights(w.tensors, w.info)
         self.core.loaded(w)
         if self.remote is not None:
-            self.remote.require_version(w.version)
+            self.remote.require_version(w.version, w.epoch)
 
     def _wait_for_newer_model(self) -> None:
         """Sync mode: the share is sent; wait for the round's model, saying what to check at every timeout."""
@@ -257,7 +257,9 @@ class WorkerNode:
         if not arrays:
             return
         seq, version = self.core.batch_sent()
-        payload = encode_batch(self.topics.run, self.name, seq, version, arrays)
+        payload = encode_batch(
+            self.topics.run, self.name, seq, version, arrays, incarnation=self.core.incarnation, epoch=self.core.epoch
+        )
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
 
     def _send_episodes(self) -> None:
@@ -281,6 +283,7 @@ class WorkerNode:
                 "status": status,
                 "reason": reason,
                 "worker": self.name,
+                "incarnation": self.core.incarnation,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "index": self.index,

@@ -57,17 +57,18 @@ class RemoteForward:
         self._ids = itertools.count()
         self._rr = itertools.count()
         self.version = -1
-        #: replies computed with an older model are asked again (see :meth:`require_version`)
-        self.min_version = -1
+        #: replies computed with an older model, ordered (epoch, version), are asked again
+        #: (see :meth:`require_version`)
+        self.min_order = (0, -1)
         self.stale_replies = 0
         self.timeouts = 0
         self.latencies: collections.deque = collections.deque(maxlen=10000)
         self._await_servers(2.0)
 
-    def require_version(self, version: int) -> None:
-        """Only accept answers computed with ``version`` or newer. The worker calls this when it
-        loads weights, so a sync round never mixes versions through a server that lags behind."""
-        self.min_version = version
+    def require_version(self, version: int, epoch: int = 0) -> None:
+        """Only accept answers computed with ``(epoch, version)`` or newer. The worker calls this
+        when it loads weights, so a sync round never mixes versions through a server that lags behind."""
+        self.min_order = (epoch, version)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """Servers hold the weights; the worker calls :meth:`require_version` instead."""
@@ -142,7 +143,7 @@ class RemoteForward:
                     continue
                 if rep.id != rid:
                     continue  # a late answer to a request we already retried
-                if rep.model_version < self.min_version:  # that server has not got the new weights yet
+                if rep.order < self.min_order:  # that server has not got the new weights yet
                     self.stale_replies += 1
                     time.sleep(0.001)
                     rid = self._send(obs, attempt)
