@@ -321,6 +321,17 @@ def test_batches_of_a_previous_epoch_never_deadlock_an_async_learner():
     assert len(learner.added) == 2 and core.snapshot(0.0)["old_epoch_batches"] == 1
 
 
+def test_a_batch_naming_no_epoch_meets_the_version_rules():
+    core, learner = make(max_staleness=1)
+    core.epoch = 2
+    core.restore(5, 0, 0, {})
+    birth(core, "w0")
+    assert reason(core.on_samples, "w0", payload("w0", 0, 3), 0.0) == "stale_version"
+    assert reason(core.on_samples, "w0", payload("w0", 1, 6), 0.0) == "future_version"
+    core.on_samples("w0", payload("w0", 2, 5), 0.0)
+    assert len(learner.added) == 1 and core.old_epoch_batches == 0
+
+
 def test_a_sync_round_refuses_shares_of_a_previous_epoch_by_name():
     core, learner = make("sync")
     core.epoch = 5

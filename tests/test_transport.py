@@ -388,3 +388,50 @@ def test_broker_settings_explicit_credentials_and_bad_scheme():
     assert BrokerSettings(url="mqtt://h", tls_ca="/ca.pem").tls
     with pytest.raises(ValueError, match="scheme"):
         BrokerSettings(url="http://h").host
+
+
+# ---------------------------------------------------------------- audit: acks and manual acks
+def test_tagged_messages_report_the_brokers_ack(shared_mosquitto, nodes, prefix):
+    pub = nodes(shared_mosquitto)
+    for seq in range(5):
+        pub.publish(f"{prefix}/samples", f"b{seq}".encode(), qos=1, tag=seq)
+    pub.publish(f"{prefix}/other", b"untagged", qos=1)
+    acked: list[object] = []
+    assert wait_until(lambda: acked.extend(pub.take_acked()) or len(acked) == 5, 10), acked
+    assert sorted(acked) == [0, 1, 2, 3, 4] and pub.take_acked() == []
+
+
+def test_tags_of_messages_the_full_outbox_dropped_are_reported(mosquitto, nodes, prefix):
+    node = nodes(mosquitto, outbox_limit=4)
+    mosquitto.stop()
+    assert wait_until(lambda: not node.connected, 10)
+    for seq in range(7):
+        node.publish(f"{prefix}/samples", b"x", kind="samples", tag=seq)
+    assert node.take_dropped() == [0, 1, 2] and node.take_dropped() == []
+    mosquitto.start()
+    acked: list[object] = []
+    assert wait_until(lambda: acked.extend(node.take_acked()) or len(acked) == 4, 20), acked
+    assert sorted(acked) == [3, 4, 5, 6]
+
+
+def test_manual_ack_gets_unhandled_messages_again_after_a_crash(shared_mosquitto, nodes, prefix):
+    """A learner killed with batches in its inbox: what it had not acknowledged comes again."""
+    topic, cid = f"{prefix}/samples", f"t-manual-{uuid.uuid4().hex[:8]}"
+    first = nodes(shared_mosquitto, cid, subscriptions=[(topic, 1)], persistent=True, manual_ack=True)
+    pub = nodes(shared_mosquitto)
+    ensure_subscribed(first, pub, topic)
+    for p in (b"m1", b"m2", b"m3"):
+        pub.publish(topic, p, qos=1)
+    got = take(first, 3)
+    assert [m.payload for m in got] == [b"m1", b"m2", b"m3"]
+    first.ack(got[0])  # handled m1 only, then the process dies: no DISCONNECT, no more acks
+    time.sleep(0.2)
+    first._client.loop_stop()
+    first._client.socket().close()
+    first._started = False  # nothing left to stop cleanly
+    second = nodes(shared_mosquitto, cid, subscriptions=[(topic, 1)], persistent=True, manual_ack=True)
+    again = take(second, 2, timeout=10)
+    assert [m.payload for m in again] == [b"m2", b"m3"]
+    for m in again:
+        second.ack(m)
+    assert nothing_more(second, 0.3) == []

@@ -8,7 +8,12 @@ Rules this module enforces for every node:
 * reconnects use paho's backoff; on every (re)connect the publisher thread
   re-subscribes and re-publishes the node's birth messages;
 * the last will is set on every connect; a clean stop publishes the "offline"
-  state itself and disconnects without triggering the will.
+  state itself and disconnects without triggering the will;
+* with ``manual_ack`` a received QoS 1 message is acknowledged only when the node
+  calls :meth:`MqttNode.ack` after handling it, so a node killed with messages in
+  its inbox gets them again from its persistent session instead of losing them;
+* a message published with a ``tag`` reports the tag from :meth:`MqttNode.take_acked`
+  once the broker acknowledged it (an audit of what really left the process).
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ class Message:
     topic: str
     payload: bytes
     retain: bool = False
+    #: with manual acks: what :meth:`MqttNode.ack` needs (not part of a message's identity)
+    mid: int = attrs.field(default=0, eq=False)
+    qos: int = attrs.field(default=0, eq=False)
 
 
 @attrs.frozen
@@ -97,6 +105,8 @@ class Outgoing:
     retain: bool = False
     #: topic kind used for drop accounting ("samples", "weights", ...)
     kind: str = "other"
+    #: returned by ``MqttNode.take_acked`` once the broker acknowledged the message (QoS 1)
+    tag: object = None
 
 
 _PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
@@ -212,6 +222,7 @@ class MqttNode:
         inbox_block_s: float = 2.0,
         outbox_limit: int = 10000,
         inflight: int = 64,
+        manual_ack: bool = False,
     ):
         self.settings = settings
         self.client_id = client_id
@@ -232,6 +243,12 @@ class MqttNode:
         self.refused = 0
         self.connects = 0
         self.disconnects = 0
+        self.manual_ack = manual_ack
+        #: (paho's message info, tag) of tagged messages handed to paho and not yet acknowledged
+        self._tagged: collections.deque[tuple[mqtt.MQTTMessageInfo, object]] = collections.deque()
+        self._tag_lock = threading.Lock()
+        #: tags of tagged messages the full outbox dropped (see :meth:`take_dropped`)
+        self._dropped_tags: collections.deque[object] = collections.deque()
         self.protocol = negotiate_protocol(settings)
         self._client = self._make_client(inflight)
         self._thread = threading.Thread(target=self._publisher, name=f"mqtt-pub-{client_id}", daemon=True)
@@ -243,7 +260,13 @@ class MqttNode:
         kwargs = {}
         if self.protocol == mqtt.MQTTv311:
             kwargs["clean_session"] = not self.persistent
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=self.protocol, **kwargs)
+        c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=self.protocol,
+            manual_ack=self.manual_ack,
+            **kwargs,
+        )
         _configure(c, self.settings)
         c.reconnect_delay_set(min_delay=0.25, max_delay=8)
         c.max_inflight_messages_set(inflight)
@@ -320,14 +343,43 @@ class MqttNode:
 
     def _on_message(self, client, userdata, msg):
         try:
-            self.inbox.put(Message(msg.topic, msg.payload, bool(msg.retain)), timeout=self._inbox_block_s)
+            self.inbox.put(
+                Message(msg.topic, msg.payload, bool(msg.retain), msg.mid, msg.qos), timeout=self._inbox_block_s
+            )
         except queue.Full:
+            # with manual acks it stays unacknowledged: the broker sends it again after a reconnect
             self.inbox_dropped += 1
 
+    def take_acked(self) -> list[object]:
+        """Tags of the tagged messages the broker acknowledged since the last call."""
+        with self._tag_lock:
+            if not self._tagged:
+                return []
+            done, waiting = [], collections.deque()
+            for info, tag in self._tagged:  # one look per message: an ack landing now is seen next time
+                (done.append(tag) if info.is_published() else waiting.append((info, tag)))
+            self._tagged = waiting
+        return done
+
+    def take_dropped(self) -> list[object]:
+        """Tags of tagged messages the full outbox dropped since the last call."""
+        out = []
+        while self._dropped_tags:
+            out.append(self._dropped_tags.popleft())
+        return out
+
+    def ack(self, msg: Message) -> None:
+        """With ``manual_ack``: the node handled ``msg``; the broker may forget it now."""
+        if self.manual_ack and msg.qos > 0:
+            self._client.ack(msg.mid, msg.qos)
+
     # ---- the publisher thread ---------------------------------------------
-    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False, kind: str = "other") -> None:
-        """Queue a message; if the outbox is full the oldest message of the same kind is dropped."""
-        msg = Outgoing(topic, payload, qos, retain, kind)
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 1, retain: bool = False, kind: str = "other", tag: object = None
+    ) -> None:
+        """Queue a message; if the outbox is full the oldest message of the same kind is dropped.
+        A ``tag`` comes back from :meth:`take_acked` once the broker acknowledged the message."""
+        msg = Outgoing(topic, payload, qos, retain, kind, tag)
         with self._cv:
             if len(self._outbox) >= self._outbox_limit:
                 self._drop_one(kind)
@@ -352,6 +404,8 @@ class MqttNode:
         else:
             m = self._outbox.popleft()
         self.dropped[m.kind] += 1
+        if m.tag is not None:
+            self._dropped_tags.append(m.tag)
         now = time.monotonic()
         if now - self._last_drop_log > 5:
             self._last_drop_log = now
@@ -408,6 +462,9 @@ class MqttNode:
         while True:
             info = self._client.publish(msg.topic, msg.payload, qos=msg.qos, retain=msg.retain)
             if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                if msg.tag is not None and msg.qos > 0:
+                    with self._tag_lock:
+                        self._tagged.append((info, msg.tag))
                 return
             if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:  # paho's inflight window is full: wait for acks
                 time.sleep(0.002)

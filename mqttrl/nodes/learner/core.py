@@ -362,7 +362,7 @@ class LearnerCore:
         if batch.seq <= last:
             raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {last}, incarnation {inc!r})")
         status.saw(inc, batch.seq)  # seen, whatever comes next: a refusal below is not also "missing"
-        old_epoch = batch.epoch < self.epoch
+        old_epoch = 0 < batch.epoch < self.epoch  # 0: a sender that names no epoch; the version rules apply
         if batch.epoch > self.epoch:
             raise Rejected("future_epoch", f"epoch {batch.epoch} > this learner's {self.epoch}: is another learner up?")
         if old_epoch:

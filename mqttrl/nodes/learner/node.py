@@ -28,6 +28,7 @@ from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.algorithm import FLEET_PROGRESS_KEY
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.envs.make import make_env
+from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.plugin.manager import get_registry
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
@@ -35,7 +36,15 @@ from mqttrl.state.rng import restore_rng, rng_state, seed_everything
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import Rejected, RejectionCounter, decode_json, decode_weights, encode_json, encode_weights
+from mqttrl.wire import (
+    Rejected,
+    RejectionCounter,
+    decode_batch,
+    decode_json,
+    decode_weights,
+    encode_json,
+    encode_weights,
+)
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -76,7 +85,7 @@ class LearnerNode:
         self.dispatch = Dispatcher(
             self.topics,
             {
-                Kind.SAMPLES: _timed(self.core.on_samples),
+                Kind.SAMPLES: self._on_samples,
                 Kind.HEARTBEAT: _timed(self.core.on_heartbeat),
                 Kind.WORKER_STATE: _timed(self.core.on_worker_state),
                 Kind.COMMAND: self._on_command,
@@ -108,7 +117,11 @@ class LearnerNode:
             inbox_limit=20000,
             inbox_block_s=5.0,
             outbox_limit=1000,
+            # acknowledged once handled: a learner killed with batches in its inbox gets them again
+            manual_ack=True,
         )
+        #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
+        self.ledger: Ledger | None = None
 
     @property
     def version(self) -> int:
@@ -147,6 +160,7 @@ class LearnerNode:
                 continue
             if msg.topic == self.topics.weights:
                 try:
+                    self.node.ack(msg)
                     w = decode_weights(msg.payload)
                     if w.epoch >= self.core.epoch:  # a clock that went back: stay ahead of the last learner
                         self.core.epoch = w.epoch + 1
@@ -161,8 +175,9 @@ class LearnerNode:
                     log.warning("retained weights unreadable (%s); ignoring", r)
                 break
             held.append(msg)
+        self.ledger = Ledger.from_env(f"learner-{self.core.epoch}.jsonl")  # the epoch is final now
         for m in held:  # keep everything else, in order
-            self.dispatch(m.topic, m.payload)
+            self._handle(m)
 
     # ---- messages ----------------------------------------------------------------
     def _state_payload(self, status: str, reason: str = "") -> bytes:
@@ -205,6 +220,21 @@ class LearnerNode:
         while len(self._recent_weights) > 32:
             self._recent_weights.popitem(last=False)
         self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")
+
+    def _handle(self, msg: Message) -> None:
+        """Dispatch one message, then acknowledge it to the broker (it is ours now)."""
+        self.dispatch(msg.topic, msg.payload)
+        self.node.ack(msg)
+
+    def _on_samples(self, worker: str, payload: bytes) -> None:
+        try:
+            batch = self.core.on_samples(worker, payload, clock())
+        except Rejected as r:
+            if self.ledger is not None:
+                self.ledger.write("refused", worker=worker, reason=r.reason, **_header_of(payload))
+            raise
+        if self.ledger is not None:
+            self.ledger.write("accepted", worker=worker, inc=batch.incarnation, seq=batch.seq, n=batch.count)
 
     def _on_command(self, command: str, payload: bytes) -> None:
         cmd = decode_json(payload) if payload else {}
@@ -269,6 +299,8 @@ class LearnerNode:
             **(extra or {}),
         }
         self._last_ckpt_update = self.algo.updates
+        if self.ledger is not None:
+            self.ledger.write("checkpoint", name=name or "periodic", updates=self.algo.updates)
         if name is None:
             return self.checkpoints.save_periodic(self.algo.updates, all_tensors, meta)
         return self.checkpoints.save_named(name, all_tensors, meta, files)
@@ -343,16 +375,14 @@ class LearnerNode:
                 drained = 0
                 try:
                     while drained < 256:
-                        msg = self.node.inbox.get_nowait()
-                        self.dispatch(msg.topic, msg.payload)
+                        self._handle(self.node.inbox.get_nowait())
                         drained += 1
                 except queue.Empty:
                     pass
                 trained = self._train()
                 if not trained and not drained:
                     try:
-                        msg = self.node.inbox.get(timeout=0.02)
-                        self.dispatch(msg.topic, msg.payload)
+                        self._handle(self.node.inbox.get(timeout=0.02))
                     except queue.Empty:
                         pass
                 now = time.monotonic()
@@ -378,6 +408,15 @@ class LearnerNode:
         self.node.stop(
             final=[Outgoing(self.topics.learner_state, self._state_payload("offline", "stopped"), 1, True, "state")]
         )
+
+
+def _header_of(payload: bytes) -> dict:
+    """Who sent a refused batch, if its header can say (for the ledger)."""
+    try:
+        b = decode_batch(payload)
+    except Rejected:
+        return {}
+    return {"inc": b.incarnation, "seq": b.seq, "n": b.count}
 
 
 def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes], None]:

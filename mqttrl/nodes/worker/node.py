@@ -31,6 +31,7 @@ from mqttrl.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncAc
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet
+from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.plugin.manager import get_registry
@@ -106,6 +107,8 @@ class WorkerNode:
             inbox_limit=1000,
             outbox_limit=2000,
         )
+        #: the audit of every batch sent and acknowledged, when $MQTTRL_LEDGER_DIR is set
+        self.ledger = Ledger.from_env(f"worker-{self.name}-{self.core.incarnation}.jsonl")
 
     # ---- what other code reads -------------------------------------------------
     @property
@@ -260,7 +263,18 @@ class WorkerNode:
         payload = encode_batch(
             self.topics.run, self.name, seq, version, arrays, incarnation=self.core.incarnation, epoch=self.core.epoch
         )
-        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples")
+        count = len(next(iter(arrays.values())))
+        if self.ledger is not None:
+            self._note_acks()
+            self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
+        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
+
+    def _note_acks(self) -> None:
+        if self.ledger is not None:
+            for seq in self.node.take_acked():
+                self.ledger.write("acked", seq=seq)
+            for seq in self.node.take_dropped():
+                self.ledger.write("dropped", seq=seq, cause="outbox full")
 
     def _send_episodes(self) -> None:
         body = self.core.take_episodes()
@@ -272,6 +286,7 @@ class WorkerNode:
             self._heartbeat()
 
     def _heartbeat(self) -> None:
+        self._note_acks()
         hb = self.core.heartbeat(
             time.time(), os.getpid(), self.node.outbox_size, self.node.dropped, self.rejections.snapshot()
         )
@@ -379,6 +394,9 @@ class WorkerNode:
         self.node.stop(
             final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", "stopped"), 1, True, "state")]
         )
+        self._note_acks()
+        if self.ledger is not None:
+            self.ledger.close()
         log.info(
             "worker %s stopped after %d env steps, %d episodes", self.name, self.core.env_steps, self.core.episodes
         )
