@@ -95,6 +95,11 @@ class Actor(Protocol):
     ) -> None:
         """Take one vector step's transitions (``next_obs`` is the final obs where an episode ended)."""
 
+    def truncate(self, env_index: int, final_obs: np.ndarray) -> None:
+        """Env ``env_index``'s game failed before its step finished: end its open episode as
+        truncated at ``final_obs`` (the last observation it really reached); nothing is
+        recorded for the failed step; the next ``record`` for that env starts a new episode."""
+
     def pending(self) -> int:
         """Transitions ready to send. For a :class:`SyncActor` this stays 0 until the actor's
         whole share of the round is collected; the worker then sends it and waits for the

@@ -542,6 +542,18 @@ def test_snapshot_reports_workers():
     assert w["last_seen_s"] == 1.5 and w["version_lag"] == 1 and (w["first_seq"], w["last_seq"]) == (2, 2)
 
 
+def test_snapshot_reports_env_restarts_per_worker_and_summed():
+    core, _ = make()
+    for name, restarts in (("w0", 3), ("w1", 2)):
+        birth(core, name, 1.0)
+        core.on_heartbeat(name, encode_json({"model_version": 0, "env_steps": 10, "env_restarts": restarts}), 2.0)
+    birth(core, "w2", 1.0)
+    heartbeat(core, "w2", 2.0)  # an older worker's heartbeat has no env_restarts
+    snap = core.snapshot(3.0)
+    assert {n: w["env_restarts"] for n, w in snap["workers"].items()} == {"w0": 3, "w1": 2, "w2": 0}
+    assert snap["env_restarts"] == 5
+
+
 # ---- stateful: random interleavings against a model of the rules -----------------------------------
 WORKERS = st.sampled_from(["w0", "w1", "w2"])
 STALENESS, ROUND_TIMEOUT, WORKER_TIMEOUT, PUBLISH_EVERY = 2, 5.0, 10.0, 1

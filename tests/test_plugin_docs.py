@@ -103,6 +103,23 @@ def test_docs_list_the_builtins_and_commands():
         assert method in text
 
 
+def test_docs_name_every_actor_method():
+    """Every method of the Actor / SyncActor protocols is in docs/plugins.md, with its parameters."""
+    from mqttrl.algorithm import Actor, SyncActor
+
+    text = " ".join(doc().split())
+    for proto in (Actor, SyncActor):
+        for name, fn in vars(proto).items():
+            if name.startswith("_") or not callable(fn):
+                continue
+            params = [
+                p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+                for p in list(inspect.signature(fn).parameters.values())[1:]
+            ]
+            shown = f"`{name}({', '.join(params)})`"
+            assert shown in text, f"docs/plugins.md does not show the {proto.__name__} method {shown}"
+
+
 def test_docs_storage_contract_matches_the_protocol():
     from mqttrl.storage import Storage
 

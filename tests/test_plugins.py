@@ -604,8 +604,9 @@ def test_check_algorithm_passes_for_builtins(name):
     steps = [r.name for r in results]
     for step in ("forward[numpy]", "protocol[" + ("async" if name == "dqn" else "sync") + "]", "export_weights"):
         assert step in steps
-    for step in ("actor.load_weights", "act", "take", "wire", "sample_spec.validate", "new weights", "state_dict"):
+    for step in ("actor.load_weights", "act", "truncate", "take", "wire", "sample_spec.validate", "new weights"):
         assert step in steps
+    assert "state_dict" in steps
     assert ("train_step" if name == "dqn" else "train_round") in steps
     if name == "ppo":
         assert "discard" in steps
@@ -636,6 +637,9 @@ class _Delegate:
 
     def record(self, *args):
         self.inner.record(*args)
+
+    def truncate(self, env_index, final_obs):
+        self.inner.truncate(env_index, final_obs)
 
     def pending(self):
         return self.inner.pending()
@@ -712,6 +716,9 @@ def test_check_algorithm_on_a_tiny_algorithm():
 
         def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated):
             self.rows.append((obs.astype(np.float32), actions.astype(np.int64), rewards.astype(np.float32)))
+
+        def truncate(self, env_index, final_obs):
+            pass  # one-step rows: no episode is ever open
 
         def pending(self):
             return sum(len(r[0]) for r in self.rows)

@@ -331,7 +331,7 @@ def test_heartbeat_contents():
     core.batch_sent()
     core.on_learner_state(encode_json({"status": "online"}))
     core.on_flow(encode_json({"pause": True}))
-    hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1})
+    hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1}, env_restarts=2)
     assert hb == {
         "worker": "w0",
         "incarnation": "inc-1",
@@ -340,6 +340,7 @@ def test_heartbeat_contents():
         "model_version": 7,
         "env_steps": 4,
         "episodes": 1,
+        "env_restarts": 2,
         "seq": 1,
         "outbox": 3,
         "dropped": {"samples": 2},
@@ -347,7 +348,9 @@ def test_heartbeat_contents():
         "paused": True,
         "time": 1234.5,
     }
-    assert list(hb) == ["worker", "incarnation", "pid", "epoch", "model_version", "env_steps", "episodes", "seq"] + [
+    assert list(hb) == ["worker", "incarnation", "pid", "epoch", "model_version", "env_steps", "episodes"] + [
+        "env_restarts",
+        "seq",
         "outbox",
         "dropped",
         "rejected",
@@ -372,7 +375,7 @@ class FakeNode:
     def start(self, wait=None):
         return self
 
-    def publish(self, topic, payload, qos=1, retain=False, kind="other"):
+    def publish(self, topic, payload, qos=1, retain=False, kind="other", tag=None):
         self.published.append((topic, payload))
 
     def stop(self, final=(), flush_timeout=5.0):
@@ -414,6 +417,9 @@ class FakeShareActor:
 
     def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated):
         self.steps += 1
+
+    def truncate(self, env_index, final_obs):
+        pass
 
     def pending(self):
         return self.steps * self.num_envs if self.steps >= self.share_steps else 0

@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
+    from mqttrl.envs.rollout import EnvFailing
     from mqttrl.nodes.worker.node import run_worker
 
     try:
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> None:
             seed=args.seed,
             wait_timeout=args.wait_timeout,
         )
-    except TimeoutError as e:
+    except (TimeoutError, EnvFailing) as e:  # one line; a supervisor restarts the process
         raise SystemExit(f"mqttrl-worker: {e}") from None
 
 

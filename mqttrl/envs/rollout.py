@@ -3,15 +3,26 @@
 Envs are stepped one by one (no vector-env autoreset quirks): where an episode
 ends, the true final observation goes to the actor as ``next_obs`` and the env
 is reset for the next step. Policy calls are batched over all envs.
+
+A game that crashes does not take the process down: an env whose ``step`` or
+``reset`` raises is closed and made afresh (``env_restarts`` counts it), with
+exponential backoff between attempts; ``EnvSet.step`` lists in ``failed`` the envs
+whose step produced no transition. Only an env that keeps failing,
+``max_consecutive_failures`` times without a successful step in between, raises
+:class:`EnvFailing`.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 
 import attrs
 import gymnasium as gym
 import numpy as np
+
+log = logging.getLogger("mqttrl.envs")
 
 
 @attrs.define
@@ -22,22 +33,79 @@ class EpisodeEnd:
     terminated: bool
 
 
+class EnvFailing(RuntimeError):
+    """One env failed ``max_consecutive_failures`` times without a successful step in between."""
+
+
+_NO_FAILURES: list[int] = []
+
+
 class EnvSet:
-    def __init__(self, make: Callable[[], gym.Env], num_envs: int, seed: int):
+    """``num_envs`` envs made by ``make``, stepped together; crashed envs are made afresh.
+
+    ``sleep`` (injectable for tests) waits between restart attempts of one env: none before
+    the first, then ``backoff_s`` doubling up to ``max_backoff_s``.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], gym.Env],
+        num_envs: int,
+        seed: int,
+        *,
+        env_id: str = "",
+        max_consecutive_failures: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.make = make
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = num_envs
+        self.seed = seed
+        self.env_id = env_id
+        self.max_consecutive_failures = max_consecutive_failures
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.sleep = sleep
         obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
         self.obs = np.stack(obs).astype(np.float32, copy=False)
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.lengths = np.zeros(num_envs, dtype=np.int64)
         self.total_steps = 0
+        #: envs closed and made afresh after their step or reset raised (attempts, all envs)
+        self.env_restarts = 0
+        #: the envs whose step raised in the last :meth:`step`: their rows hold no transition
+        self.failed: list[int] = _NO_FAILURES
+        #: per env, failures since its last successful step
+        self.failures = [0] * num_envs
+        self._failing = False
 
     def step(self, actions: np.ndarray):
-        """Step all envs; returns (obs, rewards, next_obs, terminated, truncated, ended)."""
+        """Step all envs; returns (obs, rewards, next_obs, terminated, truncated, ended).
+
+        The envs whose step raised are listed in :attr:`failed` (empty when none did):
+        each was made afresh and reset (``obs`` of the next step starts its new
+        episode), its partial episode is not in ``ended``, and its rows are
+        placeholders (``next_obs`` = ``obs``, reward 0, not ended) that a caller
+        recording transitions must not record as they are (:meth:`step_env` gets a
+        real one). Raises :class:`EnvFailing` when an env keeps failing.
+        """
         obs = self.obs
         # python scalars for discrete actions (tolist is far cheaper than per-element .item())
         acts = actions.tolist() if actions.ndim == 1 else list(actions)
-        results = [env.step(a) for env, a in zip(self.envs, acts)]
+        results: list = []
+        append = results.append
+        self.failed = _NO_FAILURES
+        try:
+            for env, a in zip(self.envs, acts):
+                append(env.step(a))
+        except Exception as e:  # a game crashed: the other envs step on
+            self._step_rest(results, acts, e)
+        else:
+            if self._failing:  # every env stepped: no failure is "in a row" any more
+                self.failures = [0] * self.num_envs
+                self._failing = False
         next_obs = np.array([r[0] for r in results], dtype=np.float32).reshape(obs.shape)
         rewards64 = np.array([r[1] for r in results], dtype=np.float64)  # episode returns keep full precision
         rewards = rewards64.astype(np.float32)
@@ -54,14 +122,133 @@ class EnvSet:
                 ended.append(EpisodeEnd(int(i), float(self.returns[i]), int(self.lengths[i]), bool(terminated[i])))
                 self.returns[i] = 0.0
                 self.lengths[i] = 0
-                new_obs[i] = self.envs[i].reset()[0]
+                new_obs[i] = self._reset(int(i))
+        if self.failed:
+            new_obs = self._restart_failed(new_obs, next_obs)
         self.obs = new_obs
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
 
+    # ---- crashed games -------------------------------------------------------------
+    def _step_rest(self, results: list, acts: list, error: Exception) -> None:
+        """The slow path: the env after ``results`` raised ``error``; step the rest one by one.
+        A failed env's result is a placeholder (the obs it had, reward 0, not ended)."""
+        self.failed = []
+        err: Exception | None = error
+        for i in range(len(results), self.num_envs):
+            if err is None:
+                try:
+                    results.append(self.envs[i].step(acts[i]))
+                    continue
+                except Exception as e:
+                    err = e
+            self._note_failure(i, "step", err)
+            self.failed.append(i)
+            results.append((self.obs[i], 0.0, False, False, None))
+            err = None
+        for i in range(self.num_envs):
+            if i not in self.failed:
+                self.failures[i] = 0
+
+    def _restart_failed(self, new_obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+        """Make the failed envs afresh; their partial episodes end unreported (counted as restarts)."""
+        if new_obs is next_obs:
+            new_obs = next_obs.copy()  # the caller fills next_obs's failed rows; the envs' obs stays theirs
+        for i in self.failed:
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+            new_obs[i] = self._restart(i)
+        return new_obs
+
+    def _note_failure(self, i: int, what: str, error: Exception) -> None:
+        self._failing = True
+        self.failures[i] += 1
+        n = self.failures[i]
+        if n >= self.max_consecutive_failures:
+            name = f" ({self.env_id})" if self.env_id else ""
+            raise EnvFailing(
+                f"env {i}{name} failed {n} times in a row (max_consecutive_failures={self.max_consecutive_failures}); "
+                f"last: {what} raised {type(error).__name__}: {error}"
+            ) from error
+        log.warning(
+            "env %d%s: %s raised %s: %s; restarting it (%d failures in a row)",
+            i,
+            f" ({self.env_id})" if self.env_id else "",
+            what,
+            type(error).__name__,
+            error,
+            n,
+        )
+
+    def _restart(self, i: int) -> np.ndarray:
+        """Close env ``i`` and make it afresh until it resets; its first observation. Raises
+        :class:`EnvFailing` once it failed ``max_consecutive_failures`` times in a row."""
+        while True:
+            try:
+                self.envs[i].close()
+            except Exception as e:
+                log.warning("env %d: close raised %s: %s (ignored)", i, type(e).__name__, e)
+            n = self.failures[i]  # >= 1: the failure that brought us here
+            if n > 1:
+                self.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (n - 2)))
+            self.env_restarts += 1
+            try:
+                self.envs[i] = self.make()
+                obs0 = self.envs[i].reset(seed=self.seed + self.num_envs * self.env_restarts + i)[0]
+            except Exception as e:
+                self._note_failure(i, "make/reset", e)
+                continue
+            return np.asarray(obs0, dtype=np.float32).reshape(self.obs.shape[1:])
+
+    def _reset(self, i: int) -> np.ndarray:
+        """Reset env ``i`` after its episode ended (the step was real); made afresh if reset raises."""
+        try:
+            return self.envs[i].reset()[0]
+        except Exception as e:
+            self._note_failure(i, "reset", e)
+            return self._restart(i)
+
+    def step_env(self, i: int, action) -> tuple | None:
+        """Step env ``i`` alone (after a failure, to get a real transition for its row).
+
+        Returns ``(obs, reward, next_obs, terminated, truncated, episode_end)`` with
+        ``next_obs`` the final obs where the episode ended (``episode_end`` then says how
+        it went, else None), and the env reset for its next step; or None when the step
+        raised: the env was made afresh (``obs[i]`` is its new start). Raises
+        :class:`EnvFailing` when the env keeps failing.
+        """
+        self.obs = self.obs.copy()  # never a row of an array handed out by step()
+        obs = self.obs[i].copy()
+        if np.ndim(action) == 0:  # a discrete action as step() passes it: a python scalar
+            action = np.asarray(action).item()
+        try:
+            o, r, term, trunc, _ = self.envs[i].step(action)
+        except Exception as e:
+            self._note_failure(i, "step", e)
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+            self.obs[i] = self._restart(i)
+            return None
+        self.failures[i] = 0
+        next_obs = np.asarray(o, dtype=np.float32).reshape(obs.shape)
+        self.returns[i] += r
+        self.lengths[i] += 1
+        end = None
+        if term or trunc:
+            end = EpisodeEnd(i, float(self.returns[i]), int(self.lengths[i]), bool(term))
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+            self.obs[i] = self._reset(i)
+        else:
+            self.obs[i] = next_obs
+        return obs, float(r), next_obs, bool(term), bool(trunc), end
+
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        for i, env in enumerate(self.envs):
+            try:
+                env.close()
+            except Exception as e:
+                log.warning("env %d: close raised %s: %s (ignored)", i, type(e).__name__, e)
 
 
 def greedy_actor(config, episodes: int, seed: int = 10**6):

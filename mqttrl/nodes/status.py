@@ -51,6 +51,7 @@ class FleetView:
                 "rate": None,
                 "version": None,
                 "last_return": None,
+                "env_restarts": None,
                 "_rate": StepRate(),
             },
         )
@@ -75,6 +76,8 @@ class FleetView:
         w = self._w(name)
         w["rate"] = w["_rate"].update(hb, time.time())
         w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
+        if isinstance(hb.get("env_restarts"), int):  # games that crashed and were made afresh
+            w["env_restarts"] = hb["env_restarts"]
 
     def on_episodes(self, name: str, payload: bytes) -> None:
         episodes = decode_episodes(payload)
@@ -89,7 +92,17 @@ class FleetView:
     def table(self) -> Table:
         version = self.metrics.get("model_version", self.learner.get("model_version"))
         t = Table(title=f"mqttrl run {self.topics.run}")
-        for col in ("node", "status", "last heartbeat", "env steps/s", "model version", "lag", "last return"):
+        cols = (
+            "node",
+            "status",
+            "last heartbeat",
+            "env steps/s",
+            "model version",
+            "lag",
+            "last return",
+            "env restarts",
+        )
+        for col in cols:
             t.add_column(col, justify="right" if col not in ("node", "status") else "left")
         ls = self.learner.get("status", "unknown")
         t.add_row(
@@ -100,6 +113,9 @@ class FleetView:
             str(version if version is not None else "-"),
             "-",
             "-",
+            str(sum(w.get("env_restarts", 0) for w in self.metrics["workers"].values()))
+            if isinstance(self.metrics.get("workers"), dict)
+            else "-",
         )
         now = time.time()
         for name in sorted(self.workers):
@@ -113,6 +129,7 @@ class FleetView:
                 str(w["version"]) if w["version"] is not None else "-",
                 str(lag) if lag is not None else "-",
                 f"{w['last_return']:.1f}" if w["last_return"] is not None else "-",
+                str(w["env_restarts"]) if w["env_restarts"] is not None else "-",
             )
         return t
 

@@ -315,6 +315,12 @@ def _check_algorithm(
         with c.step("actor.load_weights"):
             actor.load_weights(tensors, winfo)
         _check_actions(c, "act", actor, envs.obs, act_space)
+        with c.step("truncate") as note:  # env 0's game fails mid-episode; its next record starts a new one
+            envs.step(actor)
+            envs.step(actor)
+            actor.truncate(0, envs.obs[0])
+            envs.obs[0] = envs.envs[0].reset()[0]
+            note["detail"] = f"env 0's episode truncated after 2 steps; {actor.pending()} transitions pending"
 
         budget = envs.steps + max_env_steps
         pending = _collect(c, "collect", envs, actor, budget)

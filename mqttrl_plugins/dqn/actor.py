@@ -140,20 +140,31 @@ class DQNActor:
             self.w_rew[full, :-1] = self.w_rew[full, 1:]
             self.w_len[full] -= 1
         for i in np.flatnonzero(ended):  # every open window of this env ends here
-            k = int(self.w_len[i])
-            r = self.w_rew[i, :k]
-            # return of the window starting at slot j: sum over the rest of the episode
-            ret = np.array([r[j:] @ self.gammas[: k - j] for j in range(k)])
-            discount = np.zeros(k) if terminated[i] else self.gammas[k - np.arange(k)]
-            self._push(
-                self.w_obs[i, :k].copy(),
-                self.w_act[i, :k].copy(),
-                ret,
-                np.repeat(next_obs[i][None], k, axis=0),
-                discount,
-            )
-            self.w_len[i] = 0
+            self._end_episode(i, next_obs[i], bool(terminated[i]))
         self.env_steps += self.num_envs
+
+    def truncate(self, env_index: int, final_obs: np.ndarray) -> None:
+        """Env ``env_index``'s game failed mid-step: its open windows end as at a truncation
+        (bootstrapping from ``final_obs``); nothing is recorded for the failed step."""
+        self._end_episode(env_index, np.asarray(final_obs, np.float32).reshape(self.obs_shape), False)
+
+    def _end_episode(self, i: int, final_obs: np.ndarray, terminated: bool) -> None:
+        """Emit every open window of env ``i``: discount 0 if terminated, else bootstrap from ``final_obs``."""
+        k = int(self.w_len[i])
+        if k == 0:
+            return
+        r = self.w_rew[i, :k]
+        # return of the window starting at slot j: sum over the rest of the episode
+        ret = np.array([r[j:] @ self.gammas[: k - j] for j in range(k)])
+        discount = np.zeros(k) if terminated else self.gammas[k - np.arange(k)]
+        self._push(
+            self.w_obs[i, :k].copy(),
+            self.w_act[i, :k].copy(),
+            ret,
+            np.repeat(final_obs[None], k, axis=0),
+            discount,
+        )
+        self.w_len[i] = 0
 
     def _push(self, obs, action, ret, next_obs, discount) -> None:
         self.out.append((obs, action, ret, next_obs, discount))

@@ -179,6 +179,18 @@ class PPOActor:
         if last:
             self._finish(next_value)
 
+    def truncate(self, env_index: int, final_obs: np.ndarray) -> None:
+        """Env ``env_index``'s game failed mid-step: its previous step in this rollout ends the
+        episode as a truncation (``gamma * V(final_obs)`` added to its reward; GAE cuts there).
+        At the rollout's first step there is nothing to do: the previous rollout's last step
+        already bootstrapped from ``final_obs``. Nothing is recorded for the failed step."""
+        t, i = self.t, env_index
+        if t == 0 or self.buf_ended[t - 1, i]:  # no open episode in this rollout (or it already ended)
+            return
+        obs = np.asarray(final_obs, np.float32).reshape(1, *self.obs_shape)
+        self.buf_reward[t - 1, i] += self.params.gamma * self._values(obs)[0]
+        self.buf_ended[t - 1, i] = 1.0
+
     def _finish(self, last_value: np.ndarray) -> None:
         """Advantages and returns for the finished rollout; it becomes ready to take()."""
         p = self.params

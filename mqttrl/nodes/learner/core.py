@@ -84,6 +84,8 @@ class WorkerStatus:
     missing: int = 0
     #: new incarnations seen under this name (process restarts)
     restarts: int = 0
+    #: envs its current process made afresh after their game crashed (its heartbeat says)
+    env_restarts: int = 0
     #: last sequence number seen, per incarnation (a late batch of a previous process still counts right)
     seqs: dict[str, int] = attrs.Factory(dict)
     info: dict = attrs.Factory(dict)
@@ -391,6 +393,8 @@ class LearnerCore:
         status.model_version = hb["model_version"]
         status.env_steps = hb["env_steps"]
         status.episodes = int(hb.get("episodes", status.episodes))
+        if isinstance(hb.get("env_restarts"), int):
+            status.env_restarts = hb["env_restarts"]
 
     def on_worker_state(self, worker: str, payload: bytes, now: float) -> None:
         """A birth message, a last will / clean exit (offline: the open round goes on without it), or a clear."""
@@ -473,6 +477,7 @@ class LearnerCore:
             "paused_workers": self.paused,
             "missing_batches": sum(w.missing for w in workers),
             "worker_restarts": sum(w.restarts for w in workers),
+            "env_restarts": sum(w.env_restarts for w in workers),
             "epoch": self.epoch,
             "old_epoch_batches": self.old_epoch_batches,
             "workers_online": sum(w.online for w in workers),
@@ -487,6 +492,7 @@ class LearnerCore:
                     "missing_batches": w.missing,
                     "incarnation": w.incarnation,
                     "restarts": w.restarts,
+                    "env_restarts": w.env_restarts,
                     "first_seq": w.first_seq,
                     "last_seq": w.last_seq,
                 }

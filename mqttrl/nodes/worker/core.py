@@ -271,9 +271,16 @@ class WorkerCore:
         return True
 
     def heartbeat(
-        self, wall_time: float, pid: int, outbox: int, dropped: Mapping[str, int], rejected: Mapping[str, int]
+        self,
+        wall_time: float,
+        pid: int,
+        outbox: int,
+        dropped: Mapping[str, int],
+        rejected: Mapping[str, int],
+        env_restarts: int = 0,
     ) -> dict:
-        """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys."""
+        """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys.
+        ``env_restarts``: envs this process made afresh after their game crashed."""
         return {
             "worker": self.name,
             "incarnation": self.incarnation,
@@ -282,6 +289,7 @@ class WorkerCore:
             "model_version": self.version,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
+            "env_restarts": env_restarts,
             "seq": self.seq,
             "outbox": outbox,
             "dropped": dict(dropped),

@@ -95,6 +95,8 @@ class WorkerNode:
         #: the forward when it is the central inference servers' client (told the model version to ask for)
         self.remote: RemoteForward | None = None
         self.actor: Actor | None = None
+        #: env restarts so far (games that crashed and were made afresh): heartbeats report it
+        self.env_restarts = 0
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
@@ -184,9 +186,40 @@ class WorkerNode:
             self._heartbeat()
             return False
         obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
+        if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
+            obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
+            for i in envs.failed:
+                self.actor.truncate(i, obs[i])  # the episode ends where it really got to
+                self._refill_row(envs, i, obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
         self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
         self.core.stepped(envs.num_envs, ended, time.time())
+        self.env_restarts = envs.env_restarts
         return True
+
+    def _refill_row(self, envs: EnvSet, i: int, obs, actions, extras, rewards, next_obs, terminated, truncated, ended):
+        """Fill row ``i`` of a vector step in place with a real transition of env ``i``, made
+        afresh after its step failed: act on its new first observation (row ``i`` of a
+        policy call over all rows), step it alone; again while it fails (``EnvSet`` backs
+        off, and raises :class:`EnvFailing` when it keeps failing)."""
+        while True:
+            obs[i] = envs.obs[i]
+            try:
+                acts, more = self.actor.act(obs)
+            except InferenceUnavailable as e:  # the other rows are stepped already: wait for inference
+                log.error("%s", e)
+                self._heartbeat()
+                if self._stop.is_set():
+                    raise
+                continue
+            got = envs.step_env(i, acts[i])
+            if got is not None:
+                break
+        obs[i], rewards[i], next_obs[i], terminated[i], truncated[i], end = got
+        actions[i] = acts[i]
+        for k, v in more.items():
+            extras[k][i] = v[i]
+        if end is not None:
+            ended.append(end)
 
     def _send_when_due(self) -> None:
         """Send a batch when the core says so; in sync mode that was the share: wait for the next model."""
@@ -288,7 +321,12 @@ class WorkerNode:
     def _heartbeat(self) -> None:
         self._note_acks()
         hb = self.core.heartbeat(
-            time.time(), os.getpid(), self.node.outbox_size, self.node.dropped, self.rejections.snapshot()
+            time.time(),
+            os.getpid(),
+            self.node.outbox_size,
+            self.node.dropped,
+            self.rejections.snapshot(),
+            env_restarts=self.env_restarts,
         )
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
@@ -347,7 +385,7 @@ class WorkerNode:
         num_envs = self.num_envs_override or cfg.env.num_envs
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + self.index * 97
         registry = get_registry()
-        envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs, registry), num_envs, seed)
+        envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs, registry), num_envs, seed, env_id=cfg.env.id)
         ctx = ActorContext(
             num_envs=num_envs,
             first_env_index=self.index * num_envs,
