@@ -30,7 +30,7 @@ from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
-from mqttrl.envs.rollout import EnvSet
+from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
@@ -136,9 +136,15 @@ class WorkerNode:
     # ---- the run, top to bottom -------------------------------------------------
     def run(self, max_env_steps: int | None = None) -> None:
         self.node.start(wait=None)
-        if self._wait_for("config", lambda: self.core.config is not None):
-            self._play(max_env_steps)
-        self._shutdown()
+        reason = "stopped"
+        try:
+            if self._wait_for("config", lambda: self.core.config is not None):
+                self._play(max_env_steps)
+        except EnvFailing as e:
+            reason = f"env failing: {e}"
+            raise
+        finally:  # also when a game keeps failing: what was collected goes out, then a clean offline
+            self._shutdown(reason)
 
     def _play(self, max_env_steps: int | None) -> None:
         """Build envs and policy, wait for a model, then step until stopped or done."""
@@ -158,9 +164,11 @@ class WorkerNode:
                 self.core.version,
                 self.backend,
             )
-            while not self._stop.is_set() and not self.core.finished:
-                self._tick(envs)
-            self._flush()
+            try:
+                while not self._stop.is_set() and not self.core.finished:
+                    self._tick(envs)
+            finally:
+                self._flush()  # every recorded row is a real transition, even after an EnvFailing
         finally:
             envs.close()
             if self.forward is not None:
@@ -428,9 +436,9 @@ class WorkerNode:
             torch.set_num_threads(cfg.worker.torch_threads)
         return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, self.backend, seed)
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, reason: str = "stopped") -> None:
         self.node.stop(
-            final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", "stopped"), 1, True, "state")]
+            final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", reason), 1, True, "state")]
         )
         self._note_acks()
         if self.ledger is not None:

@@ -1,0 +1,145 @@
+"""Faults that lost data or deadlocked the fleet, reproduced with real processes on a real broker.
+
+Short versions of what ``benchmarks/chaos.py`` does for minutes: each test injects one
+fault and then checks the audit ledgers (``MQTTRL_LEDGER_DIR``) or the learner's metrics.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import Proc, node_env, script
+from watch import Watcher
+
+from mqttrl.ledger import read as read_ledger
+from mqttrl.transport.topics import Topics
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = """
+run = "{run}"
+[env]
+id = "CartPole-v1"
+num_envs = 2
+[algorithm]
+name = "dqn"
+learning_starts = 300
+[worker]
+batch_size = 64
+[learner]
+publish_every = 20
+checkpoint_every = 100
+metrics_interval_s = 0.5
+worker_timeout_s = 4.0
+"""
+
+
+def start_learner(tmp_path: Path, cfg: Path, url: str, run_dir: Path, env: dict, *extra: str) -> Proc:
+    argv = [script("mqttrl-learner"), "--config", str(cfg), "--broker", url, "--run-dir", str(run_dir), *extra]
+    return Proc(argv, tmp_path / f"learner-{time.monotonic_ns()}.log", env)
+
+
+def start_worker(tmp_path: Path, url: str, run: str, name: str, env: dict) -> Proc:
+    argv = [script("mqttrl-worker"), "--broker", url, "--run", run, "--name", name]
+    return Proc(argv, tmp_path / f"worker-{name}-{time.monotonic_ns()}.log", env)
+
+
+def setup(tmp_path: Path, run: str) -> tuple[Path, dict, Path]:
+    cfg = tmp_path / f"{run}.toml"
+    cfg.write_text(CONFIG.format(run=run))
+    ledgers = tmp_path / "ledgers"
+    return cfg, node_env(MQTTRL_LEDGER_DIR=str(ledgers)), ledgers
+
+
+def test_a_worker_restarted_under_its_name_loses_nothing(tmp_path, mosquitto):
+    """Issue 9, item 1: SIGKILL w0 and start it again under the same name (as the supervisor
+    does). The new process numbers its batches from 0; the learner takes them all as a new
+    incarnation, not as duplicates."""
+    run = "e2e-restart"
+    cfg, env, ledgers = setup(tmp_path, run)
+    watch = Watcher(mosquitto.port, run)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run", env)
+    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+    try:
+        watch.wait(lambda w: w.latest.get("workers", {}).get("w0", {}).get("last_seq", -1) >= 20, 90, "20 batches")
+        w0.kill()
+        w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+        watch.wait(
+            lambda w: w.latest["workers"]["w0"]["restarts"] == 1 and w.latest["workers"]["w0"]["last_seq"] >= 20,
+            90,
+            "20 batches of the restarted w0",
+        )
+        assert "duplicate" not in watch.latest["rejected"], watch.latest["rejected"]
+    finally:
+        w0.terminate()
+        time.sleep(2)  # the learner handles the last batches
+        learner.terminate(60)
+        watch.close()
+    workers = sorted(ledgers.glob("worker-w0-*.jsonl"))
+    assert len(workers) == 2, "two incarnations, two ledgers"
+    accepted = {
+        (e["inc"], e["seq"])
+        for path in ledgers.glob("learner-*.jsonl")
+        for e in read_ledger(path)
+        if e["ev"] == "accepted"
+    }
+    for path in workers:
+        inc = path.stem.rsplit("-", 1)[1]
+        sent = [e["seq"] for e in read_ledger(path) if e["ev"] == "sent"]
+        acked = {e["seq"] for e in read_ledger(path) if e["ev"] == "acked"}
+        assert sent, path
+        # everything the broker acknowledged reached the learner and was accepted
+        assert {(inc, s) for s in acked} <= accepted, sorted(acked - {s for i, s in accepted if i == inc})[:10]
+
+
+def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
+    """Issue 9, item 3: the learner resumes from a checkpoint older than the workers' model and
+    the broker has lost the retained weights. Workers used to ignore the lower versions and the
+    learner refused their batches as future_version forever; now the new epoch wins."""
+    run = "e2e-epoch"
+    cfg, env, ledgers = setup(tmp_path, run)
+    run_dir = tmp_path / "run"
+    watch = Watcher(mosquitto.port, run)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, env)
+    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+    try:
+        watch.wait(lambda w: (run_dir / "checkpoints" / "latest").exists(), 120, "a first checkpoint")
+        time.sleep(0.5)
+        old = shutil.copytree(run_dir / "checkpoints", tmp_path / "old-checkpoints")
+        version_at_copy = watch.version
+        watch.wait(lambda w: w.version >= version_at_copy + 5, 60, "five more model versions")
+        learner.kill()
+        version_at_kill = watch.version
+        shutil.rmtree(run_dir / "checkpoints")
+        shutil.copytree(old, run_dir / "checkpoints")  # the newer checkpoints are lost: resume from an old one
+        # the broker forgets the retained weights (a restart without persistence would do the same)
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="clear-weights")
+        c.connect("127.0.0.1", mosquitto.port)
+        c.loop_start()
+        c.publish(Topics(run).weights, b"", qos=1, retain=True).wait_for_publish(5)
+        c.loop_stop()
+        c.disconnect()
+        learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, env, "--resume")
+        assert learner.wait_for("resumed from", 60), learner.text()[-3000:]
+        resumed_at = int(re.search(r"resumed from \S+: version (\d+)", learner.text()).group(1))
+        assert resumed_at < version_at_kill, "the checkpoint was older than the workers' model"
+        watch.wait(
+            lambda w: w.latest.get("epoch", 0) > 0 and w.latest["samples"] > 0, 60, "the resumed learner's samples"
+        )
+        samples_then = watch.latest["samples"]
+        watch.wait(lambda w: w.latest["samples"] > samples_then + 2000, 60, "samples keep being accepted")
+        assert "future_version" not in watch.latest["rejected"], watch.latest["rejected"]
+        new_epoch = watch.latest["epoch"]
+    finally:
+        w0.terminate()
+        learner.terminate(60)
+        watch.close()
+    # the worker loaded the new epoch's weights at once, although their version was lower than its own
+    (ledger,) = ledgers.glob("worker-w0-*.jsonl")
+    first_new = next(e for e in read_ledger(ledger) if e["ev"] == "sent" and e["epoch"] == new_epoch)
+    assert first_new["v"] < version_at_kill, (first_new, version_at_kill)
