@@ -82,7 +82,8 @@ class WorkerConfig:
 class LearnerConfig:
     #: publish weights (a new model version) every this many updates
     publish_every: int = attrs.field(default=50, validator=positive)
-    #: accept samples from the last this many model versions (async mode)
+    #: async mode: accept a batch made with a model at most this many versions older than the
+    #: current one (N+1 versions: v, v-1 ... v-N; 0 accepts only the current version)
     max_staleness: int = attrs.field(default=3, validator=non_negative)
     #: write a checkpoint every this many updates (0: only on quicksave and exit)
     checkpoint_every: int = attrs.field(default=2000, validator=non_negative)

@@ -170,6 +170,16 @@ def test_stale_version_boundary_accepts_exactly_max_staleness_versions_back():
     assert [b.model_version for b in learner.added] == [3]
 
 
+def test_max_staleness_zero_accepts_only_the_current_version():
+    """Issue 9, item 4: N means "at most N versions older", so N+1 versions; 0 is the current only."""
+    core, learner = make(max_staleness=0)
+    birth(core, "w0")
+    core.continue_after(5)
+    assert reason(core.on_samples, "w0", payload("w0", 0, 4), 0.0) == "stale_version"
+    core.on_samples("w0", payload("w0", 1, 5), 0.0)
+    assert [b.model_version for b in learner.added] == [5]
+
+
 def test_wrong_round_in_sync_mode_even_within_the_async_window():
     core, learner = make("sync", max_staleness=5)
     birth(core, "w0")
