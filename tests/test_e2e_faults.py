@@ -143,3 +143,23 @@ def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
     (ledger,) = ledgers.glob("worker-w0-*.jsonl")
     first_new = next(e for e in read_ledger(ledger) if e["ev"] == "sent" and e["epoch"] == new_epoch)
     assert first_new["v"] < version_at_kill, (first_new, version_at_kill)
+
+
+def test_an_inference_server_follows_a_learner_whose_version_went_back(shared_mosquitto):
+    """Issue 9, item 3 for central inference: servers order models by (epoch, version) too."""
+    import numpy as np
+
+    from mqttrl.nodes.inference import InferenceServer
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire import encode_weights
+
+    def weights(version: int, epoch: int) -> bytes:
+        return encode_weights(version, "dqn", "e2e-inf", {"w": np.zeros(2, np.float32)}, epoch=epoch)
+
+    server = InferenceServer(BrokerSettings(url=shared_mosquitto.url), "e2e-inf", "s0")
+    server._on_weights("", weights(40, epoch=1))
+    server.epoch, server.version, server._pending_weights = 1, 40, None  # as if loaded
+    server._on_weights("", weights(3, epoch=2))  # the resumed learner's first weights
+    assert server._pending_weights is not None and server._pending_weights.order == (2, 3)
+    server._on_weights("", weights(41, epoch=1))  # a stale retained copy of the old epoch
+    assert server._pending_weights.order == (2, 3)
