@@ -263,6 +263,28 @@ def test_pacing_follows_replay_ratio():
     assert n == 16 and learner.updates == 16 and not learner.behind()
 
 
+def test_a_backlog_owes_at_most_forgive_debt_above_updates():
+    """A broker handing over an outage's backlog at once must not pause workers for minutes:
+    the debt beyond forgive_debt_above is written off, counted, and survives a checkpoint."""
+    p = small_params(batch_size=16, replay_ratio=4.0, learning_starts=64, max_update_debt=10, forgive_debt_above=20)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    rng = np.random.default_rng(0)
+    learner.add(as_batch(random_arrays(64, rng)))  # 16 owed: under the cap
+    assert learner.forgiven == 0
+    learner.add(as_batch(random_arrays(256, rng)))  # 16 + 64 = 80 owed: 60 forgiven
+    assert learner.forgiven == 60 and learner.behind()
+    n = 0
+    while learner.train_due():
+        learner.train_step()
+        n += 1
+    assert n == 20 and not learner.behind()
+    assert learner.train_step()["updates_forgiven"] == 60
+    tensors, meta = learner.state_dict(include_replay=False)
+    again = DQNLearner(p, OBS, ACT, "cpu", 0)
+    again.load_state_dict(tensors, meta)
+    assert again.forgiven == 60
+
+
 def test_sum_tree_sampling_matches_priorities():
     tree = SumTree(5)  # not a power of two: padded leaves stay at 0
     prio = np.array([1.0, 2.0, 3.0, 4.0, 0.5])

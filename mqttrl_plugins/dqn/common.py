@@ -62,6 +62,9 @@ class DQNParams:
     replay_ratio: float = attrs.field(default=64.0, validator=positive)
     #: updates owed before behind() asks workers to pause (flow control)
     max_update_debt: int = attrs.field(default=100, validator=positive)
+    #: updates owed beyond this are forgiven: a backlog after an outage is replayed less
+    #: instead of pausing every worker until it is paid
+    forgive_debt_above: int = attrs.field(default=1000, validator=positive)
     # --- prioritized replay (proportional, Schaul et al. 2016)
     #: sample transitions in proportion to (|TD error| + per_eps) ** per_alpha
     prioritized: bool = False

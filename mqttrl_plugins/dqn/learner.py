@@ -16,7 +16,10 @@ The learner's pace is set by ``replay_ratio``: the mean number of times each
 sample is replayed, ``updates * batch_size / samples_added``. The learner
 trains while it is below that ratio, and ``behind()`` asks workers to pause
 when it owes more than ``max_update_debt`` updates, so a slow learner sees
-the same data-to-update ratio as a fast one.
+the same data-to-update ratio as a fast one. A backlog (the broker handing over
+what workers made during an outage) would owe minutes of updates and pause every
+worker that long; updates owed beyond ``forgive_debt_above`` are forgiven instead
+(counted in ``updates_forgiven``): those samples are replayed less often.
 """
 
 from __future__ import annotations
@@ -190,12 +193,14 @@ class DQNLearner:
         self.updates = 0
         #: transitions ever added
         self.samples_added = 0
+        #: updates owed beyond forgive_debt_above, written off (a backlog after an outage)
+        self.forgiven = 0.0
 
     # ---- pacing
 
     def _debt(self) -> float:
         """Updates owed to reach replay_ratio."""
-        return self.samples_added * self.params.replay_ratio / self.params.batch_size - self.updates
+        return self.samples_added * self.params.replay_ratio / self.params.batch_size - self.updates - self.forgiven
 
     def train_due(self) -> bool:
         return self.size >= max(self.params.learning_starts, self.params.batch_size) and self._debt() > 0
@@ -234,6 +239,9 @@ class DQNLearner:
         self.pos = int((self.pos + m) % self.capacity)
         self.size = min(self.capacity, self.size + m)
         self.samples_added += n
+        over = self._debt() - self.params.forgive_debt_above
+        if over > 0:
+            self.forgiven += over
         return n
 
     def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -309,6 +317,7 @@ class DQNLearner:
             "grad_norm": grad_norm,
             "buffer_size": float(self.size),
             "replay_ratio": self.updates * p.batch_size / max(1, self.samples_added),
+            "updates_forgiven": self.forgiven,
         }
         if weights is not None:
             metrics["per_beta"] = self._beta()
@@ -339,6 +348,7 @@ class DQNLearner:
             "net": net_info(self.obs_dim, self.n_actions, self.params),
             "updates": self.updates,
             "samples_added": self.samples_added,
+            "updates_forgiven": self.forgiven,
             "max_priority": self.max_priority,
             "optimizer": opt_meta,
             "rng_numpy": rng_to_json(self.rng.bit_generator.state),
@@ -367,6 +377,7 @@ class DQNLearner:
 
         self.updates = int(meta["updates"])
         self.samples_added = int(meta["samples_added"])
+        self.forgiven = float(meta.get("updates_forgiven", 0.0))
         self.max_priority = float(meta["max_priority"])
         self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
