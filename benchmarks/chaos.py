@@ -294,6 +294,7 @@ def run(args) -> int:
         watch.close()
         broker.p.terminate()
         broker.p.wait(15)
+    (work / "faults.json").write_text(json.dumps(faults, indent=1))
     report = reconcile(ledgers, faults, watch, evals, config, t0)
     (work / "chaos.json").write_text(json.dumps(report, indent=1))
     print_report(report)
@@ -367,6 +368,16 @@ def reconcile(ledgers: Path, faults: list[dict], watch: WeightsWatch, evals, con
             outcome[f"lost: {cause}"] += 1
             transitions[f"lost: {cause}"] += n
 
+    # what a killed learner accepted after its last checkpoint went down with it (its replay memory)
+    replay_lost = collections.Counter()
+    for learner in learners[:-1]:  # every learner but the last was killed
+        ckpts = [e["t"] for e in learner["events"] if e["ev"] == "checkpoint"]
+        since = ckpts[-1] if ckpts else 0.0
+        for e in learner["events"]:
+            if e["ev"] == "accepted" and e["t"] > since:
+                replay_lost["batches"] += 1
+                replay_lost["transitions"] += e.get("n", 0)
+
     # model versions within each epoch only rise
     by_epoch = collections.defaultdict(list)
     for _t, epoch, version in watch.seen:
@@ -400,6 +411,7 @@ def reconcile(ledgers: Path, faults: list[dict], watch: WeightsWatch, evals, con
         "unexplained_batches": outcome["UNEXPLAINED"],
         "unexplained": unexplained[:20],
         "learner_epochs": len(learners),
+        "accepted_then_lost_with_a_killed_learner": dict(replay_lost),
         "versions_monotonic": monotonic,
         "versions_per_epoch": {str(k): [min(v), max(v)] for k, v in by_epoch.items()},
         "recovery_s": {
@@ -426,6 +438,11 @@ def print_report(r: dict) -> None:
     for k in sorted(r["outcome_batches"]):
         print(f"{k:<60} {r['outcome_batches'][k]:>8} {r['outcome_transitions'][k]:>12}")
     print(f"unexplained batches: {r['unexplained_batches']}")
+    lost = r["accepted_then_lost_with_a_killed_learner"]
+    print(
+        f"accepted, then lost with a killed learner's memory (after its last checkpoint): "
+        f"{lost.get('batches', 0)} batches, {lost.get('transitions', 0)} transitions"
+    )
     print(f"learner epochs: {r['learner_epochs']}; versions monotonic within each: {r['versions_monotonic']}")
     print(f"{'fault':<16} {'n':>3} {'recovered':>9} {'median s':>9} {'max s':>7}")
     for k, v in sorted(r["recovery_s"].items()):
