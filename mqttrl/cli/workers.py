@@ -25,11 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
-    import signal
     import socket
     import time
 
     from mqttrl.local.supervisor import Child, Supervisor
+    from mqttrl.procs import install_stop_handlers
 
     log = logging.getLogger("mqttrl.workers")
     prefix = args.name_prefix or socket.gethostname().split(".")[0]
@@ -46,8 +46,7 @@ def run(args: argparse.Namespace) -> None:
         children.append(Child(f"{prefix}-{i}", argv, Path(args.log_dir) / f"{prefix}-{i}.log", env))
     sup = Supervisor(children)
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    install_stop_handlers(lambda *_: stop.append(1))
     sup.start()
     log.info("supervising %d worker processes (logs in %s)", len(children), args.log_dir)
     try:

@@ -9,11 +9,11 @@ process stepping several envs). Children are started with ``subprocess``
 from __future__ import annotations
 
 import logging
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from mqttrl.procs import child_popen_kwargs, request_stop
 
 log = logging.getLogger("mqttrl.supervisor")
 
@@ -33,7 +33,9 @@ class Child:
         if self._log is not None:
             self._log.close()
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, **child_popen_kwargs()
+        )
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
@@ -43,7 +45,7 @@ class Child:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)
+            request_stop(self.proc)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

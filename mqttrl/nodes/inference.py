@@ -26,7 +26,6 @@ import importlib.util
 import logging
 import os
 import queue
-import signal
 import socket
 import sys
 import threading
@@ -41,6 +40,7 @@ from mqttrl.algorithm import Forward
 from mqttrl.config import from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.plugin.manager import get_registry
+from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing, negotiate_protocol
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
@@ -303,6 +303,5 @@ class InferenceServer:
 
 def run_inference_server(broker: BrokerSettings, run: str, name: str, **kwargs) -> None:
     server = InferenceServer(broker, run, name, **kwargs)
-    signal.signal(signal.SIGTERM, server.stop)
-    signal.signal(signal.SIGINT, server.stop)
+    install_stop_handlers(server.stop)
     server.run()

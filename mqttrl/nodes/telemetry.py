@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import logging
 import queue
-import signal
 import threading
 import time
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import attrs
 
 from mqttrl.plugin.manager import get_registry
+from mqttrl.procs import install_stop_handlers
 from mqttrl.storage import Point
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
@@ -357,7 +357,6 @@ def run_telemetry(
     broker: BrokerSettings, run: str, storages: list, settings: TelemetrySettings, max_seconds: float | None = None
 ) -> TelemetryNode:
     node = TelemetryNode(broker, run, storages, settings)
-    signal.signal(signal.SIGTERM, node.stop)
-    signal.signal(signal.SIGINT, node.stop)
+    install_stop_handlers(node.stop)
     node.run(max_seconds=max_seconds)
     return node

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -31,6 +30,7 @@ from mqttrl.envs.make import make_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.plugin.manager import get_registry
+from mqttrl.procs import install_stop_handlers
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
 from mqttrl.state.rng import restore_rng, rng_state, seed_everything
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
@@ -436,6 +436,5 @@ def run_learner(
     config: RunConfig, broker: BrokerSettings, run_dir: Path, resume: bool = False, max_seconds: float | None = None
 ) -> None:
     node = LearnerNode(config, broker, run_dir, resume=resume)
-    signal.signal(signal.SIGTERM, node.stop)
-    signal.signal(signal.SIGINT, node.stop)
+    install_stop_handlers(node.stop)
     node.run(max_seconds=max_seconds)

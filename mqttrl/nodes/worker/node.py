@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -35,6 +34,7 @@ from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.plugin.manager import get_registry
+from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
@@ -450,6 +450,5 @@ class WorkerNode:
 
 def run_worker(broker: BrokerSettings, run: str, **kwargs) -> None:
     node = WorkerNode(broker, run, **kwargs)
-    signal.signal(signal.SIGTERM, node.stop)
-    signal.signal(signal.SIGINT, node.stop)
+    install_stop_handlers(node.stop)
     node.run()

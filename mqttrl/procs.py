@@ -1,0 +1,47 @@
+"""Child processes and stop signals, the same on Linux, macOS and Windows.
+
+On Windows a child only receives ``CTRL_BREAK_EVENT`` when it was started in a
+process group of its own (``CREATE_NEW_PROCESS_GROUP``), and Python turns that
+event into ``SIGBREAK``, which a node must handle to stop cleanly (flush its
+outbox, say "offline"). On POSIX a child shares its parent's process group, so
+Ctrl-C in a terminal reaches both, and the supervisor stops it with SIGTERM.
+Every function takes the platform (and the signal module) as arguments so
+tests can force the Windows branches on Linux.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+#: subprocess.CREATE_NEW_PROCESS_GROUP (the constant exists only on Windows)
+CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x00000200)
+#: signal.CTRL_BREAK_EVENT (the constant exists only on Windows)
+CTRL_BREAK_EVENT = getattr(signal, "CTRL_BREAK_EVENT", 1)
+
+
+def child_popen_kwargs(platform: str = sys.platform) -> dict[str, Any]:
+    """Extra ``Popen`` arguments so :func:`request_stop` can reach the child."""
+    if platform == "win32":
+        return {"creationflags": CREATE_NEW_PROCESS_GROUP}
+    return {}
+
+
+def request_stop(proc: Any, platform: str = sys.platform) -> None:
+    """Ask a child started with :func:`child_popen_kwargs` to stop cleanly."""
+    proc.send_signal(CTRL_BREAK_EVENT if platform == "win32" else signal.SIGTERM)
+
+
+def install_stop_handlers(stop: Callable[..., Any], signal_module: Any = signal) -> list[str]:
+    """Call ``stop`` on SIGINT, SIGTERM and, where the platform has it, SIGBREAK (Windows'
+    CTRL_BREAK_EVENT, which the supervisor sends). Returns the names installed."""
+    installed = []
+    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
+        sig = getattr(signal_module, name, None)
+        if sig is not None:
+            signal_module.signal(sig, stop)
+            installed.append(name)
+    return installed

@@ -1,0 +1,108 @@
+"""Stopping child processes the same way on every platform (issue 9, item 6).
+
+The Windows branches are forced on Linux with plain stand-ins for Popen and the
+signal module; the POSIX path runs a real child."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+import time
+
+from conftest import node_env
+
+from mqttrl.local import supervisor
+from mqttrl.local.supervisor import Child
+from mqttrl.procs import (
+    CREATE_NEW_PROCESS_GROUP,
+    CTRL_BREAK_EVENT,
+    child_popen_kwargs,
+    install_stop_handlers,
+    request_stop,
+)
+
+
+class SentSignals:
+    """What a Popen would have been sent."""
+
+    def __init__(self):
+        self.sent: list[int] = []
+
+    def send_signal(self, sig: int) -> None:
+        self.sent.append(sig)
+
+
+class FakeSignalModule:
+    """A signal module with (or without) Windows' SIGBREAK; records handlers."""
+
+    SIGINT, SIGTERM = 2, 15
+
+    def __init__(self, windows: bool):
+        if windows:
+            self.SIGBREAK = 21
+        self.handlers: dict[int, object] = {}
+
+    def signal(self, sig, handler):
+        self.handlers[sig] = handler
+
+
+def test_windows_children_get_a_process_group_of_their_own():
+    """Without it CTRL_BREAK_EVENT cannot be delivered to the child (the defect)."""
+    assert child_popen_kwargs("win32") == {"creationflags": CREATE_NEW_PROCESS_GROUP}
+    assert CREATE_NEW_PROCESS_GROUP == 0x200
+    assert child_popen_kwargs("linux") == {}
+
+
+def test_stop_requests_per_platform():
+    win, posix = SentSignals(), SentSignals()
+    request_stop(win, "win32")
+    request_stop(posix, "linux")
+    assert win.sent == [CTRL_BREAK_EVENT] == [1] and posix.sent == [signal.SIGTERM]
+
+
+def test_nodes_handle_sigbreak_where_the_platform_has_it():
+    stop = object()
+    win, posix = FakeSignalModule(windows=True), FakeSignalModule(windows=False)
+    assert install_stop_handlers(stop, win) == ["SIGINT", "SIGTERM", "SIGBREAK"]
+    assert win.handlers == {2: stop, 15: stop, 21: stop}
+    assert install_stop_handlers(stop, posix) == ["SIGINT", "SIGTERM"]
+
+
+def test_the_supervisor_starts_children_with_the_platform_kwargs(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_popen(argv, **kwargs):
+        seen.update(kwargs)
+        return SentSignals()
+
+    monkeypatch.setattr(supervisor, "child_popen_kwargs", lambda: child_popen_kwargs("win32"))
+    monkeypatch.setattr(supervisor.subprocess, "Popen", fake_popen)
+    Child("c", ["x"], tmp_path / "c.log").start()
+    assert seen["creationflags"] == CREATE_NEW_PROCESS_GROUP
+
+
+CHILD = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    from mqttrl.procs import install_stop_handlers
+    out = pathlib.Path(sys.argv[1])
+    stopping = []
+    install_stop_handlers(lambda *_: stopping.append(1))
+    (out / "ready").write_text("")
+    while not stopping:
+        time.sleep(0.05)
+    (out / "stopped cleanly").write_text("")
+    """
+)
+
+
+def test_a_real_child_stops_cleanly_through_the_supervisor(tmp_path):
+    child = Child("c", [sys.executable, "-c", CHILD, str(tmp_path)], tmp_path / "c.log", node_env())
+    child.start()
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline and child.alive(), (tmp_path / "c.log").read_text()
+        time.sleep(0.05)
+    child.stop(timeout=20)
+    assert child.proc.returncode == 0 and (tmp_path / "stopped cleanly").exists()
