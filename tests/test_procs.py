@@ -106,3 +106,28 @@ def test_a_real_child_stops_cleanly_through_the_supervisor(tmp_path):
         time.sleep(0.05)
     child.stop(timeout=20)
     assert child.proc.returncode == 0 and (tmp_path / "stopped cleanly").exists()
+
+
+def test_mqttrl_train_stops_on_every_stop_signal_and_restores_sigint(monkeypatch):
+    """``mqttrl train`` (the supervisor's own process) handled only SIGINT/SIGTERM, not SIGBREAK."""
+    import os
+    import threading
+
+    from mqttrl.local import train
+
+    installed = []
+    monkeypatch.setattr(train, "install_stop_handlers", lambda stop: installed.append(stop))
+    train._stop_on_signals(threading.Event())
+    assert len(installed) == 1  # the SIGBREAK-aware helper, not a SIGINT/SIGTERM pair
+    monkeypatch.undo()
+
+    before_int, before_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    interrupted = threading.Event()
+    restore = train._stop_on_signals(interrupted)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert interrupted.wait(5)
+    finally:
+        restore()
+        signal.signal(signal.SIGTERM, before_term)
+    assert signal.getsignal(signal.SIGINT) is before_int

@@ -27,6 +27,7 @@ from mqttrl.envs.rollout import evaluate, greedy_actor
 from mqttrl.local.broker import EmbeddedBroker
 from mqttrl.local.progress import Progress
 from mqttrl.local.supervisor import Child, Supervisor
+from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
@@ -74,12 +75,13 @@ def _python_env() -> dict:
 
 
 def _stop_on_signals(interrupted: threading.Event) -> Callable[[], None]:
-    """SIGINT and SIGTERM set ``interrupted``; returns what puts the previous SIGINT handler back.
+    """SIGINT, SIGTERM and (Windows) SIGBREAK set ``interrupted``; returns what puts the previous
+    SIGINT handler back.
 
     The one place :func:`train` touches process-wide state (signal handlers work only in the main thread).
     """
-    old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
-    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    old_handler = signal.getsignal(signal.SIGINT)
+    install_stop_handlers(lambda *_: interrupted.set())
     return lambda: signal.signal(signal.SIGINT, old_handler)
 
 
