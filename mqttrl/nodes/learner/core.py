@@ -75,8 +75,6 @@ class WorkerStatus:
     episodes: int = 0
     #: the worker process now running under this name (its birth message or newest batch says)
     incarnation: str = ""
-    #: last sequence number seen (accepted or refused) from the current incarnation
-    last_seq: int = -1
     #: first sequence number received from the current incarnation in this learner process
     first_seq: int = -1
     samples: int = 0
@@ -97,7 +95,6 @@ class WorkerStatus:
         if self.incarnation or self.seqs:
             self.restarts += 1
         self.incarnation = incarnation
-        self.last_seq = self.seqs.get(incarnation, -1)
         self.first_seq = -1
         while len(self.seqs) >= MAX_INCARNATIONS and incarnation not in self.seqs:
             self.seqs.pop(next(iter(self.seqs)))
@@ -108,10 +105,13 @@ class WorkerStatus:
         if last >= 0 and seq > last + 1:
             self.missing += seq - last - 1
         self.seqs[incarnation] = seq
-        if incarnation == self.incarnation:
-            self.last_seq = seq
-            if self.first_seq < 0:
-                self.first_seq = seq
+        if incarnation == self.incarnation and self.first_seq < 0:
+            self.first_seq = seq
+
+    @property
+    def last_seq(self) -> int:
+        """Last sequence number seen (accepted or refused) from the current incarnation."""
+        return self.seqs.get(self.incarnation, -1)
 
 
 #: incarnations remembered per worker name (a late batch from an older process is still recognised)
@@ -323,7 +323,6 @@ class LearnerCore:
                 name=name,
                 online=False,
                 incarnation=newest,
-                last_seq=per_incarnation.get(newest, -1),
                 seqs=per_incarnation,
             )
 
@@ -461,8 +460,8 @@ class LearnerCore:
         out = {}
         for w in self.workers.values():
             seqs = {k: v for k, v in w.seqs.items() if v >= 0 and k != w.incarnation}
-            if w.seqs.get(w.incarnation, -1) >= 0:
-                seqs[w.incarnation] = w.seqs[w.incarnation]
+            if w.last_seq >= 0:
+                seqs[w.incarnation] = w.last_seq
             if seqs:
                 out[w.name] = seqs
         return out

@@ -304,10 +304,10 @@ class WorkerNode:
         payload = encode_batch(
             self.topics.run, self.name, seq, version, arrays, incarnation=self.core.incarnation, epoch=self.core.epoch
         )
-        count = len(next(iter(arrays.values())))
         if self.ledger is not None:
             self._note_acks()
-            self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
+            n = len(next(iter(arrays.values())))
+            self.ledger.write("sent", seq=seq, n=n, epoch=self.core.epoch, v=version)
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
 
     def _note_acks(self) -> None:
