@@ -1,0 +1,245 @@
+"""Network torsos (mqttrl.nets): the description, the numpy forward against torch's, bad sizes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from mqttrl.nets import (
+    NumpyTorso,
+    conv_shapes,
+    describe,
+    initial_weights,
+    input_dtype,
+    out_size,
+    pick_layout,
+    pick_network,
+    validate,
+    weight_shapes,
+)
+from mqttrl.nets.torch_torso import Torso, orthogonal_init
+from mqttrl.state.torch_state import export_module
+
+
+def _obs(rng: np.random.Generator, n: int, shape: tuple[int, ...], dtype) -> np.ndarray:
+    if dtype == np.uint8:
+        return rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+    if dtype == np.bool_:
+        return rng.random((n, *shape)) < 0.3
+    return rng.standard_normal((n, *shape)).astype(np.float32)
+
+
+CASES = [
+    ("nature_cnn", (4, 84, 84), np.uint8),
+    ("nature_cnn", (84, 84, 3), np.uint8),
+    ("nature_cnn", (4, 40, 44), np.float32),
+    ("minatar_cnn", (10, 10, 4), np.bool_),
+    ("minatar_cnn", (10, 10, 4), np.uint8),
+    ("minatar_cnn", (2, 12, 10), np.float32),
+    ("minatar_cnn", (10, 10), np.bool_),
+    ("mlp", (6,), np.float32),
+    ("mlp", (3, 5), np.uint8),
+    ("mlp", (10, 10, 4), np.bool_),
+]
+
+
+@pytest.mark.parametrize("network,shape,dtype", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("batch", [1, 8])
+def test_numpy_forward_equals_torch(network, shape, dtype, batch):
+    torso = describe(network, shape, dtype, hidden=[32, 16])
+    assert json.loads(json.dumps(torso)) == torso  # travels in the weights' info
+    torch.manual_seed(0)
+    module = Torso(torso).eval()
+    if batch == 8:  # both inits, so the features are not all tiny or dead
+        orthogonal_init(module)
+    tensors = export_module(module)
+    assert {k: tuple(v.shape) for k, v in tensors.items()} == weight_shapes(torso)
+    forward = NumpyTorso(torso, tensors)
+    obs = _obs(np.random.default_rng(batch), batch, shape, dtype)
+    with torch.inference_mode():
+        expected = module(torch.from_numpy(obs)).numpy()
+    got = forward(obs)
+    assert got.dtype == np.float32 and got.shape == expected.shape == (batch, out_size(torso))
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_torso_keeps_the_input_dtype_until_inside():
+    """A uint8 batch goes into the module as uint8; the module scales it by 1/255."""
+    torso = describe("minatar_cnn", (10, 10, 4), np.uint8)
+    module = Torso(torso).eval()
+    unscaled = Torso(describe("minatar_cnn", (10, 10, 4), np.float32)).eval()
+    unscaled.load_state_dict(module.state_dict())
+    obs = _obs(np.random.default_rng(0), 3, (10, 10, 4), np.uint8)
+    with torch.inference_mode():
+        a = module(torch.from_numpy(obs))
+        b = unscaled(torch.from_numpy(obs.astype(np.float32) / 255))
+        c = module(torch.from_numpy(obs.astype(np.float32)))  # the same values as float: scaled the same
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a, c, rtol=0, atol=0)
+
+
+def test_descriptions():
+    assert describe("auto", (4, 84, 84), np.uint8) == {
+        "network": "nature_cnn",
+        "obs_shape": [4, 84, 84],
+        "layout": "chw",
+        "obs_scale": 1 / 255,
+        "convs": [[32, 8, 4], [64, 4, 2], [64, 3, 1]],
+        "dense": [512],
+    }
+    assert describe("auto", (10, 10, 4), np.bool_) == {
+        "network": "minatar_cnn",
+        "obs_shape": [10, 10, 4],
+        "layout": "hwc",
+        "obs_scale": 1.0,
+        "convs": [[16, 3, 1]],
+        "dense": [128],
+    }
+    assert describe("auto", (8,), np.float32, hidden=[64, 64]) == {
+        "network": "mlp",
+        "obs_shape": [8],
+        "layout": "flat",
+        "obs_scale": 1.0,
+        "convs": [],
+        "dense": [64, 64],
+    }
+    nature = describe("nature_cnn", (4, 84, 84), np.uint8)
+    assert conv_shapes(nature) == [(4, 84, 84), (32, 20, 20), (64, 9, 9), (64, 7, 7)]
+    assert weight_shapes(nature, "trunk.") == {
+        "trunk.0.weight": (32, 4, 8, 8),
+        "trunk.0.bias": (32,),
+        "trunk.2.weight": (64, 32, 4, 4),
+        "trunk.2.bias": (64,),
+        "trunk.4.weight": (64, 64, 3, 3),
+        "trunk.4.bias": (64,),
+        "trunk.6.weight": (512, 3136),
+        "trunk.6.bias": (512,),
+    }
+    assert out_size(nature) == 512
+    assert out_size(describe("mlp", (3, 4), np.float32)) == 12  # no hidden layers: the flattened input
+
+
+@pytest.mark.parametrize(
+    "shape,layout",
+    [((4, 84, 84), "chw"), ((10, 10, 4), "hwc"), ((84, 84, 3), "hwc"), ((1, 10, 10), "chw"), ((10, 10), "chw")],
+)
+def test_auto_layout(shape, layout):
+    assert pick_layout(shape) == layout
+    assert pick_layout(shape, "hwc" if len(shape) == 3 else "chw") == ("hwc" if len(shape) == 3 else "chw")
+
+
+@pytest.mark.parametrize(
+    "shape,network",
+    [
+        ((4,), "mlp"),
+        ((2, 3, 4, 5), "mlp"),
+        ((4, 84, 84), "nature_cnn"),
+        ((84, 84, 4), "nature_cnn"),
+        ((36, 36), "nature_cnn"),
+        ((4, 35, 84), "minatar_cnn"),
+        ((10, 10, 4), "minatar_cnn"),
+        ((2, 2), "mlp"),  # smaller than minatar_cnn's 3x3 convolution
+    ],
+)
+def test_auto_network(shape, network):
+    assert pick_network("auto", shape) == network
+    assert describe("auto", shape, np.uint8)["network"] == network
+
+
+def test_bad_sizes_and_names():
+    with pytest.raises(
+        ValueError, match=r"nature_cnn.*\(4, 30, 84\).*30x84 pixels.*too small.*conv 2 \(3x3, stride 1\)"
+    ):
+        describe("nature_cnn", (4, 30, 84), np.uint8)
+    with pytest.raises(ValueError, match=r"minatar_cnn.*2x10 pixels.*too small"):
+        describe("minatar_cnn", (2, 10), np.bool_)
+    with pytest.raises(ValueError, match=r"minatar_cnn needs an image observation.*\(100,\)"):
+        describe("minatar_cnn", (100,), np.float32)
+    with pytest.raises(ValueError, match="network='resnet'"):
+        describe("resnet", (4, 84, 84), np.uint8)
+    with pytest.raises(ValueError, match="layout='nhwc'"):
+        describe("nature_cnn", (4, 84, 84), np.uint8, layout="nhwc")
+    good = describe("minatar_cnn", (10, 10, 4), np.bool_)
+    for bad in (
+        {**good, "convs": [[16, 3]]},
+        {**good, "convs": [[16, 11, 1]]},
+        {**good, "dense": [0]},
+        {**good, "obs_scale": float("nan")},
+        {**good, "layout": "flat"},
+        {**good, "network": "other"},
+        {k: v for k, v in good.items() if k != "dense"},
+    ):
+        with pytest.raises(ValueError):
+            validate(bad)
+
+
+def test_input_dtypes():
+    assert input_dtype(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)) == np.uint8
+    assert input_dtype(gym.spaces.Box(0, 1, (10, 10, 4), bool)) == np.bool_
+    assert input_dtype(gym.spaces.Box(-1, 1, (3,), np.float64)) == np.float32
+    with pytest.raises(TypeError, match="uint8, bool or float.*int16"):
+        input_dtype(gym.spaces.Box(0, 10, (3,), np.int16), "dqn")
+    with pytest.raises(TypeError, match="Box"):
+        input_dtype(gym.spaces.Discrete(3))
+
+
+def test_numpy_forward_checks_weights():
+    torso = describe("minatar_cnn", (10, 10, 4), np.bool_)
+    tensors = initial_weights(torso, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="missing"):
+        NumpyTorso(torso, {k: v for k, v in tensors.items() if k != "2.bias"})
+    with pytest.raises(ValueError, match="shape"):
+        NumpyTorso(torso, {**tensors, "0.weight": np.zeros((16, 4, 2, 2), np.float32)})
+    forward = NumpyTorso(torso, tensors)
+    with pytest.raises(ValueError, match="shape"):
+        forward(np.zeros((2, 4, 10, 10), bool))
+
+
+def test_numpy_initial_weights_orthogonal():
+    torso = describe("nature_cnn", (4, 84, 84), np.uint8)
+    tensors = initial_weights(torso, np.random.default_rng(0), "torso.", gain=np.sqrt(2))
+    assert {k: v.shape for k, v in tensors.items()} == weight_shapes(torso, "torso.")
+    w = tensors["torso.2.weight"].reshape(64, -1).astype(np.float64)
+    np.testing.assert_allclose(w @ w.T, 2 * np.eye(64), atol=1e-5)
+    assert not tensors["torso.2.bias"].any()
+
+
+def test_numpy_nature_cnn_is_fast(capsys):
+    """The numpy Nature CNN is not far behind torch on one thread (printed; a loose bound)."""
+    torso = describe("nature_cnn", (4, 84, 84), np.uint8)
+    module = Torso(torso).eval()
+    forward = NumpyTorso(torso, export_module(module))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for batch in (1, 8):
+            obs = _obs(np.random.default_rng(0), batch, (4, 84, 84), np.uint8)
+            x = torch.from_numpy(obs)
+
+            def torch_forward(x=x):
+                with torch.inference_mode():
+                    return module(x)
+
+            times = {}
+            for name, fn in (("numpy", lambda obs=obs: forward(obs)), ("torch", torch_forward)):
+                fn()
+                best = float("inf")
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    for _ in range(5):
+                        fn()
+                    best = min(best, (time.perf_counter() - t0) / 5)
+                times[name] = best
+            with capsys.disabled():
+                print(
+                    f"\nnature_cnn batch {batch}: numpy {times['numpy'] * 1e3:.2f} ms, torch {times['torch'] * 1e3:.2f} ms"
+                )
+            assert times["numpy"] < 5 * times["torch"] + 2e-3
+    finally:
+        torch.set_num_threads(threads)
