@@ -226,13 +226,14 @@ def test_add_read_only_batch_and_wraparound():
     batch = as_batch(arrays)
     assert not batch.arrays["obs"].flags.writeable
     assert learner.add(batch) == 70
-    np.testing.assert_array_equal(learner.obs[:70], arrays["obs"])
-    np.testing.assert_array_equal(learner.action[:70], arrays["action"])
+    replay = learner.replay
+    np.testing.assert_array_equal(replay.obs[:70], arrays["obs"])
+    np.testing.assert_array_equal(replay.scalars["action"][:70], arrays["action"])
     more = random_arrays(50, rng)
     assert learner.add(as_batch(more)) == 50
-    assert (learner.size, learner.pos, learner.samples_added) == (100, 20, 120)
-    np.testing.assert_array_equal(learner.reward[70:], more["reward"][:30])
-    np.testing.assert_array_equal(learner.reward[:20], more["reward"][30:])
+    assert (learner.size, replay.pos, learner.samples_added) == (100, 20, 120)
+    np.testing.assert_array_equal(replay.scalars["reward"][70:], more["reward"][:30])
+    np.testing.assert_array_equal(replay.scalars["reward"][:20], more["reward"][30:])
 
 
 def test_add_refuses_mismatched_batches_loudly():
@@ -359,7 +360,7 @@ def test_state_dict_round_trip_continues_identically(prioritized):
 
     b = DQNLearner(p, OBS, ACT, "cpu", 123)  # other seed: everything must come from the checkpoint
     b.load_state_dict(tensors, meta)
-    assert (b.updates, b.samples_added, b.size, b.pos) == (a.updates, a.samples_added, a.size, a.pos)
+    assert (b.updates, b.samples_added, b.size, b.replay.pos) == (a.updates, a.samples_added, a.size, a.replay.pos)
     obs = torch.from_numpy(rng.normal(size=(16, 2)).astype(np.float32))
     with torch.no_grad():
         np.testing.assert_array_equal(a.online(obs).numpy(), b.online(obs).numpy())

@@ -40,6 +40,13 @@ class EnvFailing(RuntimeError):
 _NO_FAILURES: list[int] = []
 
 
+def obs_dtype(space: gym.Space) -> np.dtype:
+    """The dtype observations keep from the env to the network: integer and bool images stay as
+    they are (a uint8 frame is 4x smaller than its float32 copy); floats become float32."""
+    dtype = np.dtype(getattr(space, "dtype", None) or np.float32)
+    return dtype if dtype.kind in "biu" else np.dtype(np.float32)
+
+
 class EnvSet:
     """``num_envs`` envs made by ``make``, stepped together; crashed envs are made afresh.
 
@@ -68,8 +75,10 @@ class EnvSet:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.sleep = sleep
+        #: the observations' dtype, kept from the env to the network (see :func:`obs_dtype`)
+        self.dtype = obs_dtype(self.envs[0].observation_space)
         obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
-        self.obs = np.stack(obs).astype(np.float32, copy=False)
+        self.obs = np.stack(obs).astype(self.dtype, copy=False)
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.lengths = np.zeros(num_envs, dtype=np.int64)
         self.total_steps = 0
@@ -106,7 +115,7 @@ class EnvSet:
             if self._failing:  # every env stepped: no failure is "in a row" any more
                 self.failures = [0] * self.num_envs
                 self._failing = False
-        next_obs = np.array([r[0] for r in results], dtype=np.float32).reshape(obs.shape)
+        next_obs = np.array([r[0] for r in results], dtype=self.dtype).reshape(obs.shape)
         rewards64 = np.array([r[1] for r in results], dtype=np.float64)  # episode returns keep full precision
         rewards = rewards64.astype(np.float32)
         terminated = np.array([r[2] for r in results], dtype=bool)
@@ -198,7 +207,7 @@ class EnvSet:
             except Exception as e:
                 self._note_failure(i, "make/reset", e)
                 continue
-            return np.asarray(obs0, dtype=np.float32).reshape(self.obs.shape[1:])
+            return np.asarray(obs0, dtype=self.dtype).reshape(self.obs.shape[1:])
 
     def _reset(self, i: int) -> np.ndarray:
         """Reset env ``i`` after its episode ended (the step was real); made afresh if reset raises."""
@@ -230,7 +239,7 @@ class EnvSet:
             self.obs[i] = self._restart(i)
             return None
         self.failures[i] = 0
-        next_obs = np.asarray(o, dtype=np.float32).reshape(obs.shape)
+        next_obs = np.asarray(o, dtype=self.dtype).reshape(obs.shape)
         self.returns[i] += r
         self.lengths[i] += 1
         end = None
@@ -272,7 +281,9 @@ def greedy_actor(config, episodes: int, seed: int = 10**6):
 def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:
     """Greedy returns of ``episodes`` episodes, run side by side with batched policy calls."""
     envs = [make() for _ in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(
+        obs_dtype(envs[0].observation_space)
+    )
     returns = np.zeros(episodes)
     active = np.ones(episodes, dtype=bool)
     steps = 0

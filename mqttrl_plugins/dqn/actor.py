@@ -4,6 +4,8 @@
 forward (the numpy one of :mod:`.numpy_net`, a torch one, or a central
 inference server) and assembles n-step transitions per env, which the worker
 sends to the learner as sample batches (:func:`.common.sample_spec`).
+Observations keep their dtype; image observations travel as frames
+(:mod:`.frames`: the n-step windows hold frame serials, not pixels).
 
 1. ``epsilon_ladder``: each env's exploration rate, spread over all envs of the run;
 2. ``DQNActor``: actions, n-step windows, and the transitions ready to send.
@@ -18,8 +20,10 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.algorithm import FLEET_PROGRESS_KEY, ActorContext, Forward, Tensors
+from mqttrl.envs.rollout import obs_dtype
 
 from .common import DQNParams, check_spaces
+from .frames import ArrayObs, FrameObs, frame_layout
 
 # --------------------------------------------------------------------------
 # 1. Epsilon ladder
@@ -63,9 +67,14 @@ class DQNActor:
         self.env_steps = 0
         #: the run's progress as the learner last said (weights info): the epsilon schedule starts there
         self.fleet_env_steps = 0
+        layout = frame_layout(params.frames, obs_space)
+        #: what the windows hold for an observation: the observation itself, or its frames' serials
+        self.keys = (
+            FrameObs(ctx.num_envs, layout) if layout else ArrayObs(ctx.num_envs, self.obs_shape, obs_dtype(obs_space))
+        )
         # n-step windows, all envs at once: slot k of env e holds its k-th oldest step not yet emitted
         n, e = params.n_step, ctx.num_envs
-        self.w_obs = np.zeros((e, n, *self.obs_shape), np.float32)
+        self.w_obs = np.zeros((e, n, *self.keys.key_shape), self.keys.key_dtype)
         self.w_act = np.zeros((e, n), np.int64)
         self.w_rew = np.zeros((e, n), np.float64)
         self.w_len = np.zeros(e, np.int64)
@@ -119,12 +128,12 @@ class DQNActor:
         n = self.params.n_step
         envs = np.arange(self.num_envs)
         slot = self.w_len
-        self.w_obs[envs, slot] = np.asarray(obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        obs, next_obs = self.keys.observe(obs, next_obs, ended)
+        self.w_obs[envs, slot] = obs
         self.w_act[envs, slot] = actions
         self.w_rew[envs, slot] = rewards
         self.w_len += 1
-        next_obs = np.asarray(next_obs, dtype=np.float32).reshape(self.num_envs, *self.obs_shape)
-        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
         full = np.flatnonzero((self.w_len == n) & ~ended)
         if len(full):
             ret = self.w_rew[full] @ self.gammas[:n]
@@ -146,7 +155,7 @@ class DQNActor:
     def truncate(self, env_index: int, final_obs: np.ndarray) -> None:
         """Env ``env_index``'s game failed mid-step: its open windows end as at a truncation
         (bootstrapping from ``final_obs``); nothing is recorded for the failed step."""
-        self._end_episode(env_index, np.asarray(final_obs, np.float32).reshape(self.obs_shape), False)
+        self._end_episode(env_index, self.keys.observe_one(env_index, final_obs), False)
 
     def _end_episode(self, i: int, final_obs: np.ndarray, terminated: bool) -> None:
         """Emit every open window of env ``i``: discount 0 if terminated, else bootstrap from ``final_obs``."""
@@ -177,17 +186,16 @@ class DQNActor:
         out, self.out, self._pending = self.out, [], 0
         if not out:
             return {
-                "obs": np.zeros((0, *self.obs_shape), np.float32),
+                **self.keys.empty(),
                 "action": np.zeros(0, np.int64),
                 "reward": np.zeros(0, np.float32),
-                "next_obs": np.zeros((0, *self.obs_shape), np.float32),
                 "discount": np.zeros(0, np.float32),
             }
         obs, action, reward, next_obs, discount = (np.concatenate(parts) for parts in zip(*out))
+        open_windows = [self.w_obs[i, : self.w_len[i]] for i in np.flatnonzero(self.w_len)]
         return {
-            "obs": obs.astype(np.float32, copy=False),
+            **self.keys.pack(obs, next_obs, open_windows),
             "action": action.astype(np.int64, copy=False),
             "reward": reward.astype(np.float32),
-            "next_obs": next_obs.astype(np.float32, copy=False),
             "discount": discount.astype(np.float32),
         }

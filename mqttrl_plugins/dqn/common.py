@@ -18,7 +18,10 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
+from mqttrl.envs.rollout import obs_dtype
 from mqttrl.wire import FieldSpec, SampleSpec
+
+from .frames import FRAME_MODES, frame_layout
 
 # --------------------------------------------------------------------------
 # 1. Hyperparameters
@@ -65,6 +68,11 @@ class DQNParams:
     #: updates owed beyond this are forgiven: a backlog after an outage is replayed less
     #: instead of pausing every worker until it is paid
     forgive_debt_above: int = attrs.field(default=1000, validator=positive)
+    #: image observations as frames, each sent and stored once: "stack" (axis 0 stacks frames,
+    #: as gymnasium's FrameStackObservation), "whole" (an observation is one frame), "off"
+    #: (observations as arrays), "auto" (integer/bool images: "stack" when axis 0 is a short
+    #: stack axis, else "whole"; float observations: "off")
+    frames: str = attrs.field(default="auto", validator=attrs.validators.in_(FRAME_MODES))
     # --- prioritized replay (proportional, Schaul et al. 2016)
     #: sample transitions in proportion to (|TD error| + per_eps) ** per_alpha
     prioritized: bool = False
@@ -124,20 +132,40 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
+#: most transitions in one batch
+MAX_TRANSITIONS = 65536
+
+
 def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -> SampleSpec:
     """``reward`` is the discounted n-step return; ``discount`` multiplies the bootstrap value.
 
     discount = gamma ** k for the k rewards summed, or 0 if the episode
     terminated inside the window (truncation still bootstraps from next_obs).
+    Observations keep their dtype. Image observations come as frames
+    (:mod:`.frames`): ``frames`` (the batch's unique frames), ``frame_ids`` (their
+    serials, per sender) and ``obs_ref`` / ``next_obs_ref`` (``k`` rows into ``frames``
+    per transition) instead of ``obs`` / ``next_obs``.
     """
     _, n_actions = check_spaces(obs_space, act_space)
     shape = tuple(int(s) for s in obs_space.shape)
+    layout = frame_layout(params.frames, obs_space)
+    if layout is None:
+        dtype = obs_dtype(obs_space).name
+        observations = {"obs": FieldSpec(dtype, shape), "next_obs": FieldSpec(dtype, shape)}
+    else:
+        pool = 2 * layout.k * MAX_TRANSITIONS
+        observations = {
+            "frames": FieldSpec(layout.dtype, layout.frame_shape, per_transition=False, max_rows=pool),
+            "frame_ids": FieldSpec("int64", (), per_transition=False, max_rows=pool, low=0),
+            "obs_ref": FieldSpec("int32", (layout.k,), low=0, ref="frames"),
+            "next_obs_ref": FieldSpec("int32", (layout.k,), low=0, ref="frames"),
+        }
     return SampleSpec(
         fields={
-            "obs": FieldSpec("float32", shape),
+            **observations,
             "action": FieldSpec("int64", (), low=0, high=n_actions - 1),
             "reward": FieldSpec("float32", ()),
-            "next_obs": FieldSpec("float32", shape),
             "discount": FieldSpec("float32", (), low=0.0, high=1.0),
-        }
+        },
+        max_transitions=MAX_TRANSITIONS,
     )

@@ -38,10 +38,13 @@ from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
-from .common import DQNParams, check_spaces, net_info, sample_spec
+from mqttrl.envs.rollout import obs_dtype
 
-#: the replay buffer's arrays, one per sample field (checkpoints save them under ``replay.<name>``)
-_REPLAY_FIELDS = ("obs", "action", "reward", "next_obs", "discount")
+from .common import DQNParams, check_spaces, net_info, sample_spec
+from .frames import frame_layout
+from .replay import SumTree, make_replay
+
+__all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
 # --------------------------------------------------------------------------
 # 1. Q-network and the torch forward
@@ -109,49 +112,8 @@ class TorchQForward:
 
 
 # --------------------------------------------------------------------------
-# 2. Prioritized replay's sum tree
+# 2. Replay: SumTree, ArrayReplay and FrameReplay live in :mod:`.replay` (numpy only)
 # --------------------------------------------------------------------------
-
-
-class SumTree:
-    """A binary sum tree in one numpy array: root at 1, leaf i at ``leaves + i``.
-
-    Updates and prefix-sum searches work on whole index batches, one tree level
-    per numpy operation.
-    """
-
-    def __init__(self, capacity: int):
-        self.leaves = 1 << max(0, (capacity - 1).bit_length())
-        self.depth = self.leaves.bit_length() - 1
-        self.tree = np.zeros(2 * self.leaves, dtype=np.float64)
-
-    def total(self) -> float:
-        return float(self.tree[1])
-
-    def get(self, idx: np.ndarray) -> np.ndarray:
-        return self.tree[self.leaves + np.asarray(idx)]
-
-    def min(self, n: int) -> float:
-        """Smallest of the first ``n`` leaves."""
-        return float(self.tree[self.leaves : self.leaves + n].min())
-
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        pos = self.leaves + np.asarray(idx, dtype=np.int64)
-        self.tree[pos] = values
-        for _ in range(self.depth):  # parents recomputed from children (duplicates write the same value)
-            pos = pos // 2
-            self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
-
-    def find(self, mass: np.ndarray) -> np.ndarray:
-        """Leaf index holding each prefix-sum value in ``mass`` (each in [0, total))."""
-        mass = np.array(mass, dtype=np.float64)
-        idx = np.ones(len(mass), dtype=np.int64)
-        for _ in range(self.depth):
-            left = self.tree[2 * idx]
-            right = mass >= left
-            mass = np.where(right, mass - left, mass)
-            idx = 2 * idx + right
-        return idx - self.leaves
 
 
 # --------------------------------------------------------------------------
@@ -177,16 +139,13 @@ class DQNLearner:
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
 
-        # replay: preallocated arrays, a ring over ``capacity`` slots
+        # replay: a ring over ``capacity`` slots; image observations as frames, each stored once
         self.capacity = cap = p.buffer_size
-        self.obs = np.zeros((cap, self.obs_dim), np.float32)
-        self.action = np.zeros(cap, np.int64)
-        self.reward = np.zeros(cap, np.float32)
-        self.next_obs = np.zeros((cap, self.obs_dim), np.float32)
-        self.discount = np.zeros(cap, np.float32)
-        self.pos = 0
-        self.size = 0
+        obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.replay = make_replay(cap, frame_layout(p.frames, obs_space), obs_shape, obs_dtype(obs_space))
         self.tree = SumTree(cap) if p.prioritized else None
+        # a uint8 batch goes to a GPU as uint8 (4x fewer bytes) from pinned memory; the network makes it float
+        self._pin = self.device.type == "cuda"
         self.max_priority = 1.0  # new samples get the highest priority seen so far (already ** alpha)
 
         #: gradient updates done
@@ -201,6 +160,11 @@ class DQNLearner:
     def _debt(self) -> float:
         """Updates owed to reach replay_ratio."""
         return self.samples_added * self.params.replay_ratio / self.params.batch_size - self.updates - self.forgiven
+
+    @property
+    def size(self) -> int:
+        """Transitions in replay."""
+        return self.replay.size
 
     def train_due(self) -> bool:
         return self.size >= max(self.params.learning_starts, self.params.batch_size) and self._debt() > 0
@@ -225,19 +189,10 @@ class DQNLearner:
     def add(self, batch: SampleBatch) -> int:
         self.spec.validate(batch.arrays, batch.count)  # raises Rejected; nothing is dropped silently
         n = batch.count
-        a = batch.arrays
-        keep = slice(max(0, n - self.capacity), n)  # a batch larger than the buffer keeps its newest rows
-        m = keep.stop - keep.start
-        idx = (self.pos + np.arange(m)) % self.capacity
-        self.obs[idx] = a["obs"][keep].reshape(m, -1)
-        self.action[idx] = a["action"][keep]
-        self.reward[idx] = a["reward"][keep]
-        self.next_obs[idx] = a["next_obs"][keep].reshape(m, -1)
-        self.discount[idx] = a["discount"][keep]
+        # a batch larger than the buffer keeps its newest rows; frames are shared per sending process
+        idx = self.replay.add(batch.arrays, n, source=f"{batch.worker}/{batch.incarnation}")
         if self.tree is not None:
-            self.tree.set(idx, np.full(m, self.max_priority))
-        self.pos = int((self.pos + m) % self.capacity)
-        self.size = min(self.capacity, self.size + m)
+            self.tree.set(idx, np.full(len(idx), self.max_priority))
         self.samples_added += n
         over = self._debt() - self.params.forgive_debt_above
         if over > 0:
@@ -268,11 +223,10 @@ class DQNLearner:
         p = self.params
         idx, weights = self._sample()
         dev = self.device
-        obs = torch.from_numpy(self.obs[idx]).to(dev)
-        action = torch.from_numpy(self.action[idx]).to(dev)
-        reward = torch.from_numpy(self.reward[idx]).to(dev)
-        next_obs = torch.from_numpy(self.next_obs[idx]).to(dev)
-        discount = torch.from_numpy(self.discount[idx]).to(dev)
+        batch = {name: self._to_device(arr) for name, arr in self.replay.sample(idx).items()}
+        obs, action, reward, next_obs, discount = (
+            batch[k] for k in ("obs", "action", "reward", "next_obs", "discount")
+        )
 
         with torch.no_grad():
             next_target = self.target(next_obs)
@@ -323,6 +277,13 @@ class DQNLearner:
             metrics["per_beta"] = self._beta()
         return metrics
 
+    def _to_device(self, arr: np.ndarray) -> torch.Tensor:
+        """A sampled array on the learner's device, in its own dtype (the network converts images)."""
+        t = torch.from_numpy(arr)
+        if self._pin:
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
     def _update_target(self) -> None:
         tau = self.params.tau
         with torch.no_grad():
@@ -355,12 +316,10 @@ class DQNLearner:
             "replay": None,
         }
         if include_replay:
-            n = self.size
-            for name in _REPLAY_FIELDS:
-                tensors[f"replay.{name}"] = getattr(self, name)[:n].copy()
+            replay_tensors, meta["replay"] = self.replay.state()
+            tensors.update(replay_tensors)
             if self.tree is not None:
-                tensors["replay.priorities"] = self.tree.get(np.arange(n)).copy()
-            meta["replay"] = {"pos": self.pos, "size": self.size, "capacity": self.capacity}
+                tensors["replay.priorities"] = self.tree.get(np.arange(self.size)).copy()
         return tensors, meta
 
     def load_state_dict(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -385,13 +344,7 @@ class DQNLearner:
         replay = meta.get("replay")
         if replay:
             n = int(replay["size"])
-            if n > self.capacity:
-                raise ValueError(f"checkpoint replay holds {n} transitions, buffer_size is {self.capacity}")
-            for name in _REPLAY_FIELDS:
-                arr = np.asarray(tensors[f"replay.{name}"])
-                getattr(self, name)[:n] = arr.reshape(getattr(self, name)[:n].shape)
-            self.size = n
-            self.pos = int(replay["pos"]) if int(replay["capacity"]) == self.capacity else n % self.capacity
+            self.replay.load_state(tensors, replay)
             if self.tree is not None:
                 self.tree = SumTree(self.capacity)
                 if "replay.priorities" in tensors:

@@ -1,0 +1,209 @@
+"""Image observations as frames: the actor packs each frame once, the replay stores it once,
+and what comes back out is exactly what the env produced (pure logic, no broker)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqttrl.algorithm import ActorContext
+from mqttrl_plugins.dqn.actor import DQNActor
+from mqttrl_plugins.dqn.common import DQNParams, sample_spec
+from mqttrl_plugins.dqn.frames import FrameLayout, frame_layout, unpack
+from mqttrl_plugins.dqn.replay import ArrayReplay, FrameReplay
+
+
+class _NoForward:
+    def load_weights(self, tensors, info):
+        pass
+
+    def __call__(self, obs):
+        return {"q": np.zeros((len(obs), 3), np.float32)}
+
+    def close(self):
+        pass
+
+
+class StackedGame:
+    """E envs of stacked uint8 frames, as FrameStackObservation makes them: a reset repeats the
+    first frame k times (padding); each step pushes one new frame; episodes end by termination
+    or truncation at random lengths. Frames are drawn from few values so that equal frames
+    happen (a still screen)."""
+
+    def __init__(self, num_envs: int, k: int, size: int, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.k, self.size, self.e = k, size, num_envs
+        self.stacks = np.stack([self._reset() for _ in range(num_envs)])
+        self.left = self.rng.integers(1, 12, num_envs)
+
+    def _frame(self) -> np.ndarray:
+        if self.rng.random() < 0.2:  # a still screen: the same bytes as a common frame
+            return np.zeros((self.size, self.size), np.uint8)
+        return self.rng.integers(0, 4, (self.size, self.size), dtype=np.uint8)
+
+    def _reset(self) -> np.ndarray:
+        return np.repeat(self._frame()[None], self.k, axis=0)
+
+    def step(self):
+        obs = self.stacks.copy()
+        next_obs = np.concatenate([obs[:, 1:], np.stack([self._frame() for _ in range(self.e)])[:, None]], axis=1)
+        self.left -= 1
+        ended = self.left <= 0
+        terminated = ended & (self.rng.random(self.e) < 0.5)
+        truncated = ended & ~terminated
+        self.stacks = next_obs.copy()
+        for i in np.flatnonzero(ended):
+            self.stacks[i] = self._reset()
+            self.left[i] = self.rng.integers(1, 12)
+        rewards = self.rng.normal(size=self.e)
+        actions = self.rng.integers(0, 3, self.e)
+        return obs, actions, rewards, next_obs, terminated, truncated
+
+
+def _actor(frames: str, shape, num_envs: int, n_step: int) -> DQNActor:
+    params = DQNParams(frames=frames, n_step=n_step)
+    space = gym.spaces.Box(0, 255, shape, np.uint8)
+    return DQNActor(params, space, gym.spaces.Discrete(3), ActorContext(num_envs=num_envs, seed=0), _NoForward())
+
+
+def test_frame_layout_auto_choices():
+    box = lambda shape, dtype=np.uint8: gym.spaces.Box(0, 1, shape, dtype)  # noqa: E731
+    assert frame_layout("auto", box((4, 84, 84))) == FrameLayout(4, (84, 84), "uint8", True)
+    assert frame_layout("auto", box((10, 10, 4), bool)) == FrameLayout(1, (10, 10, 4), "bool", False)
+    assert frame_layout("auto", box((84, 84))) == FrameLayout(1, (84, 84), "uint8", False)
+    assert frame_layout("auto", box((4,), np.float32)) is None
+    assert frame_layout("auto", box((4, 84, 84), np.float32)) is None  # floats are features
+    assert frame_layout("off", box((4, 84, 84))) is None
+    assert frame_layout("stack", box((10, 10, 4), bool)).k == 10
+    with pytest.raises(ValueError, match="frames="):
+        frame_layout("bogus", box((4, 84, 84)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.sampled_from([1, 2, 4]),
+    n_step=st.integers(1, 4),
+    num_envs=st.integers(1, 4),
+    steps_per_take=st.integers(1, 9),
+)
+def test_frame_batches_rebuild_exactly_the_transitions_of_array_batches(seed, k, n_step, num_envs, steps_per_take):
+    """The same steps through a frames actor and an arrays actor: unpacked, the batches are equal,
+    across episode ends (termination and truncation), resets with padding and batch boundaries."""
+    game = StackedGame(num_envs, k, 5, seed)
+    shape = (k, 5, 5)
+    frames, arrays = _actor("stack", shape, num_envs, n_step), _actor("off", shape, num_envs, n_step)
+    spec = sample_spec(
+        DQNParams(frames="stack", n_step=n_step), gym.spaces.Box(0, 255, shape, np.uint8), gym.spaces.Discrete(3)
+    )
+    got, want, sent_frames = [], [], 0
+    for step in range(40):
+        obs, actions, rewards, next_obs, term, trunc = game.step()
+        for actor in (frames, arrays):
+            actor.record(obs, actions, {}, rewards, next_obs, term, trunc)
+        if step % steps_per_take == steps_per_take - 1 or step == 39:
+            a, b = frames.take(), arrays.take()
+            count = len(b["action"])
+            if count:
+                spec.validate(a, count)
+            sent_frames += len(a["frames"])
+            got.append(unpack(a, shape) + (a["reward"], a["discount"]))
+            want.append((b["obs"], b["next_obs"], b["reward"], b["discount"]))
+    for g, w in zip(got, want):
+        for x, y in zip(g, w):
+            np.testing.assert_array_equal(x, y)
+    total = sum(len(w[0]) for w in want)
+    if total:  # each transition brings about one new frame, never 2k
+        assert sent_frames <= total + (k + n_step + 2) * num_envs * (40 // steps_per_take + 1) + total // 2
+
+
+def _fill(replays, steps: int, k: int, num_envs: int, seed: int, n_step: int = 3):
+    game = StackedGame(num_envs, k, 6, seed)
+    actor = _actor("stack", (k, 6, 6), num_envs, n_step)
+    reference = []
+    for step in range(steps):
+        obs, actions, rewards, next_obs, term, trunc = game.step()
+        actor.record(obs, actions, {}, rewards, next_obs, term, trunc)
+        if step % 5 == 4:
+            batch = actor.take()
+            n = len(batch["action"])
+            if not n:
+                continue
+            o, no = unpack(batch, (k, 6, 6))
+            reference.append((o, no, batch["action"], batch["reward"], batch["discount"]))
+            arrays = {"obs": o, "next_obs": no, **{f: batch[f] for f in ("action", "reward", "discount")}}
+            for replay in replays:
+                replay.add(batch if isinstance(replay, FrameReplay) else arrays, n, source="w/1")
+    return reference
+
+
+@pytest.mark.parametrize("capacity", [7, 64, 1000])
+def test_frame_replay_samples_what_array_replay_samples_through_wraparound(capacity):
+    k = 4
+    frames = FrameReplay(capacity, FrameLayout(k, (6, 6), "uint8", True), (k, 6, 6))
+    arrays = ArrayReplay(capacity, (k, 6, 6), np.dtype(np.uint8))
+    _fill([frames, arrays], 300, k, 3, seed=1)
+    assert frames.size == arrays.size == min(capacity, frames.size) and frames.pos == arrays.pos
+    idx = np.arange(frames.size)
+    a, b = frames.sample(idx), arrays.sample(idx)
+    for name in b:
+        np.testing.assert_array_equal(a[name], b[name])
+    # nothing leaks: every stored frame is referenced, and references count exactly
+    refs = np.concatenate([frames.obs_ref[: frames.size].ravel(), frames.next_ref[: frames.size].ravel()])
+    counts = np.bincount(refs, minlength=frames.high)
+    np.testing.assert_array_equal(counts, frames.refcount[: frames.high])
+    assert frames.frames_stored() == len(np.unique(refs))
+
+
+def test_frame_replay_stores_about_one_frame_per_transition():
+    k, capacity = 4, 500
+    replay = FrameReplay(capacity, FrameLayout(k, (6, 6), "uint8", True), (k, 6, 6))
+    _fill([replay], 2000, k, 4, seed=2)
+    assert replay.size == capacity
+    # one new frame per step, plus the final frames of episodes (a still screen is stored once)
+    assert replay.frames_stored() <= 1.35 * capacity
+    assert replay.frames_stored() < 2 * capacity / k
+
+
+def test_frame_replay_shares_a_repeated_serial_only_when_the_bytes_agree():
+    layout = FrameLayout(1, (2, 2), "uint8", False)
+    replay = FrameReplay(10, layout, (2, 2))
+
+    def batch(values, serials):
+        return {
+            "frames": np.array(values, np.uint8).reshape(-1, 2, 2),
+            "frame_ids": np.array(serials, np.int64),
+            "obs_ref": np.array([[0]], np.int32),
+            "next_obs_ref": np.array([[1]], np.int32),
+            "action": np.zeros(1, np.int64),
+            "reward": np.zeros(1, np.float32),
+            "discount": np.ones(1, np.float32),
+        }
+
+    replay.add(batch([1, 2], [0, 1]), 1, source="a")
+    replay.add(batch([2, 3], [1, 2]), 1, source="a")  # serial 1 repeated with the same bytes: shared
+    assert replay.frames_stored() == 3
+    replay.add(batch([9, 4], [1, 3]), 1, source="a")  # serial 1 again, other bytes: a new frame
+    replay.add(batch([2, 3], [1, 2]), 1, source="b")  # another sender's serials are its own
+    out = replay.sample(np.arange(4))
+    np.testing.assert_array_equal(out["obs"][:, 0, 0], [1, 2, 9, 2])
+    np.testing.assert_array_equal(out["next_obs"][:, 0, 0], [2, 3, 4, 3])
+
+
+def test_frame_replay_checkpoint_round_trip():
+    k = 2
+    layout = FrameLayout(k, (6, 6), "uint8", True)
+    replay = FrameReplay(50, layout, (k, 6, 6))
+    _fill([replay], 200, k, 2, seed=3)
+    tensors, meta = replay.state()
+    back = FrameReplay(50, layout, (k, 6, 6))
+    back.load_state(tensors, meta)
+    idx = np.arange(replay.size)
+    for name, arr in replay.sample(idx).items():
+        np.testing.assert_array_equal(back.sample(idx)[name], arr)
+    _fill([back], 100, k, 2, seed=4)  # goes on adding after the restore: refcounts hold
+    refs = np.concatenate([back.obs_ref[: back.size].ravel(), back.next_ref[: back.size].ravel()])
+    np.testing.assert_array_equal(np.bincount(refs, minlength=back.high), back.refcount[: back.high])
