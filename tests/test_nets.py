@@ -243,3 +243,76 @@ def test_numpy_nature_cnn_is_fast(capsys):
             assert times["numpy"] < 5 * times["torch"] + 2e-3
     finally:
         torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- the algorithms on image observations
+
+IMAGES = {
+    "uint8_stack": (gym.spaces.Box(0, 255, (4, 36, 36), np.uint8), "nature_cnn"),
+    "bool_minatar": (gym.spaces.Box(0, 1, (10, 10, 4), bool), "minatar_cnn"),
+}
+ACT = gym.spaces.Discrete(3)
+
+
+def _random_frames(space: gym.spaces.Box, rng: np.random.Generator, n: int) -> np.ndarray:
+    return _obs(rng, n, space.shape, space.dtype.type)
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_dqn_trains_on_images_and_both_forwards_agree(image):
+    from mqttrl.algorithm import ActorContext
+    from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
+    from mqttrl_plugins.dqn import make_forward
+    from mqttrl_plugins.dqn.actor import DQNActor
+    from mqttrl_plugins.dqn.common import DQNParams
+    from mqttrl_plugins.dqn.learner import DQNLearner
+
+    space, network = IMAGES[image]
+    torch.manual_seed(0)
+    # frames="off": observations travel as arrays (the frames path is tested in test_frames.py)
+    p = DQNParams(
+        batch_size=8, buffer_size=256, learning_starts=16, replay_ratio=2.0, epsilon_decay_steps=0, frames="off"
+    )
+    learner = DQNLearner(p, space, ACT, "cpu", 0)
+    tensors, info = learner.export_weights()
+    assert info["torso"]["network"] == network and tensors["trunk.0.weight"].ndim == 4
+    actor = DQNActor(p, space, ACT, ActorContext(num_envs=2, seed=1), forward=make_forward(p, space, ACT, "numpy", 1))
+    actor.load_weights(tensors, info)
+    rng = np.random.default_rng(0)
+    obs = _random_frames(space, rng, 2)
+    before = {k: v.copy() for k, v in tensors.items()}
+    metrics = []
+    for t in range(64):
+        actions, extras = actor.act(obs)
+        nxt = _random_frames(space, rng, 2)
+        ended = np.array([t % 9 == 8, False])
+        actor.record(obs, actions, extras, rng.normal(size=2).astype(np.float32), nxt, ended, np.zeros(2, bool))
+        obs = nxt
+        if actor.pending() >= 8:
+            learner.add(decode_batch(encode_batch("r", "w", 0, 0, actor.take())))
+        while learner.train_due():
+            metrics.append(learner.train_step())
+    assert learner.updates >= 10 and all(np.isfinite(m["loss"]) for m in metrics)
+
+    # exported weights, through the wire, into both forwards: the same Q-values as the learner's network
+    tensors, info = learner.export_weights()
+    assert any(not np.array_equal(tensors[k], before[k]) for k in tensors)
+    msg = decode_weights(encode_weights(1, "dqn", "r", tensors, info))
+    fwd_np, fwd_t = make_forward(p, space, ACT, "numpy"), make_forward(p, space, ACT, "torch")
+    for fwd in (fwd_np, fwd_t):
+        fwd.load_weights(msg.tensors, msg.info)
+    for batch in (1, 8):
+        x = _random_frames(space, rng, batch)
+        with torch.no_grad():
+            expected = learner.online(torch.from_numpy(x)).numpy()
+        q_np, q_t = fwd_np(x)["q"], fwd_t(x)["q"]
+        tol = 1e-5 * max(1.0, np.abs(expected).max())
+        np.testing.assert_allclose(q_t, expected, rtol=0, atol=tol)
+        np.testing.assert_allclose(q_np, expected, rtol=0, atol=tol)
+
+    # a checkpoint of the learner loads into a fresh one
+    state, meta = learner.state_dict(include_replay=True)
+    other = DQNLearner(p, space, ACT, "cpu", 1)
+    other.load_state_dict(state, json.loads(json.dumps(meta)))
+    with torch.no_grad():
+        np.testing.assert_array_equal(other.online(torch.from_numpy(x)).numpy(), expected)

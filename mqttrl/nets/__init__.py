@@ -16,6 +16,7 @@ from .numpy_torso import NumpyTorso, initial_weights, orthogonal
 from .spec import (
     LAYOUTS,
     NETWORKS,
+    ObsSize,
     conv_shapes,
     describe,
     flat_size,
@@ -32,6 +33,7 @@ __all__ = [
     "LAYOUTS",
     "NETWORKS",
     "NumpyTorso",
+    "ObsSize",
     "conv_shapes",
     "describe",
     "flat_size",

@@ -106,6 +106,7 @@ class NumpyTorso:
                 raise ValueError(f"weight {name} has shape {arr.shape}, the network needs {shape}")
             arrays[name] = np.asarray(arr, dtype=np.float32)
         self.obs_shape = tuple(t["obs_shape"])
+        self._size = math.prod(self.obs_shape)
         self.layout = t["layout"]
         scale = np.float32(t["obs_scale"])
         #: (kernel, stride, W (patch, out), b) per convolution
@@ -139,7 +140,7 @@ class NumpyTorso:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs)
         n = len(obs)
-        if tuple(obs.shape[1:]) != self.obs_shape:
+        if tuple(obs.shape[1:]) != self.obs_shape and (self.convs or math.prod(obs.shape[1:]) != self._size):
             raise ValueError(f"observations of shape {obs.shape[1:]}, the network takes {self.obs_shape}")
         if self.convs:
             x = obs.reshape(n, 1, *self.obs_shape) if len(self.obs_shape) == 2 else obs

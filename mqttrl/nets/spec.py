@@ -55,6 +55,29 @@ def input_dtype(space: gym.Space, who: str = "the network") -> np.dtype:
     raise TypeError(f"{who} needs observations of uint8, bool or float dtype, got a Box of {dtype}: {space!r}")
 
 
+class ObsSize(int):
+    """An observation's flattened size (an ``int``, as algorithms have long passed it around) that also
+    keeps the observation's ``shape`` and the ``dtype`` it reaches the network in, so that code which
+    only hands on the size can still describe an image torso from it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __new__(cls, shape: Sequence[int], dtype: Any) -> ObsSize:
+        shape = tuple(int(s) for s in shape)
+        size = super().__new__(cls, math.prod(shape))
+        size.shape, size.dtype = shape, np.dtype(dtype)
+        return size
+
+    @classmethod
+    def of(cls, space: gym.Space, who: str = "the network") -> ObsSize:
+        """The size of a Box space's observations; TypeError for dtypes networks do not take."""
+        return cls(space.shape, input_dtype(space, who))
+
+    def __reduce__(self):
+        return ObsSize, (self.shape, self.dtype)
+
+
 def obs_scale(dtype: np.dtype) -> float:
     """What the network multiplies its float input by: 1/255 for uint8 pixels, else 1."""
     return 1.0 / 255.0 if np.dtype(dtype) == np.uint8 else 1.0

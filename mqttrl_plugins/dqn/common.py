@@ -19,6 +19,7 @@ import numpy as np
 
 from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
 from mqttrl.envs.rollout import obs_dtype
+from mqttrl.nets import NETWORKS, ObsSize, describe
 from mqttrl.wire import FieldSpec, SampleSpec
 
 from .frames import FRAME_MODES, frame_layout
@@ -46,7 +47,10 @@ class DQNParams:
     #: bootstrap after this many env steps (rewards summed on the worker)
     n_step: int = attrs.field(default=3, validator=positive)
     # --- network
-    #: sizes of the hidden layers of the MLP
+    #: the torso: "mlp" (the hidden layers below), "nature_cnn" (Mnih et al. 2015), "minatar_cnn" (Young &
+    #: Tian 2019) or "auto" (vectors: mlp; images: minatar_cnn when a side is under 36 pixels, else nature_cnn)
+    network: str = attrs.field(default="auto", validator=attrs.validators.in_(NETWORKS))
+    #: sizes of the hidden layers of the MLP (the CNNs have their own dense layer)
     hidden: list = attrs.field(factory=lambda: [128, 128], validator=layer_sizes)
     #: split the head into state value and action advantages
     dueling: bool = True
@@ -104,27 +108,38 @@ class DQNParams:
 # --------------------------------------------------------------------------
 
 
-def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, int]:
-    """Observation size (flattened) and action count; only float Box -> Discrete is supported."""
+def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[ObsSize, int]:
+    """Observation size (flattened) and action count; Box observations of uint8, bool or float
+    dtype -> Discrete actions. The size is an :class:`~mqttrl.nets.ObsSize`: an ``int`` that also
+    keeps the observation's shape and dtype, which :func:`net_info` describes the torso from."""
     if not isinstance(act_space, gym.spaces.Discrete):
         raise TypeError(f"dqn needs a Discrete action space, got {act_space!r}")
     if act_space.start != 0:
         raise TypeError(f"dqn needs actions numbered from 0, got {act_space!r}")
-    if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
-        raise TypeError(f"dqn needs a Box observation space, got {obs_space!r}")
-    if not np.issubdtype(obs_space.dtype, np.floating):
-        raise TypeError(f"dqn needs float observations, got a Box of {obs_space.dtype}: {obs_space!r}")
-    return int(np.prod(obs_space.shape, dtype=np.int64)), int(act_space.n)
+    return ObsSize.of(obs_space, "dqn"), int(act_space.n)
 
 
 def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
     """The Q-network as the weights' ``info`` describes it (and checkpoints check it).
 
-    The network is an MLP, ``trunk.{0,2,...}`` Linear + ReLU, then ``value`` and
-    ``advantage`` heads (dueling) or one ``head``; the torch ``QNetwork`` and the
-    numpy forward both follow this layout.
+    A torso (:mod:`mqttrl.nets`, its tensors under ``trunk.``), then ``value`` and ``advantage``
+    heads (dueling) or one ``head``; the torch ``QNetwork`` and the numpy forward both follow
+    this layout. An MLP over float observations (``trunk.{0,2,...}`` Linear + ReLU) is described
+    by ``obs_dim`` and ``hidden`` alone, as before there were other torsos (so older weights and
+    checkpoints still fit); any other torso travels as ``info["torso"]``. ``obs_dim`` is what
+    :func:`check_spaces` returns (a plain ``int`` means a flat float observation).
     """
-    return {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(params.hidden), "dueling": bool(params.dueling)}
+    info = {
+        "obs_dim": int(obs_dim),
+        "n_actions": n_actions,
+        "hidden": list(params.hidden),
+        "dueling": bool(params.dueling),
+    }
+    shape, dtype = getattr(obs_dim, "shape", (int(obs_dim),)), getattr(obs_dim, "dtype", np.float32)
+    torso = describe(params.network, shape, dtype, params.hidden)
+    if torso["network"] != "mlp" or torso["obs_scale"] != 1.0:
+        info["torso"] = torso
+    return info
 
 
 # --------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Only the learner process (and a worker or inference server that asks for the
 torch forward) imports this module; :mod:`mqttrl_plugins.dqn` imports it
 lazily, so a worker without torch never does.
 
-1. ``QNetwork`` and ``TorchQForward``: the MLP of :func:`.common.net_info` and
-   the forward over it that actors and inference servers can use;
+1. ``QNetwork`` and ``TorchQForward``: the network of :func:`.common.net_info` (an MLP
+   or CNN torso from :mod:`mqttrl.nets`, then the heads) and the forward over it that
+   actors and inference servers can use;
 2. ``SumTree``: proportional priorities for prioritized replay;
 3. ``DQNLearner`` (an :class:`~mqttrl.algorithm.AsyncLearner`): replay buffer
    (uniform or proportional prioritized), double-DQN targets, Huber loss,
@@ -34,14 +35,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from mqttrl.algorithm import Tensors
+from mqttrl.envs.rollout import obs_dtype
+from mqttrl.nets.torch_torso import Torso
 from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
-from mqttrl.envs.rollout import obs_dtype
-
 from .common import DQNParams, check_spaces, net_info, sample_spec
 from .frames import frame_layout
+from .numpy_net import follow_weights, torso_of
 from .replay import SumTree, make_replay
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
@@ -52,16 +54,13 @@ __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
 
 class QNetwork(nn.Module):
-    """The MLP of :func:`.common.net_info`: trunk, then dueling value/advantage heads or one head."""
+    """The network of :func:`.common.net_info`: a torso (:class:`mqttrl.nets.torch_torso.Torso`, MLP or
+    CNN, taking observations in their native dtype) as ``trunk``, then dueling value/advantage heads or one head."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: list[int], dueling: bool):
+    def __init__(self, torso: Mapping[str, Any], n_actions: int, dueling: bool):
         super().__init__()
-        layers: list[nn.Module] = []
-        width = obs_dim
-        for h in hidden:
-            layers += [nn.Linear(width, h), nn.ReLU()]
-            width = h
-        self.trunk = nn.Sequential(*layers)
+        self.trunk = Torso(torso)
+        width = self.trunk.out_size
         self.dueling = dueling
         if dueling:
             self.value = nn.Linear(width, 1)
@@ -70,42 +69,45 @@ class QNetwork(nn.Module):
             self.head = nn.Linear(width, n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.trunk(obs.flatten(1))
+        x = self.trunk(obs)
         if self.dueling:
             adv = self.advantage(x)
             return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
         return self.head(x)
 
 
-def _net_from_info(info: Mapping[str, Any]) -> QNetwork:
-    return QNetwork(
-        int(info["obs_dim"]), int(info["n_actions"]), [int(h) for h in info["hidden"]], bool(info["dueling"])
-    )
+def _net_from_info(info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None) -> QNetwork:
+    return QNetwork(torso_of(info, obs_shape), int(info["n_actions"]), bool(info["dueling"]))
 
 
 class TorchQForward:
-    """Q-values with torch (inference mode), loaded from the exported weights."""
+    """Q-values with torch (inference mode), loaded from the exported weights; observations go in
+    in their native dtype (the network converts them)."""
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        self.obs_shape = tuple(int(s) for s in obs_space.shape)
         self.info = net_info(self.obs_dim, self.n_actions, params)
         with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
             torch.manual_seed(seed)
-            self.net = _net_from_info(self.info)
+            self.net = _net_from_info(self.info, self.obs_shape)
         self.net.eval()
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
-        full = {**self.info, **{k: info[k] for k in ("hidden", "dueling") if k in info}}
+        full = follow_weights(self.info, info)
         with torch.random.fork_rng(devices=[]):
-            net = _net_from_info(full)
+            net = _net_from_info(full, self.obs_shape)
         load_module(net, tensors)  # raises before anything is replaced
         net.eval()
         self.net = net  # the swap: one assignment
+        self.info = full
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
-        x = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+        obs = np.asarray(obs)
+        if not obs.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
+            obs = obs.copy()
         with torch.inference_mode():
-            return {"q": self.net(x).numpy()}
+            return {"q": self.net(torch.from_numpy(np.ascontiguousarray(obs))).numpy()}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -133,8 +135,8 @@ class DQNLearner:
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.online = QNetwork(self.obs_dim, self.n_actions, list(p.hidden), p.dueling).to(self.device)
-        self.target = QNetwork(self.obs_dim, self.n_actions, list(p.hidden), p.dueling).to(self.device)
+        self.online = _net_from_info(net_info(self.obs_dim, self.n_actions, p)).to(self.device)
+        self.target = _net_from_info(net_info(self.obs_dim, self.n_actions, p)).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
