@@ -163,9 +163,9 @@ def test_frame_replay_stores_about_one_frame_per_transition():
     replay = FrameReplay(capacity, FrameLayout(k, (6, 6), "uint8", True), (k, 6, 6))
     _fill([replay], 2000, k, 4, seed=2)
     assert replay.size == capacity
-    # one new frame per step, plus the final frames of episodes (a still screen is stored once)
+    # one new frame per transition, plus the final frames of (here very short) episodes and the
+    # frames of open windows; stored as stacks it would be 2k = 8 frames per transition
     assert replay.frames_stored() <= 1.35 * capacity
-    assert replay.frames_stored() < 2 * capacity / k
 
 
 def test_frame_replay_shares_a_repeated_serial_only_when_the_bytes_agree():
@@ -174,7 +174,7 @@ def test_frame_replay_shares_a_repeated_serial_only_when_the_bytes_agree():
 
     def batch(values, serials):
         return {
-            "frames": np.array(values, np.uint8).reshape(-1, 2, 2),
+            "frames": np.repeat(np.array(values, np.uint8), 4).reshape(-1, 2, 2),
             "frame_ids": np.array(serials, np.int64),
             "obs_ref": np.array([[0]], np.int32),
             "next_obs_ref": np.array([[1]], np.int32),
