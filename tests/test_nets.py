@@ -316,3 +316,94 @@ def test_dqn_trains_on_images_and_both_forwards_agree(image):
     other.load_state_dict(state, json.loads(json.dumps(meta)))
     with torch.no_grad():
         np.testing.assert_array_equal(other.online(torch.from_numpy(x)).numpy(), expected)
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_ppo_trains_on_images_and_both_forwards_agree(image):
+    from mqttrl.algorithm import ActorContext
+    from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
+    from mqttrl_plugins.ppo import make_forward
+    from mqttrl_plugins.ppo.actor import PPOActor
+    from mqttrl_plugins.ppo.common import PPOParams, sample_spec
+    from mqttrl_plugins.ppo.learner import PPOLearner
+
+    space, network = IMAGES[image]
+    p = PPOParams(rollout_steps=16, epochs=2, minibatch_size=16, ent_coef=0.01)
+    assert sample_spec(p, space, ACT).fields["obs"].dtype == space.dtype.name  # observations keep their dtype
+    learner = PPOLearner(p, space, ACT, "cpu", 0)
+    tensors, info = learner.export_weights()
+    assert info["torso"]["network"] == network
+    assert {"torso.0.weight", "actor.weight", "critic.weight"} <= set(tensors)
+    actor = PPOActor(p, space, ACT, ActorContext(num_envs=2, seed=1), forward=make_forward(p, space, ACT, "numpy", 1))
+    actor.load_weights(tensors, info)
+    rng = np.random.default_rng(0)
+    obs = _random_frames(space, rng, 2)
+    for t in range(p.rollout_steps):
+        actions, extras = actor.act(obs)
+        nxt = _random_frames(space, rng, 2)
+        ended = np.array([t % 5 == 4, False])
+        actor.record(obs, actions, extras, rng.normal(size=2).astype(np.float32), nxt, ended, np.zeros(2, bool))
+        obs = nxt
+    rollout = actor.take()
+    assert rollout["obs"].dtype == space.dtype and rollout["obs"].shape == (32, *space.shape)
+    batch = decode_batch(encode_batch("r", "w", 0, 0, rollout))
+    # the actor's numpy logprobs and values are the learner's: the first ratio is 1
+    with torch.no_grad():
+        logprob, _, value = learner.agent.evaluate(
+            torch.from_numpy(rollout["obs"]), torch.from_numpy(rollout["action"])
+        )
+    np.testing.assert_allclose(rollout["logprob"], logprob.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rollout["value"], value.numpy(), rtol=1e-5, atol=1e-5)
+    m = learner.train_round([batch])
+    assert m["transitions"] == 32 and np.isfinite(m["policy_loss"]) and learner.updates == 4
+
+    # exported weights, through the wire, into both forwards: the learner's outputs
+    tensors, info = learner.export_weights()
+    msg = decode_weights(encode_weights(1, "ppo", "r", tensors, info))
+    fwd_np, fwd_t = make_forward(p, space, ACT, "numpy"), make_forward(p, space, ACT, "torch")
+    for fwd in (fwd_np, fwd_t):
+        fwd.load_weights(msg.tensors, msg.info)
+    for batch_size in (1, 8):
+        x = _random_frames(space, rng, batch_size)
+        with torch.no_grad():
+            logits, value = (t.numpy() for t in learner.agent(torch.from_numpy(x)))
+        for out in (fwd_np(x), fwd_t(x)):
+            for name, expected in (("logits", logits), ("value", value)):
+                tol = 1e-5 * max(1.0, np.abs(expected).max())
+                np.testing.assert_allclose(out[name], expected, rtol=0, atol=tol, err_msg=name)
+
+    # a checkpoint of the learner loads into a fresh one
+    state, meta = learner.state_dict(include_replay=False)
+    other = PPOLearner(p, space, ACT, "cpu", 1)
+    other.load_state_dict(state, json.loads(json.dumps(meta)))
+    with torch.no_grad():
+        np.testing.assert_array_equal(other.agent(torch.from_numpy(x))[0].numpy(), logits)
+
+
+def test_ppo_mlp_on_uint8_scales_inside_and_refuses_obs_norm():
+    from mqttrl.config import ConfigError
+    from mqttrl_plugins.ppo import make_forward
+    from mqttrl_plugins.ppo.common import PPOParams
+    from mqttrl_plugins.ppo.learner import PPOLearner
+
+    space = gym.spaces.Box(0, 255, (3, 4), np.uint8)
+    p = PPOParams(network="mlp", hidden=[16])
+    learner = PPOLearner(p, space, ACT)
+    tensors, info = learner.export_weights()
+    assert info["obs_scale"] == 1 / 255 and "torso" not in info and tensors["actor.0.weight"].shape == (16, 12)
+    x = _obs(np.random.default_rng(0), 8, (3, 4), np.uint8)
+    with torch.no_grad():
+        logits, value = (t.numpy() for t in learner.agent(torch.from_numpy(x)))
+        scaled = learner.agent.actor(torch.from_numpy(x.reshape(8, -1).astype(np.float32) / 255)).numpy()
+    np.testing.assert_allclose(logits, scaled, rtol=1e-5, atol=1e-6)
+    for backend in ("numpy", "torch"):
+        fwd = make_forward(p, space, ACT, backend)
+        fwd.load_weights(tensors, info)
+        np.testing.assert_allclose(fwd(x)["logits"], logits, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(fwd(x)["value"], value, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="obs_norm=true.*uint8.*set obs_norm = false"):
+        PPOLearner(PPOParams(network="mlp", obs_norm=True), space, ACT)
+    with pytest.raises(ConfigError, match="obs_norm=true.*minatar_cnn"):
+        make_forward(PPOParams(obs_norm=True), gym.spaces.Box(0, 1, (10, 10, 4), np.float32), ACT, "numpy")
+    with pytest.raises(TypeError, match="uint8, bool or float"):
+        PPOLearner(p, gym.spaces.Box(0, 9, (4,), np.int64), ACT)

@@ -52,7 +52,7 @@ def mqttrl_register_algorithms(register):
     register(
         AlgorithmInfo(
             name="ppo",
-            description="PPO (clipped surrogate, GAE, separate actor/critic MLPs), one synchronous round per model version",
+            description="PPO (clipped surrogate, GAE, actor/critic MLPs or a shared CNN), one synchronous round per model version",
             params=PPOParams,
             mode="sync",
             sample_spec=sample_spec,

@@ -35,7 +35,7 @@ import numpy as np
 
 from mqttrl.algorithm import ActorContext, Forward, Tensors
 
-from .common import LOG_SQRT_2PI, PPOParams, check_spaces, compute_gae, net_info
+from .common import LOG_SQRT_2PI, PPOParams, check_spaces, compute_gae, full_info, net_info
 
 # --------------------------------------------------------------------------
 # 1. Log-probabilities
@@ -67,7 +67,9 @@ class PPOActor:
     ):
         self.params = p = params
         self.obs_dim, self.continuous, self.act_dim = check_spaces(obs_space, act_space)
-        self.obs_shape = tuple(obs_space.shape)
+        self.obs_shape = self.obs_dim.shape
+        #: observations are recorded and sent in their own dtype (uint8, bool or float32)
+        self.obs_dtype = self.obs_dim.dtype
         self.act_shape = tuple(act_space.shape) if self.continuous else ()
         if self.continuous:
             self.low = np.asarray(act_space.low, np.float32).reshape(self.act_shape)
@@ -85,7 +87,7 @@ class PPOActor:
     def _new_rollout(self) -> None:
         T, E = self.params.rollout_steps, self.num_envs
         self.t = 0
-        self.buf_obs = np.zeros((T, E, *self.obs_shape), np.float32)
+        self.buf_obs = np.zeros((T, E, *self.obs_shape), self.obs_dtype)
         self.buf_action = np.zeros((T, E, *self.act_shape), np.float32 if self.continuous else np.int64)
         self.buf_logprob = np.zeros((T, E), np.float32)
         self.buf_value = np.zeros((T, E), np.float32)
@@ -103,7 +105,7 @@ class PPOActor:
         for key in ("obs_dim", "continuous", "act_dim", "obs_norm"):
             if key in info and info[key] != self.info[key]:
                 raise ValueError(f"weights are for {key}={info[key]!r}, this actor has {key}={self.info[key]!r}")
-        full = {**self.info, **{k: info[k] for k in ("hidden", "activation", "obs_clip") if k in info}}
+        full = full_info(self.info, info, self.obs_shape)
         self.forward.load_weights(tensors, full)  # raises before anything is replaced
         new_round = int(info.get("round", -1))
         if self.t and new_round != self.round:
@@ -168,7 +170,7 @@ class PPOActor:
         bootstrap = ended & ~terminated
         if bootstrap.any():
             reward[bootstrap] += p.gamma * next_value[bootstrap]
-        self.buf_obs[t] = np.asarray(obs, np.float32).reshape(self.num_envs, *self.obs_shape)
+        self.buf_obs[t] = np.asarray(obs).reshape(self.num_envs, *self.obs_shape)
         raw = extras["raw_action"] if self.continuous else actions
         self.buf_action[t] = np.asarray(raw).reshape(self.num_envs, *self.act_shape)
         self.buf_logprob[t] = extras["logprob"]
@@ -187,7 +189,7 @@ class PPOActor:
         t, i = self.t, env_index
         if t == 0 or self.buf_ended[t - 1, i]:  # no open episode in this rollout (or it already ended)
             return
-        obs = np.asarray(final_obs, np.float32).reshape(1, *self.obs_shape)
+        obs = np.asarray(final_obs, self.obs_dtype).reshape(1, *self.obs_shape)
         self.buf_reward[t - 1, i] += self.params.gamma * self._values(obs)[0]
         self.buf_ended[t - 1, i] = 1.0
 

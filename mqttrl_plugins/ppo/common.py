@@ -8,7 +8,7 @@ they agree on one weights layout and compute the same normalised inputs.
 1. ``PPOParams``: the hyperparameters (``[algorithm]`` in a config file);
 2. the network's description: ``check_spaces``, ``net_info`` / ``full_info``
    (what travels with the weights), ``weight_shapes``, ``initial_weights``,
-   ``obs_stats``;
+   ``obs_stats``; the MLPs are described here, CNN torsos by :mod:`mqttrl.nets`;
 3. observation normalisation: ``RunningMeanStd``, ``normalize_obs``;
 4. ``sample_spec``: what one transition of a finished rollout looks like on the wire;
 5. ``compute_gae``: GAE(lambda) advantages and returns.
@@ -24,6 +24,10 @@ training would train on inputs that differ from the ones the actors' logprobs
 and values were computed on, and ratio and value clipping would be off from
 the first minibatch. Both sides normalise with the numpy functions of section 3,
 so their inputs are bitwise identical.
+
+Observations keep their dtype (uint8, bool or float32) from the env to the network, which
+converts them to float itself (uint8 scaled by 1/255), so images stay small on the wire and
+on the way to a GPU. ``obs_norm`` is for float vector observations and the mlp only.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
+from mqttrl import nets
 from mqttrl.algorithm import Tensors
 from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
+from mqttrl.nets import NETWORKS, ObsSize
 from mqttrl.wire import FieldSpec, SampleSpec
 
 #: log(sqrt(2 pi)), in the Gaussian log-density of Box actions (actor and learner)
@@ -103,16 +109,20 @@ class PPOParams:
     #: final value of an annealed quantity as a share of its start value (0: SB3/CleanRL's decay to 0)
     anneal_final_frac: float = attrs.field(default=0.0, validator=unit_interval)
     # --- network
+    #: "mlp" (separate actor and critic MLPs of ``hidden``), "nature_cnn" (Mnih et al. 2015) or "minatar_cnn"
+    #: (Young & Tian 2019): one CNN torso shared by an actor and a critic head (CleanRL's ppo_atari), or
+    #: "auto" (vectors: mlp; images: minatar_cnn when a side is under 36 pixels, else nature_cnn)
+    network: str = attrs.field(default="auto", validator=attrs.validators.in_(NETWORKS))
     #: sizes of the hidden layers of both the actor and the critic MLP
     hidden: list = attrs.field(factory=lambda: [64, 64], validator=layer_sizes)
-    #: hidden-layer activation: "tanh" or "relu"
+    #: hidden-layer activation of the MLPs: "tanh" or "relu" (CNN torsos use ReLU)
     activation: str = attrs.field(default="tanh", validator=_check_activation)
     #: orthogonal init (hidden gain sqrt(2), policy head 0.01, value head 1), zero biases
     ortho_init: bool = True
     #: Box actions: initial log standard deviation of the Gaussian policy
     log_std_init: float = 0.0
     # --- observation normalisation (statistics travel with the weights)
-    #: normalise observations with a running mean and variance
+    #: normalise observations with a running mean and variance (float vector observations and the mlp only)
     obs_norm: bool = False
     #: clip normalised observations to [-obs_clip, obs_clip]
     obs_clip: float = attrs.field(default=10.0, validator=positive)
@@ -123,12 +133,11 @@ class PPOParams:
 # --------------------------------------------------------------------------
 
 
-def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, bool, int]:
-    """(flat obs size, continuous?, number of actions or flat action size); a Box of observations
-    and Discrete or float Box actions are supported."""
-    if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
-        raise TypeError(f"ppo needs a Box observation space, got {obs_space!r}")
-    obs_dim = int(np.prod(obs_space.shape, dtype=np.int64))
+def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[ObsSize, bool, int]:
+    """(flat obs size, continuous?, number of actions or flat action size); a Box of uint8, bool or
+    float observations and Discrete or float Box actions are supported. The size is an
+    :class:`~mqttrl.nets.ObsSize`, an ``int`` that keeps the observations' shape and dtype."""
+    obs_dim = ObsSize.of(obs_space, "ppo")
     if isinstance(act_space, gym.spaces.Discrete):
         if act_space.start != 0:
             raise TypeError(f"ppo needs Discrete actions numbered from 0, got {act_space!r}")
@@ -141,12 +150,23 @@ def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, bool,
 def net_info(obs_dim: int, continuous: bool, act_dim: int, params: PPOParams) -> dict[str, Any]:
     """The network as the weights' ``info`` describes it (and checkpoints check it).
 
-    Two MLPs over the flattened (with ``obs_norm``, normalised) observation: an
-    actor (policy logits, or the Gaussian mean plus a state-independent log-std
-    for Box actions) and a critic (the value).
+    mlp: two MLPs over the flattened (with ``obs_norm``, normalised) observation, an actor
+    (policy logits, or the Gaussian mean plus a state-independent log-std for Box actions) and a
+    critic (the value); uint8 observations are scaled by ``info["obs_scale"]`` (1/255) first.
+    A CNN: the torso ``info["torso"]`` describes (:mod:`mqttrl.nets`), shared by a linear
+    actor head and a linear critic head. ``obs_dim`` is what :func:`check_spaces` returns (a
+    plain ``int`` means flat float observations). Raises ConfigError for ``obs_norm`` with a CNN
+    or with integer or bool observations (a running mean of pixels or bits is no use).
     """
-    return {
-        "obs_dim": obs_dim,
+    shape, dtype = getattr(obs_dim, "shape", (int(obs_dim),)), getattr(obs_dim, "dtype", np.dtype(np.float32))
+    torso = nets.describe(params.network, shape, dtype, params.hidden)
+    if params.obs_norm and (torso["network"] != "mlp" or dtype.kind != "f"):
+        raise ConfigError(
+            f"obs_norm=true: normalisation is for float vector observations with the mlp; these are {dtype} "
+            f"observations of shape {tuple(shape)} and the network is {torso['network']} (set obs_norm = false)"
+        )
+    info: dict[str, Any] = {
+        "obs_dim": int(obs_dim),
         "continuous": continuous,
         "act_dim": act_dim,
         "hidden": list(params.hidden),
@@ -154,21 +174,55 @@ def net_info(obs_dim: int, continuous: bool, act_dim: int, params: PPOParams) ->
         "obs_norm": bool(params.obs_norm),
         "obs_clip": float(params.obs_clip),
     }
+    if torso["network"] != "mlp":
+        info["torso"] = torso
+    elif torso["obs_scale"] != 1.0:
+        info["obs_scale"] = torso["obs_scale"]
+    return info
 
 
-def full_info(own: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
+#: the keys of a network ``info`` that follow the weights (the architecture; the spaces must match)
+_ARCHITECTURE = ("hidden", "activation", "obs_norm", "obs_clip", "torso", "obs_scale")
+
+
+def full_info(
+    own: Mapping[str, Any], info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None
+) -> dict[str, Any]:
     """The network that weights' ``info`` describes, checked against the spaces this side has.
 
-    Architecture keys (hidden sizes, activation, obs_norm, obs_clip) follow the
-    weights; the spaces must match.
+    Architecture keys (hidden sizes, activation, obs_norm, obs_clip, the CNN torso, the input
+    scale) follow the weights; the spaces must match (with ``obs_shape``, a torso's too). An info
+    that has ``hidden`` but no ``torso`` (or ``obs_scale``) is an MLP (over unscaled inputs).
     """
     for key in ("obs_dim", "continuous", "act_dim"):
         if key in info and info[key] != own[key]:
             raise ValueError(f"weights are for {key}={info[key]!r}, the network here has {key}={own[key]!r}")
-    full = {**own, **{k: info[k] for k in ("hidden", "activation", "obs_norm", "obs_clip") if k in info}}
+    full = {**own, **{k: info[k] for k in _ARCHITECTURE if k in info}}
+    if "hidden" in info:
+        for key in ("torso", "obs_scale"):
+            if key not in info:
+                full.pop(key, None)
     if full["activation"] not in ACTIVATIONS:
         raise ValueError(f"weights use activation {full['activation']!r}; known: {', '.join(ACTIVATIONS)}")
+    if "torso" in full:
+        full["torso"] = torso = nets.validate(full["torso"])
+        if torso["layout"] == "flat":
+            raise ValueError("a ppo torso is a CNN; an mlp is described by hidden and activation")
+        if obs_shape is not None and tuple(torso["obs_shape"]) != tuple(obs_shape):
+            raise ValueError(
+                f"weights are for observations of shape {tuple(torso['obs_shape'])}, these are {obs_shape}"
+            )
+        if full["obs_norm"]:
+            raise ValueError("weights with a CNN torso cannot use obs_norm")
+    scale = full.get("obs_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"obs_scale must be a positive number, got {scale!r}")
     return full
+
+
+def mlp_scale(info: Mapping[str, Any]) -> float:
+    """What the mlp multiplies its float input by (1/255 for uint8 observations, else 1)."""
+    return float(info.get("obs_scale", 1.0))
 
 
 def _layer_sizes(info: Mapping[str, Any], head: str) -> list[tuple[int, int]]:
@@ -178,46 +232,61 @@ def _layer_sizes(info: Mapping[str, Any], head: str) -> list[tuple[int, int]]:
     return list(zip(outs, ins))
 
 
+#: the tensor names of a CNN torso in the exported weights (the heads are ``actor.*`` and ``critic.*``)
+TORSO_PREFIX = "torso."
+
+
 def weight_shapes(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of the exported network tensors (the layout of ``learner.Agent.state_dict()``:
-    ``critic.{2i}.weight`` / ``.bias`` (out, in) / (out,), the same for ``actor``, and for Box
-    actions ``actor_logstd`` (1, act_dim)). With obs_norm the weights also hold ``obs_norm.mean``
-    and ``obs_norm.var`` (float64)."""
+    """Names and shapes of the exported network tensors (the layout of ``learner.Agent.state_dict()``).
+
+    mlp: ``critic.{2i}.weight`` / ``.bias`` (out, in) / (out,), the same for ``actor``. CNN: the
+    torso's ``torso.{2i}.weight`` / ``.bias`` (:func:`mqttrl.nets.weight_shapes`), then the heads
+    ``actor.weight`` / ``.bias`` and ``critic.weight`` / ``.bias``. For Box actions also
+    ``actor_logstd`` (1, act_dim). With obs_norm the weights also hold ``obs_norm.mean`` and
+    ``obs_norm.var`` (float64)."""
     shapes: dict[str, tuple[int, ...]] = {}
-    for head in ("critic", "actor"):
-        for i, (out, inp) in enumerate(_layer_sizes(info, head)):
-            shapes[f"{head}.{2 * i}.weight"] = (out, inp)
-            shapes[f"{head}.{2 * i}.bias"] = (out,)
+    if "torso" in info:
+        shapes.update(nets.weight_shapes(info["torso"], TORSO_PREFIX))
+        width = nets.out_size(info["torso"])
+        for head, out in (("actor", int(info["act_dim"])), ("critic", 1)):
+            shapes[f"{head}.weight"] = (out, width)
+            shapes[f"{head}.bias"] = (out,)
+    else:
+        for head in ("critic", "actor"):
+            for i, (out, inp) in enumerate(_layer_sizes(info, head)):
+                shapes[f"{head}.{2 * i}.weight"] = (out, inp)
+                shapes[f"{head}.{2 * i}.bias"] = (out,)
     if info["continuous"]:
         shapes["actor_logstd"] = (1, int(info["act_dim"]))
     return shapes
 
 
-def _orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
-    """Like ``torch.nn.init.orthogonal_`` (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
-    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
-    q, r = np.linalg.qr(a)
-    q *= np.sign(np.diag(r))
-    return gain * (q if rows >= cols else q.T)
-
-
 def initial_weights(info: Mapping[str, Any], seed: int, ortho_init: bool = True, log_std_init: float = 0.0) -> Tensors:
     """Fresh weights in the exported layout, made in numpy: what an actor acts with before the first
     model version arrives. Orthogonal init as the learner's (hidden gain sqrt(2), policy head 0.01,
-    value head 1, zero biases), else torch's default Linear init; the values differ from the learner's."""
+    value head 1, zero biases), else torch's default init; the values differ from the learner's."""
     rng = np.random.default_rng([int(seed), 0x99])
     tensors: Tensors = {}
-    for head in ("critic", "actor"):
-        sizes = _layer_sizes(info, head)
-        for i, (out, inp) in enumerate(sizes):
+    if "torso" in info:
+        torso = info["torso"]
+        tensors.update(nets.initial_weights(torso, rng, TORSO_PREFIX, math.sqrt(2) if ortho_init else None))
+        heads = [(head, out, 1) for head, out in (("actor", int(info["act_dim"])), ("critic", 1))]
+        width = nets.out_size(torso)
+        sizes = {h: [(out, width)] for h, out, _ in heads}
+        names = {h: [h] for h, _, _ in heads}
+    else:
+        sizes = {h: _layer_sizes(info, h) for h in ("critic", "actor")}
+        names = {h: [f"{h}.{2 * i}" for i in range(len(sizes[h]))] for h in sizes}
+    for head in sizes:
+        for i, (out, inp) in enumerate(sizes[head]):
             if ortho_init:
-                gain = math.sqrt(2) if i < len(sizes) - 1 else (1.0 if head == "critic" else 0.01)
-                w, b = _orthogonal(rng, out, inp, gain), np.zeros(out)
+                gain = math.sqrt(2) if i < len(sizes[head]) - 1 else (1.0 if head == "critic" else 0.01)
+                w, b = nets.orthogonal(rng, out, inp, gain), np.zeros(out)
             else:
                 bound = 1 / math.sqrt(inp)
                 w, b = rng.uniform(-bound, bound, (out, inp)), rng.uniform(-bound, bound, out)
-            tensors[f"{head}.{2 * i}.weight"] = w.astype(np.float32)
-            tensors[f"{head}.{2 * i}.bias"] = b.astype(np.float32)
+            tensors[f"{names[head][i]}.weight"] = w.astype(np.float32)
+            tensors[f"{names[head][i]}.bias"] = b.astype(np.float32)
     if info["continuous"]:
         tensors["actor_logstd"] = np.full((1, int(info["act_dim"])), log_std_init, np.float32)
     if info["obs_norm"]:
@@ -293,16 +362,17 @@ def normalize_obs(obs: np.ndarray, mean: np.ndarray | None, var: np.ndarray | No
 
 
 def sample_spec(params: PPOParams, obs_space: gym.Space, act_space: gym.Space) -> SampleSpec:
-    """``obs`` is raw (never normalised); ``action`` the raw policy sample (Box: before clipping
-    to the bounds); ``logprob``/``value`` as the actor computed them; ``advantage``/``ret`` from GAE."""
-    _, continuous, act_dim = check_spaces(obs_space, act_space)
+    """``obs`` is raw (never normalised), in the observations' dtype (uint8, bool or float32);
+    ``action`` the raw policy sample (Box: before clipping to the bounds); ``logprob``/``value``
+    as the actor computed them; ``advantage``/``ret`` from GAE."""
+    obs_dim, continuous, act_dim = check_spaces(obs_space, act_space)
     if continuous:
         action = FieldSpec("float32", tuple(int(s) for s in act_space.shape))
     else:
         action = FieldSpec("int64", (), low=0, high=act_dim - 1)
     return SampleSpec(
         fields={
-            "obs": FieldSpec("float32", tuple(int(s) for s in obs_space.shape)),
+            "obs": FieldSpec(obs_dim.dtype.name, obs_dim.shape),
             "action": action,
             "logprob": FieldSpec("float32", ()),
             "value": FieldSpec("float32", ()),

@@ -8,7 +8,8 @@ observation normalisation and the sample spec come from :mod:`.common`, so
 compute the same outputs, and the learner's log-probabilities of the actors'
 (numpy) samples equal the actors' own to float32 rounding.
 
-1. ``Agent``: actor and critic MLPs (CleanRL's layout and initialisation);
+1. ``Agent``: actor and critic MLPs, or a CNN torso (:mod:`mqttrl.nets`) shared by an actor
+   head and a critic head (CleanRL's layouts and initialisation);
 2. ``TorchForward``: the forward contract of :mod:`.numpy_net`, in torch;
 3. ``PPOLearner`` (a :class:`~mqttrl.algorithm.SyncLearner`): one
    ``train_round`` per model version, clipped surrogate, value loss, entropy
@@ -28,6 +29,7 @@ import torch
 from torch import nn
 
 from mqttrl.algorithm import Tensors
+from mqttrl.nets.torch_torso import Torso, orthogonal_init
 from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
@@ -39,6 +41,7 @@ from .common import (
     check_spaces,
     full_info,
     initial_weights,
+    mlp_scale,
     net_info,
     normalize_obs,
     obs_stats,
@@ -74,32 +77,54 @@ def _mlp(inp: int, hidden: list[int], out: int, activation: str, out_std: float,
 
 
 class Agent(nn.Module):
-    """Actor and critic MLPs over flattened (possibly normalised) observations."""
+    """The network of a ``net_info``: actor and critic MLPs over flattened (possibly normalised)
+    observations, or a CNN torso shared by a linear actor head and a linear critic head.
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        continuous: bool,
-        hidden: list[int],
-        activation: str,
-        ortho_init: bool = True,
-        log_std_init: float = 0.0,
-    ):
+    Every method takes observations as they come (uint8, bool or float; with obs_norm the
+    normalised float32 ones) and converts inside, so a uint8 batch crosses to a GPU as uint8.
+    """
+
+    def __init__(self, info: Mapping[str, Any], ortho_init: bool = True, log_std_init: float = 0.0):
         super().__init__()
-        self.continuous = continuous
-        self.critic = _mlp(obs_dim, hidden, 1, activation, 1.0, ortho_init)
-        self.actor = _mlp(obs_dim, hidden, act_dim, activation, 0.01, ortho_init)
+        self.continuous = continuous = bool(info["continuous"])
+        act_dim = int(info["act_dim"])
+        self.cnn = "torso" in info
+        if self.cnn:  # CleanRL's ppo_atari: network (gain sqrt(2)), actor (0.01), critic (1)
+            self.torso = Torso(info["torso"])
+            self.actor = _layer(nn.Linear(self.torso.out_size, act_dim), 0.01, ortho_init)
+            self.critic = _layer(nn.Linear(self.torso.out_size, 1), 1.0, ortho_init)
+            if ortho_init:
+                orthogonal_init(self.torso, math.sqrt(2))
+            self.obs_scale = 1.0  # the torso scales
+        else:
+            hidden, activation = [int(h) for h in info["hidden"]], str(info["activation"])
+            obs_dim = int(info["obs_dim"])
+            self.critic = _mlp(obs_dim, hidden, 1, activation, 1.0, ortho_init)
+            self.actor = _mlp(obs_dim, hidden, act_dim, activation, 0.01, ortho_init)
+            self.obs_scale = 1.0 if info["obs_norm"] else mlp_scale(info)
         if continuous:
             self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the heads read: the torso's output, or the MLPs' flattened float input."""
+        if self.cnn:
+            return self.torso(x)
+        x = x.float().flatten(1)
+        return x * self.obs_scale if self.obs_scale != 1.0 else x
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy output: logits or Gaussian mean, value)."""
+        h = self.features(x)
+        return self.actor(h), self.critic(h).squeeze(-1)
+
     def value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(x).squeeze(-1)
+        return self.critic(self.features(x)).squeeze(-1)
 
     def evaluate(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probability of ``action``, policy entropy and value (the learner's forward pass)."""
-        logprob, entropy = self._logprob_entropy(self.actor(x), action)
-        return logprob, entropy, self.value(x)
+        out, value = self(x)
+        logprob, entropy = self._logprob_entropy(out, action)
+        return logprob, entropy, value
 
     def _logprob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.continuous:
@@ -114,14 +139,7 @@ class Agent(nn.Module):
 
 
 def _agent_from_info(info: Mapping[str, Any]) -> Agent:
-    return Agent(
-        int(info["obs_dim"]),
-        int(info["act_dim"]),
-        bool(info["continuous"]),
-        [int(h) for h in info["hidden"]],
-        str(info["activation"]),
-        ortho_init=False,
-    )
+    return Agent(info, ortho_init=False)
 
 
 # --------------------------------------------------------------------------
@@ -143,13 +161,14 @@ class TorchForward:
     ):
         obs_dim, continuous, act_dim = check_spaces(obs_space, act_space)
         self.obs_dim = obs_dim
+        self.obs_shape = obs_dim.shape
         self.info = net_info(obs_dim, continuous, act_dim, params)
         self.device = torch.device(device)
         self.load_weights(initial_weights(self.info, seed, params.ortho_init, params.log_std_init), self.info)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """The tensors :meth:`PPOLearner.export_weights` makes; raises before anything is replaced."""
-        full = full_info(self.info, info)
+        full = full_info(self.info, info, self.obs_shape)
         with torch.random.fork_rng(devices=[]):  # building the modules draws from the global RNG
             agent = _agent_from_info(full)
         load_module(agent, tensors, ignore=("obs_norm.",))
@@ -164,15 +183,15 @@ class TorchForward:
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         agent, stats, clip = self._state
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), self.obs_dim)
+        x = np.asarray(obs)  # in its own dtype: the agent converts (a uint8 batch goes to a GPU as uint8)
         if stats is not None:
-            x = scale_obs(x, *stats, clip)
+            x = scale_obs(np.asarray(x, np.float32).reshape(len(x), self.obs_dim), *stats, clip)
         elif not x.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
             x = x.copy()
         with torch.inference_mode():
-            xt = torch.from_numpy(x).to(self.device)
-            out = agent.actor(xt)
-            res = {"value": agent.value(xt).cpu().numpy()}
+            xt = torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
+            out, value = agent(xt)
+            res = {"value": value.cpu().numpy()}
             if agent.continuous:
                 res["mean"] = out.cpu().numpy()
                 res["log_std"] = agent.actor_logstd.expand_as(out).contiguous().cpu().numpy()
@@ -207,9 +226,7 @@ class PPOLearner:
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.agent = Agent(
-            self.obs_dim, self.act_dim, self.continuous, list(p.hidden), p.activation, p.ortho_init, p.log_std_init
-        ).to(self.device)
+        self.agent = Agent(self._info(), p.ortho_init, p.log_std_init).to(self.device)
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=p.lr, eps=p.adam_eps)
         self.obs_rms = RunningMeanStd(self.obs_dim) if p.obs_norm else None
         #: gradient (minibatch) steps done; what the node reports and checkpoints count
@@ -248,9 +265,11 @@ class PPOLearner:
             return {"transitions": 0.0, "rounds": float(self.rounds), "updates": float(self.updates)}
         cat = {k: np.concatenate([np.asarray(b.arrays[k]) for b in batches]) for k in self.spec.fields}
 
-        # normalise with the statistics of the version the actors used (see common's module docstring)
+        # normalise with the statistics of the version the actors used (see common's module docstring);
+        # without obs_norm the observations go to the device in their own dtype and the agent converts
         dev = self.device
-        obs = torch.from_numpy(normalize_obs(cat["obs"], *self._stats(), p.obs_clip)).to(dev)
+        raw = normalize_obs(cat["obs"], *self._stats(), p.obs_clip) if self.obs_rms is not None else cat["obs"]
+        obs = torch.from_numpy(raw).to(dev)
         act_np = cat["action"].reshape(n, -1) if self.continuous else cat["action"]
         action = torch.from_numpy(np.ascontiguousarray(act_np)).to(dev)
         old_logprob = torch.from_numpy(cat["logprob"]).to(dev)  # np.concatenate made writable copies
