@@ -67,6 +67,7 @@ def test_numpy_forward_equals_torch(network, shape, dtype, batch):
     assert got.dtype == np.float32 and got.shape == expected.shape == (batch, out_size(torso))
     assert np.abs(expected).max() > 0
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    assert forward(obs[:0]).shape == (0, out_size(torso))  # an inference server may get an empty batch
 
 
 def test_torso_keeps_the_input_dtype_until_inside():

@@ -153,10 +153,10 @@ class NumpyTorso:
                 y = cols @ w
                 y += b
                 np.maximum(y, 0.0, out=y)
-                x, chw = y.reshape(n, ho, wo, -1), False
-            x = x.reshape(n, -1)
+                x, chw = y.reshape(n, ho, wo, w.shape[1]), False
+            x = x.reshape(n, math.prod(x.shape[1:]))  # (an empty batch has no -1 to infer)
         else:
-            x = np.asarray(obs.reshape(n, -1), dtype=np.float32)
+            x = np.asarray(obs.reshape(n, self._size), dtype=np.float32)
             if self._scale_out is not None and self._scale_out != 1:
                 x = x * self._scale_out
         for w, b in self.dense:
