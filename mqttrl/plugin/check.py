@@ -85,14 +85,15 @@ class _Checks:
             self.fail(name, detail)
 
 
-def _arrays(name: str, out: Any, batch: int) -> str | None:
-    """Why ``out`` is not a dict of numpy arrays with ``batch`` rows, or None."""
+def _arrays(name: str, out: Any, batch: int, pools: frozenset = frozenset()) -> str | None:
+    """Why ``out`` is not a dict of numpy arrays with ``batch`` rows (any rows for the pool fields
+    ``pools``), or None."""
     if not isinstance(out, dict):
         return f"{name} returned {type(out).__name__}, expected a dict of arrays"
     for k, v in out.items():
         if not isinstance(v, np.ndarray):
             return f"{name}[{k!r}] is {type(v).__name__}, expected numpy.ndarray"
-        if v.ndim == 0 or v.shape[0] != batch:
+        if v.ndim == 0 or (v.shape[0] != batch and k not in pools):
             return f"{name}[{k!r}] has shape {v.shape}, expected the batch ({batch}) as first axis"
     return None
 
@@ -190,14 +191,15 @@ def _send(c: _Checks, info: AlgorithmInfo, spec: Any, actor: Any, pending: int, 
 
     with c.step("take") as note:
         arrays = actor.take()
-        why = _arrays("take()", arrays, pending) if arrays else "take() returned nothing while pending() > 0"
+        pools = frozenset(k for k, f in spec.fields.items() if not f.per_transition)
+        why = _arrays("take()", arrays, pending, pools) if arrays else "take() returned nothing while pending() > 0"
         if why:
             raise ValueError(why)
         if actor.pending() != 0:
             raise ValueError(f"pending() is {actor.pending()} after take(), expected 0")
         note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items())
     with c.step("wire") as note:
-        batch = decode_batch(encode_batch("check", "w0", seq, version, arrays))
+        batch = decode_batch(encode_batch("check", "w0", seq, version, arrays, count=pending))
         note["detail"] = f"{batch.count} transitions"
     with c.step("sample_spec.validate"):
         spec.validate(batch.arrays, batch.count)

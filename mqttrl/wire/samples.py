@@ -40,13 +40,21 @@ MAX_INCARNATION = 64
 
 @attrs.frozen
 class FieldSpec:
-    """What one field of a transition looks like (shape excludes the batch axis)."""
+    """What one field of a batch looks like (shape excludes the leading axis).
+
+    A field has one row per transition, unless ``per_transition`` is false: then it is a
+    pool of at most ``max_rows`` rows that other fields refer to (DQN's frames). ``ref``
+    names such a pool: each value of this integer field must be a row of it.
+    """
 
     dtype: str
     shape: tuple[int, ...] = ()
     #: inclusive bounds for integer fields (e.g. discrete actions), or None
     low: float | None = None
     high: float | None = None
+    per_transition: bool = True
+    max_rows: int | None = None
+    ref: str | None = None
 
 
 @attrs.frozen
@@ -73,8 +81,13 @@ class SampleSpec:
             arr = arrays[name]
             if arr.dtype != np.dtype(spec.dtype):
                 raise Rejected("dtype", f"{name} is {arr.dtype}, expected {spec.dtype}")
-            if arr.shape != (count, *spec.shape):
-                raise Rejected("shape", f"{name} has shape {arr.shape}, expected {(count, *spec.shape)}")
+            rows = count if spec.per_transition else arr.shape[0] if arr.ndim else -1
+            if arr.shape != (rows, *spec.shape):
+                raise Rejected("shape", f"{name} has shape {arr.shape}, expected {(rows, *spec.shape)}")
+            if spec.max_rows is not None and rows > spec.max_rows:
+                raise Rejected("oversize", f"{name} has {rows} rows (allowed {spec.max_rows})")
+            if spec.ref is not None and arr.size and arr.max() >= len(arrays[spec.ref]):
+                raise Rejected("out_of_range", f"{name} refers past the {len(arrays[spec.ref])} rows of {spec.ref}")
             if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                 raise Rejected("non_finite", f"{name} contains NaN or inf")
             if spec.low is not None and arr.size and arr.min() < spec.low:
@@ -118,16 +131,19 @@ def encode_batch(
     extra: Mapping[str, object] | None = None,
     incarnation: str = "",
     epoch: int = 0,
+    count: int | None = None,
 ) -> bytes:
-    """Encode named arrays (all with the same leading batch axis) into one payload."""
+    """Encode named arrays into one payload. ``count`` is the number of transitions; without it,
+    all arrays must share their leading axis, which is the count."""
     if len(incarnation) > MAX_INCARNATION:
         raise ValueError(f"incarnation id of {len(incarnation)} characters (at most {MAX_INCARNATION})")
     if not arrays:
         raise ValueError("a batch needs at least one array")
     counts = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
-    if len(counts) != 1 or -1 in counts:
+    if -1 in counts or (count is None and len(counts) != 1):
         raise ValueError(f"arrays disagree on the batch axis: { {k: v.shape for k, v in arrays.items()} }")
-    count = counts.pop()
+    if count is None:
+        count = counts.pop()
     entries = []
     offset = 0
     blobs = []
@@ -242,8 +258,6 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         nbytes = math.prod(shape) * dt.itemsize
         if off + nbytes > data_len:
             raise Rejected("truncated", f"{name} needs bytes {off}..{off + nbytes}, payload has {data_len}")
-        if shape[0] != count:
-            raise Rejected("shape", f"{name} has {shape[0]} rows, header says {count}")
         arr = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
         arrays[name] = arr
     return SampleBatch(

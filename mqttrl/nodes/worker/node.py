@@ -297,17 +297,24 @@ class WorkerNode:
     # ---- publishing ----------------------------------------------------------------
     def _send_batch(self) -> None:
         self._send_episodes()
+        count = self.actor.pending()  # transitions; a pool field (DQN's frames) has its own row count
         arrays = self.actor.take()
-        if not arrays:
+        if not arrays or not count:
             return
         seq, version = self.core.batch_sent()
         payload = encode_batch(
-            self.topics.run, self.name, seq, version, arrays, incarnation=self.core.incarnation, epoch=self.core.epoch
+            self.topics.run,
+            self.name,
+            seq,
+            version,
+            arrays,
+            incarnation=self.core.incarnation,
+            epoch=self.core.epoch,
+            count=count,
         )
         if self.ledger is not None:
             self._note_acks()
-            n = len(next(iter(arrays.values())))
-            self.ledger.write("sent", seq=seq, n=n, epoch=self.core.epoch, v=version)
+            self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
 
     def _note_acks(self) -> None:
