@@ -341,11 +341,12 @@ def _check_algorithm(
                         raise RuntimeError(f"train_due() still False after {envs.steps} env steps")
                     while actor.pending() == 0 and envs.steps < budget:
                         envs.step(actor)
+                    count = actor.pending()
                     arrays = actor.take()
-                    if arrays:
+                    if arrays and count:
                         from mqttrl.wire import decode_batch, encode_batch
 
-                        b = decode_batch(encode_batch("check", "w0", seq, 1, arrays))
+                        b = decode_batch(encode_batch("check", "w0", seq, 1, arrays, count=count))
                         spec.validate(b.arrays, b.count)
                         learner.add(b)
                         seq += 1
