@@ -8,6 +8,7 @@ so ``algorithm.lr`` is checked just like ``learner.publish_every``.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 import types
 import typing
@@ -44,6 +45,17 @@ def unit_interval(inst, attribute, value):
 def unit_positive(inst, attribute, value):
     if not 0 < value <= 1:
         raise ConfigError(f"{attribute.name}={value!r}: must be > 0 and <= 1")
+
+
+#: what learner.device accepts: "auto" (CUDA when torch sees it, else CPU), "cpu", "cuda", "cuda:N", "mps"
+TORCH_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+def torch_device(inst, attribute, value):
+    if not isinstance(value, str) or not TORCH_DEVICE.fullmatch(value):
+        raise ConfigError(
+            f"{attribute.name}={value!r}: must be 'auto', 'cpu', 'cuda', 'cuda:N' (N = 0, 1 ...) or 'mps'"
+        )
 
 
 def layer_sizes(inst, attribute, value):
@@ -96,7 +108,8 @@ class LearnerConfig:
     worker_timeout_s: float = attrs.field(default=10.0, validator=positive)
     #: reject samples from workers that never published a birth message
     require_announce: bool = True
-    device: str = "cpu"
+    #: torch device: "auto" (CUDA when torch.cuda.is_available(), else CPU), "cpu", "cuda", "cuda:N" or "mps"
+    device: str = attrs.field(default="auto", validator=torch_device)
     torch_threads: int = attrs.field(default=1, validator=positive)
     max_payload_mb: float = attrs.field(default=64.0, validator=positive)
     #: sync mode: a round waits this long for every live worker's share, then trains without the missing ones

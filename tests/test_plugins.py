@@ -519,7 +519,12 @@ def test_registrations_are_attributed_to_their_plugin(corridor_site, registry_fr
     """pluggy calls each plugin's hooks; every registration names the plugin it came from."""
     reg = registry_from(corridor_site)
     assert {n: r.plugin for n, r in reg.algorithms.items()} == {"dqn": "dqn", "ppo": "ppo", "corridor_dqn": "corridor"}
-    assert {n: r.plugin for n, r in reg.envs.items()} == {"gym/": "gym_envs", CORRIDOR_ENV: "corridor"}
+    assert {n: r.plugin for n, r in reg.envs.items()} == {
+        "gym/": "gym_envs",
+        "atari/": "atari_envs",
+        "minatar/": "minatar_envs",
+        CORRIDOR_ENV: "corridor",
+    }
     assert {n: r.plugin for n, r in reg.storages.items()} == {"files": "files", "influxdb": "influxdb"}
     assert reg.algorithms["corridor_dqn"].description == "DQN, renamed by a third-party plugin"
     report = by_name(reg.plugins)

@@ -23,13 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.algorithm import FLEET_PROGRESS_KEY
-from mqttrl.config import RunConfig, write_resolved
+from mqttrl.config import ConfigError, RunConfig, write_resolved
 from mqttrl.envs.make import make_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
-from mqttrl.plugin.manager import get_registry
+from mqttrl.nodes.learner.device import describe_device, resolve_device
+from mqttrl.plugin.manager import UnknownPluginError, get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
 from mqttrl.state.rng import restore_rng, rng_state, seed_everything
@@ -62,7 +65,10 @@ class LearnerNode:
         registry = get_registry()
         self.info = registry.algorithm(config.algorithm.name)
         self.params = config.algorithm.params
-        env = make_env(config.env.id, config.env.kwargs, registry)
+        try:
+            env = make_env(config.env.id, config.env.kwargs, registry)
+        except (UnknownPluginError, gym.error.Error) as e:  # unknown id, missing extra: one line, no traceback
+            raise SystemExit(f"env error: {e}") from None
         self.obs_space, self.act_space = env.observation_space, env.action_space
         env.close()
         try:
@@ -72,13 +78,16 @@ class LearnerNode:
                 "the learner needs torch: pip install 'mqttrl[learner]' "
                 "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
             ) from None
+        try:
+            self.device = resolve_device(self.lc.device, torch)
+        except ConfigError as e:
+            raise SystemExit(f"config error: {e}") from None
+        log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
         seed_everything(config.train.seed)
 
         torch.set_num_threads(self.lc.torch_threads)
         self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)
-        self.algo = self.info.make_learner(
-            self.params, self.obs_space, self.act_space, self.lc.device, config.train.seed
-        )
+        self.algo = self.info.make_learner(self.params, self.obs_space, self.act_space, self.device, config.train.seed)
         self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
         # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
         self.core.epoch = time.time_ns() // 1_000_000
