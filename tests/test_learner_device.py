@@ -80,6 +80,8 @@ def test_a_gpu_index_torch_does_not_see():
         ConfigError, match=r"learner.device='cuda:2' but torch sees 2 CUDA devices \(cuda:0 to cuda:1\)"
     ):
         resolve_device("cuda:2", fake_torch(cuda=2))
+    with pytest.raises(ConfigError, match=r"learner.device='cuda:1' but torch sees 1 CUDA device \(cuda:0\); use"):
+        resolve_device("cuda:1", fake_torch(cuda=1))
 
 
 def test_mps_must_be_there():

@@ -161,6 +161,15 @@ def test_atari_without_ale_py_says_what_to_install(monkeypatch):
         make_env("atari/Pong")
 
 
+def test_atari_without_opencv_says_what_to_install(ale, monkeypatch):
+    """gymnasium's AtariPreprocessing imports cv2 (it resizes with it) even at 84x84: part of the atari extra."""
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    with pytest.raises(
+        gym.error.DependencyNotInstalled, match=r"atari/Pong needs opencv.*pip install 'mqttrl\[atari\]'"
+    ):
+        make_env("atari/Pong")
+
+
 # ---- minatar/ --------------------------------------------------------------------------------
 
 

@@ -44,10 +44,8 @@ def resolve_device(name: str, torch: Any = None) -> str:
     if ":" in name:
         index, count = int(name.partition(":")[2]), torch.cuda.device_count()
         if index >= count:
-            raise ConfigError(
-                f"learner.device={name!r} but torch sees {count} CUDA device{'s' if count != 1 else ''} "
-                f"(cuda:0 to cuda:{count - 1}); use one of them, 'cuda' or 'auto'"
-            )
+            seen = "1 CUDA device (cuda:0)" if count == 1 else f"{count} CUDA devices (cuda:0 to cuda:{count - 1})"
+            raise ConfigError(f"learner.device={name!r} but torch sees {seen}; use one of them, 'cuda' or 'auto'")
     return name
 
 
