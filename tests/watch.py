@@ -19,6 +19,11 @@ class Watcher:
         self.metrics: list[dict] = []
         self.first_batch: dict[str, dict] = {}
         self.batches: dict[str, int] = {}
+        #: the last sample batch seen from each worker, decoded
+        self.last_batch: dict[str, object] = {}
+        #: transitions in all sample batches seen, and the frames they carried (DQN's image batches)
+        self.transitions_seen = 0
+        self.frames_seen = 0
         self.heartbeats: dict[str, dict] = {}
         self.states: dict[str, dict] = {}
         self.episodes: list[dict] = []
@@ -47,6 +52,9 @@ class Watcher:
                     return
                 self.first_batch.setdefault(name, {"model_version": b.model_version, "seq": b.seq, "at": time.time()})
                 self.batches[name] = self.batches.get(name, 0) + 1
+                self.last_batch[name] = b
+                self.transitions_seen += b.count
+                self.frames_seen += len(b.arrays["frames"]) if "frames" in b.arrays else 0
             elif kind == "heartbeat":
                 self.heartbeats[name] = json.loads(msg.payload)
             elif kind in ("worker_state", "learner_state") and msg.payload:
