@@ -7,14 +7,19 @@ single bad message from the network crash a node.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import resource
 import struct
+import tracemalloc
 import zlib
 from types import SimpleNamespace
 
+import lz4.frame
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,15 +31,18 @@ from mqttrl.wire import (
     SampleBatch,
     SampleSpec,
     WeightsMessage,
+    check_compression,
     decode_batch,
+    decode_header,
     decode_json,
     decode_weights,
     encode_batch,
     encode_json,
     encode_weights,
+    samples,
 )
 from mqttrl.wire.errors import REASONS
-from mqttrl.wire.samples import _PREFIX, ALLOWED_DTYPES, MAGIC, MAX_HEADER, _align
+from mqttrl.wire.samples import _PREFIX, ALLOWED_DTYPES, AUTO_MIN_BYTES, MAGIC, MAX_HEADER, _align
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -469,6 +477,51 @@ def test_pool_fields_and_references():
         encode_batch("r", "w", 0, 0, ok)  # rows differ and no count given
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4"])
+def test_pool_batch_on_the_wire(codec):
+    """DQN's frames: a pool of 9 unique frames, 4 transitions referring into it by row."""
+    rng = np.random.default_rng(2)
+    spec = SampleSpec(
+        {
+            "obs_ref": FieldSpec("int32", (4,), ref="frames"),  # before its pool: checked after every shape
+            "frames": FieldSpec("uint8", (84, 84), per_transition=False, max_rows=16),
+            "action": FieldSpec("int64", (), low=0, high=5),
+        }
+    )
+    arrays = {
+        "obs_ref": np.array([[0, 1, 2, 3], [1, 2, 3, 4], [5, 6, 7, 8], [6, 7, 8, 8]], np.int32),
+        "frames": (rng.random((9, 84, 84)) < 0.05).astype(np.uint8) * 200,
+        "action": np.array([0, 5, 2, 1]),
+    }
+    b = decode_batch(encode_batch("r", "w", 0, 0, arrays, count=4, compression=codec))
+    assert b.count == 4 and b.arrays["frames"].shape == (9, 84, 84)
+    spec.validate(b.arrays, b.count)
+    for bad in (9, -1, 2**31 - 1):  # a reference past the pool, or negative (numpy would wrap it)
+        refs = arrays["obs_ref"].copy()
+        refs[3, 2] = bad
+        r = rejected(spec.validate, {**arrays, "obs_ref": refs}, 4)
+        assert r.reason == "out_of_range" and "obs_ref" in r.detail and "9 rows of frames" in r.detail
+    # the pool's own rows are free (up to max_rows); the transitions' are the count
+    spec.validate({**arrays, "frames": arrays["frames"][:9]}, 4)
+    assert rejected(spec.validate, {**arrays, "frames": arrays["frames"][:0]}, 4).reason == "out_of_range"
+    assert rejected(spec.validate, arrays, 3).reason == "shape"
+    assert rejected(spec.validate, {**arrays, "frames": np.zeros((17, 84, 84), np.uint8)}, 4).reason == "oversize"
+
+
+def test_a_reference_must_name_an_integer_field_of_the_spec():
+    with pytest.raises(ValueError, match="pool"):
+        SampleSpec({"r": FieldSpec("int32", ref="pool")})
+    with pytest.raises(ValueError, match="integer"):
+        SampleSpec({"p": FieldSpec("uint8", per_transition=False), "r": FieldSpec("float32", ref="p")})
+
+
+def test_big_endian_input_goes_on_the_wire_little_endian():
+    be = np.arange(6, dtype=">f4").reshape(3, 2)
+    b = decode_batch(encode_batch("r", "w", 0, 0, {"x": be}))
+    assert b.arrays["x"].dtype == np.float32
+    np.testing.assert_array_equal(b.arrays["x"], be)
+
+
 def test_decode_array_beyond_data():
     assert rejected(decode_batch, _mutated(a_shape=[2, 3])).reason == "truncated"
     assert rejected(decode_batch, _mutated(a_offset=8)).reason == "truncated"
@@ -490,6 +543,274 @@ def test_decode_oversize():
     decode_batch(good, max_bytes=len(good))
 
 
+# ---------------------------------------------------------------- compression
+CODEC_NAMES = ["zstd", "lz4"]
+
+
+def compressible(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """Data with repeats in it (like frames), so that every codec shrinks it."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.1
+    if np.dtype(dtype).kind == "f":
+        return np.round(rng.standard_normal(shape), 1).astype(dtype)
+    return rng.integers(0, 4, shape).astype(dtype)
+
+
+def compressed_payload(header_changes: dict, body: bytes, arrays=None) -> bytes:
+    """A hand-built compressed batch: GOOD_HEADER with ``arrays`` entries and ``header_changes``."""
+    h = json.loads(json.dumps(GOOD_HEADER))
+    if arrays is not None:
+        h["arrays"] = arrays
+    h.update(header_changes)
+    return assemble(h, body)
+
+
+@functools.cache
+def zeros_frame(codec: str, size: int, store_size: bool = True) -> bytes:
+    """``size`` zero bytes compressed, made in 1 MiB pieces (never ``size`` bytes in memory);
+    ``store_size=False`` leaves the content size out of the frame's own header."""
+    chunk, parts = bytes(1 << 20), []
+    pieces = [chunk[: min(len(chunk), size - i)] for i in range(0, size, len(chunk))]
+    if codec == "zstd":
+        c = zstandard.ZstdCompressor(level=1, write_content_size=store_size).compressobj(size=size)
+        parts += [c.compress(p) for p in pieces]
+        parts.append(c.flush())
+    else:
+        c = lz4.frame.LZ4FrameCompressor()
+        parts.append(c.begin(source_size=size if store_size else 0))  # 0: no size in the frame
+        parts += [c.compress(p) for p in pieces]
+        parts.append(c.flush())
+    return b"".join(parts)
+
+
+def compress(codec: str, data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=1).compress(data) if codec == "zstd" else lz4.frame.compress(data)
+
+
+@pytest.mark.parametrize("codec", ["none", *CODEC_NAMES])
+@pytest.mark.parametrize("dtype", ["uint8", "bool", "float32", "int64"])
+def test_compressed_round_trip_each_codec_and_dtype(codec, dtype):
+    arrays = {
+        "x": compressible(dtype, (64, 4, 12, 12)),
+        "odd": compressible("uint8", (64, 3), seed=1),  # odd size: padding between arrays
+        "action": np.arange(64, dtype=np.int64) % 3,
+    }
+    payload = encode_batch("r", "w", 5, 2, arrays, extra={"k": 1}, incarnation="ab", epoch=9, compression=codec)
+    raw_size = sum(_align(a.nbytes) for a in arrays.values())
+    _, _, header, start = split(payload)
+    if codec == "none":
+        assert "codec" not in header and "raw_size" not in header  # the format without compression is unchanged
+        assert len(payload) == start + raw_size
+    else:
+        assert (header["codec"], header["raw_size"]) == (codec, raw_size)
+        assert len(payload) < start + raw_size
+    # the header is readable without decompressing
+    h = decode_header(payload)
+    assert (h.run, h.worker, h.incarnation, h.seq, h.epoch, h.count, h.raw_size) == ("r", "w", "ab", 5, 9, 64, raw_size)
+    assert h.codec == codec
+    b = decode_batch(payload)
+    assert (b.seq, b.model_version, b.count, b.extra, b.incarnation, b.epoch) == (5, 2, 64, {"k": 1}, "ab", 9)
+    assert list(b.arrays) == list(arrays)
+    for name, orig in arrays.items():
+        got = b.arrays[name]
+        assert got.dtype == orig.dtype and got.shape == orig.shape
+        np.testing.assert_array_equal(got, orig)
+        assert not got.flags.writeable  # read-only, compressed or not
+        assert got.ctypes.data % 8 == 0
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+@pytest.mark.parametrize("level", [None, 0, 1, 3, 9])
+def test_compression_levels(codec, level):
+    if codec == "zstd" and level == 0:
+        level = -1  # a fast level
+    arrays = {"x": compressible("uint8", (32, 84, 84))}
+    b = decode_batch(encode_batch("r", "w", 0, 0, arrays, compression=codec, level=level))
+    np.testing.assert_array_equal(b.arrays["x"], arrays["x"])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"compression": "gzip"},
+        {"compression": "zstd", "level": 23},
+        {"compression": "zstd", "level": 1.5},
+        {"compression": "lz4", "level": 17},
+        {"compression": "lz4", "level": -1},
+        {"compression": "lz4", "level": True},
+    ],
+)
+def test_encode_refuses_unknown_codec_and_bad_level(kwargs):
+    with pytest.raises(ValueError):
+        encode_batch("r", "w", 0, 0, sample_arrays(), **kwargs)
+
+
+def test_auto_compresses_pixel_batches_only():
+    small = encode_batch("r", "w", 0, 0, sample_arrays(128), compression="auto")
+    assert "codec" not in split(small)[2]
+    just_below = {"x": np.zeros((AUTO_MIN_BYTES - 8,), np.uint8)}
+    assert "codec" not in split(encode_batch("r", "w", 0, 0, just_below, compression="auto"))[2]
+    frames = {"obs": compressible("uint8", (64, 4, 16, 16))}  # 64 KiB exactly
+    assert frames["obs"].nbytes == AUTO_MIN_BYTES
+    payload = encode_batch("r", "w", 0, 0, frames, compression="auto")
+    assert split(payload)[2]["codec"] == "zstd"
+    np.testing.assert_array_equal(decode_batch(payload).arrays["obs"], frames["obs"])
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_data_that_does_not_shrink_goes_raw(codec):
+    noise = {"x": np.random.default_rng(3).integers(0, 256, (64, 1024), dtype=np.uint8)}
+    payload = encode_batch("r", "w", 0, 0, noise, compression=codec)
+    assert "codec" not in split(payload)[2]
+    np.testing.assert_array_equal(decode_batch(payload).arrays["x"], noise["x"])
+
+
+def test_a_codec_that_is_not_installed(monkeypatch):
+    """Encoding: a clear error naming the package. Decoding: a counted refusal, reason "codec"."""
+    payload = encode_batch("r", "w", 0, 0, {"x": compressible("uint8", (64, 32))}, compression="lz4")
+    monkeypatch.setitem(samples._modules, "lz4", None)
+    with pytest.raises(ValueError, match=r"pip install 'mqttrl\[lz4\]'"):
+        encode_batch("r", "w", 0, 0, sample_arrays(), compression="lz4")
+    with pytest.raises(ValueError, match="lz4"):
+        check_compression("lz4")
+    check_compression("zstd")
+    r = rejected(decode_batch, payload)
+    assert r.reason == "codec" and "lz4" in r.detail
+    assert decode_header(payload).seq == 0  # the header still reads
+    monkeypatch.setitem(samples._modules, "zstd", None)  # "auto" without zstandard: raw
+    assert (
+        "codec" not in split(encode_batch("r", "w", 0, 0, {"x": np.zeros((1 << 17,), np.uint8)}, compression="auto"))[2]
+    )
+
+
+@pytest.mark.parametrize("codec", ["brotli", "", "ZSTD", 3, None, ["zstd"]])
+def test_unknown_codec_in_header(codec):
+    r = rejected(decode_batch, compressed_payload({"codec": codec, "raw_size": 16}, compress("zstd", GOOD_DATA)))
+    assert r.reason == ("codec" if isinstance(codec, str) else "bad_header"), r
+
+
+@pytest.mark.parametrize("raw_size", [None, "16", -1, 1.5, True, 2**63])
+def test_compressed_raw_size_must_be_an_integer(raw_size):
+    changes = {"codec": "zstd"} if raw_size is None else {"codec": "zstd", "raw_size": raw_size}
+    assert rejected(decode_batch, compressed_payload(changes, compress("zstd", GOOD_DATA))).reason == "bad_header"
+
+
+def test_uncompressed_raw_size_if_given_must_match():
+    decode_batch(compressed_payload({"codec": "none", "raw_size": 16}, GOOD_DATA))
+    assert rejected(decode_batch, compressed_payload({"raw_size": 15}, GOOD_DATA)).reason == "bad_header"
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_decompression_bomb_declared_is_refused_before_decompressing(codec):
+    """1 GiB of zeros in a few KiB, honestly declared: refused on the declared size alone."""
+    bomb = zeros_frame(codec, 1 << 30)
+    assert len(bomb) < 8 << 20
+    payload = compressed_payload(
+        {"codec": codec, "raw_size": 1 << 30, "count": 1},
+        bomb,
+        [{"name": "a", "dtype": "uint8", "shape": [1, 1 << 30], "offset": 0}],
+    )
+    tracemalloc.start()
+    try:
+        r = rejected(decode_batch, payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.reason == "decompression_bomb" and str(1 << 30) in r.detail
+    assert peak < 1 << 20
+    # the cap is max_raw_bytes (default: max_bytes), whatever the compressed size
+    assert rejected(decode_batch, payload, max_raw_bytes=(1 << 30) - 1).reason == "decompression_bomb"
+
+
+@pytest.mark.parametrize("declared", [4096, 1 << 20])
+@pytest.mark.parametrize("store_size", [True, False])
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_decompression_bomb_with_a_lying_header_is_never_allocated(codec, store_size, declared):
+    """The header says 4 KiB (or 1 MiB); the data holds 1 GiB of zeros, with or without its true
+    size in the frame. Decompression stops one byte past what was declared (zstd: the frame's
+    own size, or a window too big for the declared size, is refused first): the refusal costs
+    kilobytes, not a gigabyte."""
+    bomb = zeros_frame(codec, 1 << 30, store_size)
+    if codec == "zstd":
+        assert (zstandard.get_frame_parameters(bomb).content_size == 1 << 30) == store_size
+    else:
+        assert lz4.frame.get_frame_info(bomb)["content_size"] == (1 << 30 if store_size else 0)
+    payload = compressed_payload(
+        {"codec": codec, "raw_size": declared, "count": 1},
+        bomb,
+        [{"name": "a", "dtype": "uint8", "shape": [1, declared], "offset": 0}],
+    )
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    tracemalloc.start()
+    try:
+        r = rejected(decode_batch, payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.reason == "decompression_bomb", r
+    assert peak < 2 * len(bomb) + declared + (1 << 20), peak  # lz4 copies the unread input; never the output
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
+    assert grew < 256 << 20, grew
+    assert decode_header(payload).raw_size == declared  # a ledger can still read who sent it
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_raw_size_that_does_not_match_the_data(codec):
+    data = compressible("float32", (2, 2)).tobytes()  # 16 bytes, as GOOD_HEADER's array
+    ok = compressed_payload({"codec": codec, "raw_size": 16}, compress(codec, data))
+    np.testing.assert_array_equal(decode_batch(ok).arrays["a"].tobytes(), data)
+    # declares more than the data holds
+    long = [{"name": "a", "dtype": "float32", "shape": [2, 4], "offset": 0}]
+    r = rejected(decode_batch, compressed_payload({"codec": codec, "raw_size": 32}, compress(codec, data), long))
+    assert r.reason == "bad_compression" and "16" in r.detail
+    # declares less than the data holds
+    short = [{"name": "a", "dtype": "float32", "shape": [2, 1], "offset": 0}]
+    r = rejected(decode_batch, compressed_payload({"codec": codec, "raw_size": 8}, compress(codec, data), short))
+    assert r.reason == "decompression_bomb"
+    # declares less than its arrays need, or more than they need
+    assert (
+        rejected(decode_batch, compressed_payload({"codec": codec, "raw_size": 8}, compress(codec, data))).reason
+        == "truncated"
+    )
+    r = rejected(
+        decode_batch, compressed_payload({"codec": codec, "raw_size": 1 << 20}, compress(codec, bytes(1 << 20)))
+    )
+    assert r.reason == "bad_header"
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_truncated_and_garbage_compressed_bodies(codec):
+    arrays = {"x": compressible("uint8", (64, 64))}
+    payload = encode_batch("r", "w", 0, 0, arrays, compression=codec)
+    _, _, header, start = split(payload)
+    assert header["codec"] == codec
+    for cut in range(start, len(payload) - 1, max(1, (len(payload) - start) // 97)):
+        r = rejected(decode_batch, payload[:cut])
+        assert r.reason in ("truncated", "bad_compression"), (cut, r)
+    rng = np.random.default_rng(7)
+    frame = payload[start:]
+    for body in (
+        b"\0" * 64,
+        rng.bytes(len(frame)),
+        frame[:4] + rng.bytes(len(frame) - 4),  # the magic, then noise
+        compress("lz4" if codec == "zstd" else "zstd", arrays["x"].tobytes()),  # the other codec's frame
+        frame + b"junk",  # bytes after the frame
+        frame + frame,  # a second frame
+    ):
+        r = rejected(decode_batch, payload[:start] + body)
+        assert r.reason in ("bad_compression", "decompression_bomb"), r
+
+
+def test_compressed_decode_is_bounded_by_max_raw_bytes_not_max_bytes():
+    arrays = {"x": np.zeros((256, 1024), np.uint8)}
+    payload = encode_batch("r", "w", 0, 0, arrays, compression="zstd")
+    assert len(payload) < 4096
+    assert rejected(decode_batch, payload, max_bytes=4096).reason == "decompression_bomb"  # max_raw_bytes=max_bytes
+    decode_batch(payload, max_bytes=4096, max_raw_bytes=256 * 1024)
+    assert rejected(decode_batch, payload, max_raw_bytes=256 * 1024 - 1).reason == "decompression_bomb"
+
+
 # ---------------------------------------------------------------- sample batches: fuzzing
 @FUZZ
 @given(st.binary(max_size=600))
@@ -506,19 +827,48 @@ def test_fuzz_decode_batch_bytes_after_magic(data):
 
 
 VALID_PAYLOAD = encode_batch("r", "w", 9, 2, sample_arrays(6), extra={"x": 1}, incarnation="a1b2c3", epoch=17)
+_PIXELS = {"obs": compressible("uint8", (6, 4, 8, 8)), "flag": compressible("bool", (6, 3)), **sample_arrays(6)}
+#: the same kind of batch, compressed with each codec (the fuzzers start from any of them)
+VALID_PAYLOADS = {
+    "none": VALID_PAYLOAD,
+    **{c: encode_batch("r", "w", 9, 2, _PIXELS, incarnation="a1b2c3", epoch=17, compression=c) for c in CODEC_NAMES},
+}
+assert all(split(VALID_PAYLOADS[c])[2]["codec"] == c for c in CODEC_NAMES)
 
 
 @FUZZ
 @given(
-    st.lists(st.tuples(st.integers(0, len(VALID_PAYLOAD) - 1), st.integers(0, 255)), min_size=1, max_size=8),
-    st.integers(0, len(VALID_PAYLOAD)),
+    st.sampled_from(sorted(VALID_PAYLOADS)),
+    st.lists(st.tuples(st.integers(0, 2**20), st.integers(0, 255)), min_size=1, max_size=8),
+    st.integers(0, 2**20),
 )
-def test_fuzz_decode_batch_byte_flips_and_truncation(flips, cut):
-    buf = bytearray(VALID_PAYLOAD)
+def test_fuzz_decode_batch_byte_flips_and_truncation(base, flips, cut):
+    payload = VALID_PAYLOADS[base]
+    buf = bytearray(payload)
     for pos, val in flips:
-        buf[pos] = val
-    decodes_or_rejects(decode_batch, bytes(buf[:cut]))
+        buf[pos % len(buf)] = val
+    decodes_or_rejects(decode_batch, bytes(buf[: cut % (len(buf) + 1)]))
     decodes_or_rejects(decode_batch, bytes(buf))
+
+
+@FUZZ
+@given(
+    st.sampled_from(CODEC_NAMES),
+    st.lists(st.tuples(st.integers(0, 2**20), st.integers(0, 255)), max_size=6),
+    st.integers(0, 2**20),
+    st.binary(max_size=64),
+)
+def test_fuzz_compressed_body(codec, flips, cut, tail):
+    """Flipped, cut and extended frames under an intact header: an exact decode or a refusal."""
+    payload = VALID_PAYLOADS[codec]
+    _, _, _, start = split(payload)
+    body = bytearray(payload[start:])
+    for pos, val in flips:
+        body[pos % len(body)] = val
+    body = bytes(body[: cut % (len(body) + 1)]) + tail
+    result = decodes_or_rejects(decode_batch, payload[:start] + body)
+    if result is not None:  # whatever decodes has exactly the arrays' bytes
+        assert {k: v.shape for k, v in result.arrays.items()} == {k: v.shape for k, v in _PIXELS.items()}
 
 
 json_values = st.recursive(
@@ -526,7 +876,20 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
     max_leaves=12,
 )
-HEADER_KEYS = ["run", "worker", "incarnation", "seq", "epoch", "model_version", "count", "sent_at", "arrays", "extra"]
+HEADER_KEYS = [
+    "run",
+    "worker",
+    "incarnation",
+    "seq",
+    "epoch",
+    "model_version",
+    "count",
+    "sent_at",
+    "arrays",
+    "extra",
+    "codec",
+    "raw_size",
+]
 ENTRY_KEYS = ["name", "dtype", "shape", "offset"]
 
 
@@ -539,15 +902,18 @@ ENTRY_KEYS = ["name", "dtype", "shape", "offset"]
             st.tuples(st.just("del"), st.sampled_from(HEADER_KEYS), st.none()),
             st.tuples(st.just("delentry"), st.sampled_from(ENTRY_KEYS), st.none()),
             st.tuples(st.just("shape"), st.integers(0, 3), st.integers(-5, 2**33)),
+            st.tuples(st.just("top"), st.just("codec"), st.sampled_from(["none", *CODEC_NAMES])),
+            st.tuples(st.just("top"), st.just("raw_size"), st.integers(-1, 2**40)),
         ),
         min_size=1,
         max_size=5,
     ),
     st.booleans(),
+    st.sampled_from(sorted(VALID_PAYLOADS)),
 )
-def test_fuzz_decode_batch_header_mutations(mutations, pad_data):
-    _, _, header, start = split(VALID_PAYLOAD)
-    data = VALID_PAYLOAD[start:]
+def test_fuzz_decode_batch_header_mutations(mutations, pad_data, base):
+    _, _, header, start = split(VALID_PAYLOADS[base])
+    data = VALID_PAYLOADS[base][start:]
     for op, key, value in mutations:
         entry = (
             header["arrays"][0]
@@ -600,6 +966,24 @@ def test_fuzz_batch_round_trip(fields, count, seq):
     for k, v in arrays.items():
         np.testing.assert_array_equal(b.arrays[k], v)
         assert b.arrays[k].dtype == v.dtype
+
+
+# ---------------------------------------------------------------- inference requests
+@pytest.mark.parametrize(
+    "dtype,wire", [("uint8", "uint8"), ("bool", "bool"), ("float32", "float32"), ("float64", "float32")]
+)
+def test_inference_requests_keep_the_observations_dtype(dtype, wire):
+    from mqttrl.wire import decode_request, encode_request, request_spec
+
+    obs = compressible(dtype, (5, 4, 10, 10))
+    payload = encode_request("r", "w", 7, 3, obs, "mqttrl/r/infer/reply/w")
+    assert split(payload)[2]["arrays"][0]["dtype"] == wire
+    req = decode_request(payload, request_spec((4, 10, 10), wire))
+    assert req.obs.dtype == np.dtype(wire) and (req.id, req.seq, req.count) == (7, 7, 5)
+    np.testing.assert_array_equal(req.obs, obs.astype(wire))
+    other = "float32" if wire != "float32" else "uint8"
+    assert rejected(decode_request, payload, request_spec((4, 10, 10), other)).reason == "dtype"
+    assert request_spec((4, 10, 10)).fields["obs"].dtype == "float32"  # the default, for vector envs
 
 
 # ---------------------------------------------------------------- weights

@@ -39,6 +39,7 @@ import paho.mqtt.client as mqtt
 from mqttrl.algorithm import Forward
 from mqttrl.config import from_dict
 from mqttrl.envs.make import make_env
+from mqttrl.envs.rollout import obs_dtype
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing, negotiate_protocol
@@ -179,7 +180,7 @@ class InferenceServer:
         self.forward = info.make_forward(
             cfg.algorithm.params, env.observation_space, env.action_space, backend, cfg.train.seed
         )
-        self.spec = request_spec(env.observation_space.shape)
+        self.spec = request_spec(env.observation_space.shape, obs_dtype(env.observation_space))
         env.close()
         log.info(
             "inference server %s: %s forward for %s on %s (batch %d, delay %.1f ms, shared=%s)",

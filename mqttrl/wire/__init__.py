@@ -13,12 +13,25 @@ from .inference import (
     decode_request,
     encode_reply,
     encode_request,
+    request_obs,
     request_spec,
 )
-from .samples import FieldSpec, SampleBatch, SampleSpec, decode_batch, encode_batch
+from .samples import (
+    COMPRESSIONS,
+    BatchHeader,
+    FieldSpec,
+    SampleBatch,
+    SampleSpec,
+    check_compression,
+    decode_batch,
+    decode_header,
+    encode_batch,
+)
 from .weights import WeightsMessage, decode_weights, encode_weights
 
 __all__ = [
+    "COMPRESSIONS",
+    "BatchHeader",
     "FieldSpec",
     "InferenceReply",
     "InferenceRequest",
@@ -28,8 +41,10 @@ __all__ = [
     "SampleSpec",
     "StepRate",
     "WeightsMessage",
+    "check_compression",
     "decode_batch",
     "decode_episodes",
+    "decode_header",
     "decode_json",
     "decode_reply",
     "decode_request",
@@ -39,5 +54,6 @@ __all__ = [
     "encode_reply",
     "encode_request",
     "encode_weights",
+    "request_obs",
     "request_spec",
 ]

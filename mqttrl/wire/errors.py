@@ -30,6 +30,9 @@ REASONS = (
     "future_epoch",  # made with a model of a learner incarnation newer than this one (two learners?)
     "duplicate",  # sequence number already seen
     "checksum",
+    "codec",  # compressed with a codec this node does not know or has not installed
+    "bad_compression",  # compressed data that does not decompress to exactly its declared size
+    "decompression_bomb",  # compressed data that declares, or decompresses to, more than allowed
     "bad_value",
     "internal_error",  # a handler raised unexpectedly: a bug, logged with its traceback
 )

@@ -21,9 +21,19 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_REQUEST_ROWS = 4096
 
 
-def request_spec(obs_shape: tuple[int, ...]) -> SampleSpec:
-    """What a request for observations of ``obs_shape`` must hold (the server validates against it)."""
-    return SampleSpec({"obs": FieldSpec("float32", tuple(int(d) for d in obs_shape))}, max_transitions=MAX_REQUEST_ROWS)
+def request_spec(obs_shape: tuple[int, ...], dtype: str | np.dtype = "float32") -> SampleSpec:
+    """What a request for observations of ``obs_shape`` and ``dtype`` must hold (the server
+    validates against it). Observations travel in the dtype they reach the network in (uint8
+    frames, bool grids, float32 vectors: see :func:`request_obs`), never widened to float32."""
+    field = FieldSpec(np.dtype(dtype).name, tuple(int(d) for d in obs_shape))
+    return SampleSpec({"obs": field}, max_transitions=MAX_REQUEST_ROWS)
+
+
+def request_obs(obs: np.ndarray) -> np.ndarray:
+    """Observations as a request carries them: their own dtype, except that floats are float32
+    (what :func:`mqttrl.envs.rollout.obs_dtype` gives the network); contiguous."""
+    obs = np.asarray(obs)
+    return np.ascontiguousarray(obs, dtype=np.float32 if obs.dtype.kind == "f" else obs.dtype)
 
 
 @attrs.frozen
@@ -57,7 +67,12 @@ class InferenceReply:
 
 def encode_request(run: str, worker: str, request_id: int, model_version: int, obs: np.ndarray, reply_to: str) -> bytes:
     return encode_batch(
-        run, worker, request_id, model_version, {"obs": obs}, extra={"id": request_id, "reply_to": reply_to}
+        run,
+        worker,
+        request_id,
+        model_version,
+        {"obs": request_obs(obs)},
+        extra={"id": request_id, "reply_to": reply_to},
     )
 
 

@@ -11,6 +11,14 @@ was made with, transition count and, per array, name/dtype/shape/offset. Decodin
 the payload with ``np.frombuffer`` (no copy) after checking every bound, then
 :meth:`SampleSpec.validate` checks names, dtypes, shapes and finiteness
 against what the algorithm expects.
+
+**Compression.** The array data (never the header, which stays readable without
+decompressing) may be one zstd or lz4 frame; the header then names the ``codec`` and the
+``raw_size`` of the array data it decompresses to (offsets are into that). Both keys are
+absent when the data is raw. The decoder checks the declared size against the arrays and
+against ``max_raw_bytes`` before decompressing, and never lets a frame write more than
+``raw_size + 1`` bytes, whatever its own header says: a decompression bomb is refused
+(``decompression_bomb``) without being allocated.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 import time
 from collections.abc import Mapping
 
@@ -36,6 +45,106 @@ ALLOWED_DTYPES = frozenset(
 MAX_HEADER = 64 * 1024
 MAX_DIMS = 8
 MAX_INCARNATION = 64
+#: what ``compression`` may be: "auto" picks zstd for array data of at least AUTO_MIN_BYTES
+COMPRESSIONS = ("auto", "none", "zstd", "lz4")
+CODECS = ("zstd", "lz4")
+#: "auto" compresses from here up (pixel batches); below, compressing costs more than it saves
+AUTO_MIN_BYTES = 64 * 1024
+#: the levels each codec takes (level=None: the first number, a fast level)
+LEVELS = {"zstd": (1, -7, 22), "lz4": (0, 0, 16)}
+_INSTALL = {"zstd": "zstandard (pip install zstandard)", "lz4": "lz4 (pip install 'mqttrl[lz4]')"}
+
+
+def codec_available(codec: str) -> bool:
+    """Whether this process can compress and decompress with ``codec`` ("none" always)."""
+    return codec == "none" or _codec_module(codec) is not None
+
+
+def check_compression(compression: str) -> None:
+    """Raise ValueError unless ``compression`` is a known choice whose package is installed here."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+    if compression in CODECS and not codec_available(compression):
+        raise ValueError(f"compression {compression!r} needs the package {_INSTALL[compression]}")
+
+
+_modules: dict[str, object] = {}
+
+
+def _codec_module(codec: str):
+    """The codec's package, imported on first use; None where it is not installed."""
+    if codec not in _modules:
+        try:
+            if codec == "zstd":
+                import zstandard as mod
+            else:
+                import lz4.frame as mod
+        except ImportError:
+            mod = None
+        _modules[codec] = mod
+    return _modules[codec]
+
+
+_local = threading.local()  # zstd compression contexts, one per thread and level
+
+
+def _compress(codec: str, data: memoryview, level: int) -> bytes:
+    mod = _codec_module(codec)
+    if codec == "zstd":
+        cache = _local.__dict__.setdefault("zstd", {})
+        cctx = cache.get(level) or cache.setdefault(level, mod.ZstdCompressor(level=level))
+        return cctx.compress(data)  # the frame records its content size
+    return mod.compress(data, compression_level=level, store_size=True)
+
+
+def _decompress(codec: str, data: memoryview, raw_size: int) -> bytes:
+    """Decompress one frame into exactly ``raw_size`` bytes, never allocating more than
+    ``raw_size + 1`` for the output (plus the codec's window, bounded by ``raw_size`` too)."""
+    mod = _codec_module(codec)
+    limit = raw_size + 1  # one byte more than declared is enough to know it lied
+    try:
+        if codec == "zstd":
+            # the window a frame may ask for is bounded by what it declares it holds (a frame of
+            # N bytes needs no window past N); zstd.decompress() would trust the frame's own
+            # content size, so the output is read through a stream reader, at most `limit` bytes
+            window = 1 << max(10, (raw_size - 1).bit_length())
+            frame = mod.get_frame_parameters(data)
+            if frame.content_size != mod.CONTENTSIZE_UNKNOWN and frame.content_size != raw_size:
+                raise Rejected(
+                    "decompression_bomb" if frame.content_size > raw_size else "bad_compression",
+                    f"zstd frame holds {frame.content_size} bytes, the header declares {raw_size}",
+                )
+            if frame.window_size > window:
+                raise Rejected("decompression_bomb", f"zstd frame asks for a {frame.window_size}-byte window")
+            dctx = mod.ZstdDecompressor(max_window_size=window)
+            with dctx.stream_reader(data, read_across_frames=True) as reader:
+                out = reader.read(limit)
+                while len(out) < limit and (more := reader.read(limit - len(out))):
+                    out += more  # rare: read() normally fills the request at once
+            trailing = False
+        else:
+            size = mod.get_frame_info(data)["content_size"]  # 0: not recorded
+            if size and size != raw_size:
+                raise Rejected(
+                    "decompression_bomb" if size > raw_size else "bad_compression",
+                    f"lz4 frame holds {size} bytes, the header declares {raw_size}",
+                )
+            dec = mod.LZ4FrameDecompressor()
+            out = dec.decompress(data, max_length=limit)
+            if len(out) <= raw_size and not dec.eof:
+                raise Rejected("bad_compression", f"lz4 frame ends early ({len(out)} of {raw_size} bytes)")
+            trailing = bool(dec.unused_data)
+    except Rejected:
+        raise
+    except Exception as exc:  # zstd.ZstdError, lz4's RuntimeError, ...: garbage in the frame
+        raise Rejected("bad_compression", f"{codec} data does not decompress ({type(exc).__name__}: {exc})") from None
+    if len(out) > raw_size:
+        raise Rejected("decompression_bomb", f"{codec} data decompresses past its declared {raw_size} bytes")
+    if len(out) < raw_size:
+        raise Rejected("bad_compression", f"{codec} data decompresses to {len(out)} bytes, declared {raw_size}")
+    if trailing:
+        raise Rejected("bad_compression", f"bytes after the {codec} frame")
+    return out
 
 
 @attrs.frozen
@@ -43,8 +152,10 @@ class FieldSpec:
     """What one field of a batch looks like (shape excludes the leading axis).
 
     A field has one row per transition, unless ``per_transition`` is false: then it is a
-    pool of at most ``max_rows`` rows that other fields refer to (DQN's frames). ``ref``
-    names such a pool: each value of this integer field must be a row of it.
+    pool of any number of rows (at most ``max_rows``) that other fields refer to (DQN's
+    frames). ``ref`` names such a pool: each value of this integer field is a row index into
+    it, so must be ``0 <= value < rows of the pool`` (the bound depends on the batch; ``low``
+    and ``high`` still apply on top).
     """
 
     dtype: str
@@ -52,8 +163,11 @@ class FieldSpec:
     #: inclusive bounds for integer fields (e.g. discrete actions), or None
     low: float | None = None
     high: float | None = None
+    #: False: a pool field, whose leading axis is its own (not the transition count)
     per_transition: bool = True
+    #: at most this many rows (any field; meant for pools)
     max_rows: int | None = None
+    #: the name of the field this integer field holds row indices into
     ref: str | None = None
 
 
@@ -64,8 +178,18 @@ class SampleSpec:
     fields: Mapping[str, FieldSpec]
     max_transitions: int = 65536
 
+    def __attrs_post_init__(self) -> None:
+        for name, spec in self.fields.items():
+            if spec.ref is not None:
+                if spec.ref not in self.fields:
+                    raise ValueError(f"field {name!r} refers to {spec.ref!r}, which is not a field of this spec")
+                if np.dtype(spec.dtype).kind not in "iu":
+                    raise ValueError(f"field {name!r} refers to rows of {spec.ref!r} but is not an integer field")
+
     def validate(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
-        """Raise :class:`Rejected` unless ``arrays`` matches this spec exactly."""
+        """Raise :class:`Rejected` unless ``arrays`` matches this spec exactly: names, dtypes,
+        shapes (``count`` rows, or for a pool at most ``max_rows``), finite floats, ``low``/``high``
+        bounds and, for a ``ref`` field, row indices into its pool."""
         if count < 1 or count > self.max_transitions:
             raise Rejected(
                 "oversize" if count > 0 else "bad_header",
@@ -77,7 +201,7 @@ class SampleSpec:
         extra = set(arrays) - set(self.fields)
         if extra:
             raise Rejected("unknown_field", f"unexpected {sorted(extra)}")
-        for name, spec in self.fields.items():
+        for name, spec in self.fields.items():  # shapes first: a ref is checked against a pool's checked rows
             arr = arrays[name]
             if arr.dtype != np.dtype(spec.dtype):
                 raise Rejected("dtype", f"{name} is {arr.dtype}, expected {spec.dtype}")
@@ -86,8 +210,12 @@ class SampleSpec:
                 raise Rejected("shape", f"{name} has shape {arr.shape}, expected {(rows, *spec.shape)}")
             if spec.max_rows is not None and rows > spec.max_rows:
                 raise Rejected("oversize", f"{name} has {rows} rows (allowed {spec.max_rows})")
-            if spec.ref is not None and arr.size and arr.max() >= len(arrays[spec.ref]):
-                raise Rejected("out_of_range", f"{name} refers past the {len(arrays[spec.ref])} rows of {spec.ref}")
+        for name, spec in self.fields.items():
+            arr = arrays[name]
+            if spec.ref is not None and arr.size:
+                pool = len(arrays[spec.ref])
+                if arr.min() < 0 or arr.max() >= pool:
+                    raise Rejected("out_of_range", f"{name} refers outside the {pool} rows of {spec.ref}")
             if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                 raise Rejected("non_finite", f"{name} contains NaN or inf")
             if spec.low is not None and arr.size and arr.min() < spec.low:
@@ -132,9 +260,21 @@ def encode_batch(
     incarnation: str = "",
     epoch: int = 0,
     count: int | None = None,
+    compression: str = "none",
+    level: int | None = None,
 ) -> bytes:
     """Encode named arrays into one payload. ``count`` is the number of transitions; without it,
-    all arrays must share their leading axis, which is the count."""
+    all arrays must share their leading axis, which is the count.
+
+    ``compression`` ("none", "zstd", "lz4", or "auto": zstd for array data of at least
+    :data:`AUTO_MIN_BYTES`) compresses the array data, not the header, at ``level`` (None: the
+    codec's fast default, see :data:`LEVELS`). Data that does not shrink goes raw (the header
+    then names no codec). ValueError for a codec that is not installed here."""
+    check_compression(compression)
+    if level is not None and compression in CODECS:
+        _, lo, hi = LEVELS[compression]
+        if not isinstance(level, int) or isinstance(level, bool) or not lo <= level <= hi:
+            raise ValueError(f"{compression} level {level!r} is not an integer in [{lo}, {hi}]")
     if len(incarnation) > MAX_INCARNATION:
         raise ValueError(f"incarnation id of {len(incarnation)} characters (at most {MAX_INCARNATION})")
     if not arrays:
@@ -149,6 +289,8 @@ def encode_batch(
     blobs = []
     for name, arr in arrays.items():
         arr = np.ascontiguousarray(arr)
+        if not arr.dtype.isnative:  # the wire is little-endian (numpy's native order on every host we run)
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if arr.dtype.name not in ALLOWED_DTYPES:
             raise ValueError(f"dtype {arr.dtype} of {name} cannot go on the wire")
         entries.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset})
@@ -167,14 +309,24 @@ def encode_batch(
     }
     if extra:
         header["extra"] = dict(extra)
+    body = bytearray(offset)
+    flat = np.frombuffer(body, dtype=np.uint8)
+    for off, arr in blobs:
+        flat[off : off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+    codec = compression
+    if codec == "auto":
+        codec = "zstd" if offset >= AUTO_MIN_BYTES and codec_available("zstd") else "none"
+    if codec != "none" and offset:
+        packed = _compress(codec, memoryview(body), LEVELS[codec][0] if level is None else level)
+        if len(packed) < offset:
+            header["codec"], header["raw_size"] = codec, offset
+            body = packed
     hbytes = json.dumps(header, separators=(",", ":")).encode()
     start = _align(_PREFIX.size + len(hbytes))
-    out = bytearray(start + offset)
+    out = bytearray(start)
     _PREFIX.pack_into(out, 0, MAGIC, PROTOCOL_VERSION, len(hbytes))
     out[_PREFIX.size : _PREFIX.size + len(hbytes)] = hbytes
-    for off, arr in blobs:
-        out[start + off : start + off + arr.nbytes] = arr.tobytes()
-    return bytes(out)
+    return b"".join((out, body))
 
 
 def _int(header: dict, key: str, lo: int = 0, hi: int = 2**62) -> int:
@@ -191,8 +343,33 @@ def _finite(x: int | float) -> bool:
         return False
 
 
-def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024) -> SampleBatch:
-    """Decode and bounds-check a batch. Raises :class:`Rejected` with a reason."""
+@attrs.frozen
+class BatchHeader:
+    """A batch's header, read without touching (or decompressing) its array data."""
+
+    run: str
+    worker: str
+    incarnation: str
+    seq: int
+    epoch: int
+    model_version: int
+    count: int
+    sent_at: float
+    protocol: int
+    extra: Mapping[str, object]
+    #: "none", or the codec the array data is compressed with
+    codec: str
+    #: bytes of array data: as sent ("none"), or once decompressed
+    raw_size: int
+    #: the array entries as they came (decode_batch checks them)
+    arrays: list
+    #: where the array data starts in the payload
+    data_start: int
+
+
+def decode_header(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024) -> BatchHeader:
+    """Read and check a batch's header only (run, worker, incarnation, seq, codec, ...): what a
+    ledger needs, without decompressing anything. Raises :class:`Rejected` with a reason."""
     n = len(payload)
     if n > max_bytes:
         raise Rejected("oversize", f"{n} bytes, limit {max_bytes}")
@@ -236,14 +413,62 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
     data_len = n - start
     if data_len < 0:
         raise Rejected("truncated", "no room for array data")
-    body = memoryview(payload)[start:] if data_len else memoryview(b"")
-    arrays: dict[str, np.ndarray] = {}
-    for e in entries:
+    codec = header.get("codec", "none")
+    if not isinstance(codec, str):
+        raise Rejected("bad_header", f"codec {codec!r} is not a string")
+    if codec == "none":
+        raw_size = data_len
+        if "raw_size" in header and _int(header, "raw_size") != data_len:
+            raise Rejected("bad_header", f"raw_size {header['raw_size']} of uncompressed data of {data_len} bytes")
+    elif codec in CODECS:
+        raw_size = _int(header, "raw_size")
+        if not data_len:
+            raise Rejected("truncated", f"{codec} data is empty")
+    else:
+        raise Rejected("codec", f"unknown codec {codec[:32]!r} (this node knows {', '.join(CODECS)})")
+    return BatchHeader(
+        run=run,
+        worker=worker,
+        incarnation=incarnation,
+        seq=seq,
+        epoch=epoch,
+        model_version=version,
+        count=count,
+        sent_at=float(sent_at),
+        protocol=proto,
+        extra=extra,
+        codec=codec,
+        raw_size=raw_size,
+        arrays=entries,
+        data_start=start,
+    )
+
+
+def decode_batch(
+    payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024, max_raw_bytes: int | None = None
+) -> SampleBatch:
+    """Decode and bounds-check a batch. Raises :class:`Rejected` with a reason.
+
+    ``max_bytes`` bounds the payload; ``max_raw_bytes`` (default: ``max_bytes``) bounds the array
+    data once decompressed. A compressed batch's declared size is checked against its arrays
+    and that cap before anything is decompressed, and decompression stops one byte past the
+    declared size. Raw data comes back as read-only views of ``payload`` (no copy); compressed
+    data as read-only views of its one decompressed buffer."""
+    h = decode_header(payload, max_bytes)
+    max_raw = max_bytes if max_raw_bytes is None else max_raw_bytes
+    data_len = h.raw_size
+    if h.codec != "none" and data_len > max_raw:
+        raise Rejected("decompression_bomb", f"{h.codec} data declares {data_len} bytes, limit {max_raw}")
+    layout = []
+    names: set[str] = set()
+    end = 0
+    for e in h.arrays:
         if not isinstance(e, dict):
             raise Rejected("bad_header", "array entry is not an object")
         name, dtype, shape, off = e.get("name"), e.get("dtype"), e.get("shape"), e.get("offset")
-        if not isinstance(name, str) or not name or len(name) > 64 or name in arrays:
+        if not isinstance(name, str) or not name or len(name) > 64 or name in names:
             raise Rejected("bad_header", f"bad or duplicate array name {name!r}")
+        names.add(name)
         if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:  # a list/dict is unhashable
             raise Rejected("dtype", f"{name}: dtype {dtype!r} not allowed on the wire")
         if (
@@ -258,18 +483,30 @@ def decode_batch(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024)
         nbytes = math.prod(shape) * dt.itemsize
         if off + nbytes > data_len:
             raise Rejected("truncated", f"{name} needs bytes {off}..{off + nbytes}, payload has {data_len}")
-        arr = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
-        arrays[name] = arr
+        end = max(end, off + nbytes)
+        layout.append((name, dt, shape, off))
+    start = h.data_start
+    if h.codec == "none":
+        body = memoryview(payload)[start:] if data_len else memoryview(b"")
+    else:
+        if data_len > _align(end):  # our encoder sends exactly the arrays, padded to 8
+            raise Rejected("bad_header", f"{h.codec} data declares {data_len} bytes, its arrays need {end}")
+        if not codec_available(h.codec):
+            raise Rejected("codec", f"data compressed with {h.codec}, which needs {_INSTALL[h.codec]} here")
+        body = memoryview(_decompress(h.codec, memoryview(payload)[start:], data_len))
+    arrays: dict[str, np.ndarray] = {}
+    for name, dt, shape, off in layout:
+        arrays[name] = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
     return SampleBatch(
-        run=run,
-        worker=worker,
-        seq=seq,
-        model_version=version,
-        count=count,
+        run=h.run,
+        worker=h.worker,
+        seq=h.seq,
+        model_version=h.model_version,
+        count=h.count,
         arrays=arrays,
-        sent_at=float(sent_at),
-        protocol=proto,
-        extra=extra,
-        incarnation=incarnation,
-        epoch=epoch,
+        sent_at=h.sent_at,
+        protocol=h.protocol,
+        extra=h.extra,
+        incarnation=h.incarnation,
+        epoch=h.epoch,
     )

@@ -24,7 +24,7 @@ import paho.mqtt.client as mqtt
 
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
-from mqttrl.wire import Rejected, decode_json, decode_reply, encode_request
+from mqttrl.wire import Rejected, decode_json, decode_reply, encode_request, request_obs
 
 log = logging.getLogger("mqttrl.inference")
 
@@ -121,7 +121,7 @@ class RemoteForward:
         return rid
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
-        obs = np.ascontiguousarray(obs, dtype=np.float32)
+        obs = request_obs(obs)  # uint8/bool stay as they are (a frame is 4x smaller than its float32 copy)
         for attempt in range(self.retries + 1):
             sent = time.perf_counter()
             rid = self._send(obs, attempt)
