@@ -88,6 +88,10 @@ class WorkerConfig:
     #: where the policy runs: "auto" (numpy if the algorithm has a numpy forward, else torch),
     #: "torch", "numpy", or "remote" (central inference servers, see [inference])
     inference: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy", "remote"]))
+    #: compression of a sample batch's array data: "auto" (zstd for batches of at least 64 KiB of
+    #: arrays, i.e. pixel observations; none for small vector batches, where it costs more than it
+    #: saves), "none", "zstd" or "lz4" (pip install 'mqttrl[lz4]' on the learner and the workers)
+    compression: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "none", "zstd", "lz4"]))
 
 
 @attrs.define

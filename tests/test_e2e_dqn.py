@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -161,6 +162,33 @@ def _announce(c: mqtt.Client, topics: Topics, worker: str) -> None:
     ).wait_for_publish(5)
 
 
+def _zstd_bomb(batch: bytes) -> bytes:
+    """``batch`` with its array data swapped for a zstd frame of 1 GiB of zeros (~32 KiB; the
+    header still declares the batch's real size): the learner must refuse it unallocated."""
+    import json
+
+    from mqttrl.wire.samples import _PREFIX, _align
+
+    _, proto, hlen = _PREFIX.unpack_from(batch, 0)
+    header = json.loads(batch[_PREFIX.size : _PREFIX.size + hlen])
+    start = _align(_PREFIX.size + hlen)
+    header["codec"], header["raw_size"] = "zstd", len(batch) - start
+    hbytes = json.dumps(header).encode()
+    out = bytearray(_align(_PREFIX.size + len(hbytes)))
+    _PREFIX.pack_into(out, 0, batch[:4], proto, len(hbytes))
+    out[_PREFIX.size : _PREFIX.size + len(hbytes)] = hbytes
+    return bytes(out) + _zeros_zstd()
+
+
+@functools.cache
+def _zeros_zstd() -> bytes:
+    """1 GiB of zeros as one zstd frame, made in 1 MiB pieces (0.2 s: made before it is timed)."""
+    import zstandard
+
+    c = zstandard.ZstdCompressor(level=1).compressobj(size=1 << 30)
+    return b"".join([c.compress(bytes(1 << 20)) for _ in range(1024)] + [c.flush()])
+
+
 def _batch(run, worker, seq, version, n=8, **changes):
     arrays = {
         "obs": np.zeros((n, 4), np.float32),
@@ -186,6 +214,7 @@ def test_bad_input_is_rejected_by_reason_and_training_goes_on(tmp_path, mosquitt
     try:
         watch.wait(lambda w: w.version >= 6 and w.latest.get("updates", 0) > 50, 120, "training under way")
         _announce(evil, topics, "evil")
+        _zeros_zstd()  # the bomb's frame, made now: the batches below must not go stale while it is
         time.sleep(0.5)
         v = watch.version
         good = _batch(run, "evil", 0, v)
@@ -202,6 +231,7 @@ def test_bad_input_is_rejected_by_reason_and_training_goes_on(tmp_path, mosquitt
             ("stale_version", _batch(run, "evil", 6, 0)),
             ("out_of_range", _batch(run, "evil", 7, v, action=np.full(8, 7, np.int64))),
             ("missing_field", encode_batch(run, "evil", 8, v, {"obs": np.zeros((8, 4), np.float32)})),
+            ("decompression_bomb", _zstd_bomb(_batch(run, "evil", 9, v))),
         ]
         for _, payload in sends:
             evil.publish(topics.samples("evil"), payload, qos=1).wait_for_publish(5)

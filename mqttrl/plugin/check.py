@@ -5,7 +5,7 @@ makes, in one process and without a broker, with the real wire formats::
 
     env spaces -> make_forward (each backend that imports) -> make_learner
     -> export_weights -> weights wire -> forward/actor.load_weights
-    -> actor acts on env steps -> take -> encode_batch -> decode_batch
+    -> actor acts on env steps -> take -> encode_batch (raw and zstd) -> decode_batch
     -> sample_spec.validate -> learner (add + train_step, or train_round)
     -> new weights -> actor loads them and acts -> state_dict round trip
 
@@ -199,8 +199,15 @@ def _send(c: _Checks, info: AlgorithmInfo, spec: Any, actor: Any, pending: int, 
             raise ValueError(f"pending() is {actor.pending()} after take(), expected 0")
         note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items())
     with c.step("wire") as note:
-        batch = decode_batch(encode_batch("check", "w0", seq, version, arrays, count=pending))
-        note["detail"] = f"{batch.count} transitions"
+        payload = encode_batch("check", "w0", seq, version, arrays, count=pending)
+        batch = decode_batch(payload)
+        # the compressed path too (worker.compression): the same arrays, byte for byte
+        packed = encode_batch("check", "w0", seq, version, arrays, count=pending, compression="zstd")
+        for name, arr in decode_batch(packed).arrays.items():
+            plain = batch.arrays[name]
+            if (arr.dtype, arr.shape, arr.tobytes()) != (plain.dtype, plain.shape, plain.tobytes()):
+                raise ValueError(f"{name} changed through zstd compression")
+        note["detail"] = f"{batch.count} transitions, {len(payload)} bytes ({len(packed)} with zstd)"
     with c.step("sample_spec.validate"):
         spec.validate(batch.arrays, batch.count)
     return batch

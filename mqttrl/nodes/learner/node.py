@@ -42,7 +42,8 @@ from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import (
     Rejected,
     RejectionCounter,
-    decode_batch,
+    check_compression,
+    decode_header,
     decode_json,
     decode_weights,
     encode_json,
@@ -80,7 +81,8 @@ class LearnerNode:
             ) from None
         try:
             self.device = resolve_device(self.lc.device, torch)
-        except ConfigError as e:
+            check_compression(config.worker.compression)  # the workers' batches must decompress here
+        except (ConfigError, ValueError) as e:
             raise SystemExit(f"config error: {e}") from None
         log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
         seed_everything(config.train.seed)
@@ -424,12 +426,12 @@ class LearnerNode:
 
 
 def _header_of(payload: bytes) -> dict:
-    """Who sent a refused batch, if its header can say (for the ledger)."""
+    """Who sent a refused batch, if its header can say (for the ledger; nothing is decompressed)."""
     try:
-        b = decode_batch(payload)
+        h = decode_header(payload)
     except Rejected:
         return {}
-    return {"inc": b.incarnation, "seq": b.seq, "n": b.count}
+    return {"inc": h.incarnation, "seq": h.seq, "n": h.count}
 
 
 def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes], None]:

@@ -311,6 +311,7 @@ class WorkerNode:
             incarnation=self.core.incarnation,
             epoch=self.core.epoch,
             count=count,
+            compression=self.core.config.worker.compression,
         )
         if self.ledger is not None:
             self._note_acks()
