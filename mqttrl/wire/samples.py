@@ -88,13 +88,16 @@ def _codec_module(codec: str):
 _local = threading.local()  # zstd compression contexts, one per thread and level
 
 
-def _compress(codec: str, data: memoryview, level: int) -> bytes:
+def _compress(codec: str, pieces: list, size: int, level: int) -> bytes:
+    """One frame of ``pieces`` (``size`` bytes in all), streamed: the raw data is never joined."""
     mod = _codec_module(codec)
     if codec == "zstd":
         cache = _local.__dict__.setdefault("zstd", {})
         cctx = cache.get(level) or cache.setdefault(level, mod.ZstdCompressor(level=level))
-        return cctx.compress(data)  # the frame records its content size
-    return mod.compress(data, compression_level=level, store_size=True)
+        c = cctx.compressobj(size=size)  # the frame records its content size
+        return b"".join([c.compress(p) for p in pieces] + [c.flush()])
+    c = mod.LZ4FrameCompressor(compression_level=level)
+    return b"".join([c.begin(source_size=size)] + [c.compress(p) for p in pieces] + [c.flush()])
 
 
 def _decompress(codec: str, data: memoryview, raw_size: int) -> bytes:
@@ -268,8 +271,8 @@ def encode_batch(
 
     ``compression`` ("none", "zstd", "lz4", or "auto": zstd for array data of at least
     :data:`AUTO_MIN_BYTES`) compresses the array data, not the header, at ``level`` (None: the
-    codec's fast default, see :data:`LEVELS`). Data that does not shrink goes raw (the header
-    then names no codec). ValueError for a codec that is not installed here."""
+    codec's fast default, see :data:`LEVELS`). Data that does not shrink by at least 1/8 goes raw
+    (the header then names no codec). ValueError for a codec that is not installed here."""
     check_compression(compression)
     if level is not None and compression in CODECS:
         _, lo, hi = LEVELS[compression]
@@ -294,7 +297,7 @@ def encode_batch(
         if arr.dtype.name not in ALLOWED_DTYPES:
             raise ValueError(f"dtype {arr.dtype} of {name} cannot go on the wire")
         entries.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset})
-        blobs.append((offset, arr))
+        blobs.append(arr)
         offset = _align(offset + arr.nbytes)
     header = {
         "run": run,
@@ -309,24 +312,25 @@ def encode_batch(
     }
     if extra:
         header["extra"] = dict(extra)
-    body = bytearray(offset)
-    flat = np.frombuffer(body, dtype=np.uint8)
-    for off, arr in blobs:
-        flat[off : off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+    pieces: list = []  # the array data in order, each padded to 8 bytes: joined once, into the payload
+    for arr in blobs:
+        pieces.append(arr.reshape(-1).view(np.uint8))
+        if arr.nbytes % 8:
+            pieces.append(bytes(_align(arr.nbytes) - arr.nbytes))
     codec = compression
     if codec == "auto":
         codec = "zstd" if offset >= AUTO_MIN_BYTES and codec_available("zstd") else "none"
     if codec != "none" and offset:
-        packed = _compress(codec, memoryview(body), LEVELS[codec][0] if level is None else level)
-        if len(packed) < offset:
+        packed = _compress(codec, pieces, offset, LEVELS[codec][0] if level is None else level)
+        if len(packed) <= offset - offset // 8:  # else raw: it costs nothing to decode
             header["codec"], header["raw_size"] = codec, offset
-            body = packed
+            pieces = [packed]
     hbytes = json.dumps(header, separators=(",", ":")).encode()
     start = _align(_PREFIX.size + len(hbytes))
     out = bytearray(start)
     _PREFIX.pack_into(out, 0, MAGIC, PROTOCOL_VERSION, len(hbytes))
     out[_PREFIX.size : _PREFIX.size + len(hbytes)] = hbytes
-    return b"".join((out, body))
+    return b"".join([out, *pieces])
 
 
 def _int(header: dict, key: str, lo: int = 0, hi: int = 2**62) -> int:
