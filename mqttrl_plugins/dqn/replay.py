@@ -168,8 +168,10 @@ class FrameReplay(_Ring):
     A frame a batch repeats from an earlier batch of the same sender (the frames of n-step
     windows still open when the worker sent) is found by ``(sender, serial)`` and shared
     only if its bytes are equal; a frame nothing references any more goes back to the free
-    list. The store grows by a quarter when full (a ring of N transitions references about
-    N + (k + n) * streams frames).
+    list. A ring of N transitions references about N + (k + n) * streams frames, more with
+    short episodes (their final frames); the store is sized for 1.25 N + 1024 frames up front
+    (``np.zeros``: pages no frame was written to take no memory) and grows by a quarter
+    beyond that.
     """
 
     def __init__(self, capacity: int, layout: FrameLayout, obs_shape: tuple[int, ...]):
@@ -179,7 +181,7 @@ class FrameReplay(_Ring):
         self.frame_nbytes = int(np.prod(layout.frame_shape, dtype=np.int64)) * np.dtype(layout.dtype).itemsize
         self.obs_ref = np.zeros((capacity, layout.k), np.int32)
         self.next_ref = np.zeros((capacity, layout.k), np.int32)
-        self._alloc_store(capacity + 1024)
+        self._alloc_store(capacity + capacity // 4 + 1024)
         #: (sender, serial) -> slot, for frames batches repeat
         self.index: dict[tuple[int, int], int] = {}
         self.senders: dict[str, int] = {}
@@ -282,7 +284,7 @@ class FrameReplay(_Ring):
             raise ValueError(f"checkpoint replay holds {n} transitions, buffer_size is {self.capacity}")
         frames = np.asarray(tensors["replay.frames"])
         high = len(frames)
-        self._alloc_store(max(self.capacity + 1024, high))
+        self._alloc_store(max(self.capacity + self.capacity // 4 + 1024, high))
         self.frames[:high] = frames
         self.high = high
         self.obs_ref[:n] = np.asarray(tensors["replay.obs_ref"]).reshape(n, self.layout.k)
