@@ -300,7 +300,9 @@ def test_sum_tree_sampling_matches_priorities():
 
 
 def test_prioritized_learner_samples_by_priority_with_is_weights():
-    p = small_params(prioritized=True, per_alpha=1.0, per_beta0=0.5, batch_size=64, buffer_size=64)
+    p = small_params(
+        prioritized=True, initial_priority="max", per_alpha=1.0, per_beta0=0.5, batch_size=64, buffer_size=64
+    )
     learner = DQNLearner(p, OBS, ACT, "cpu", 0)
     learner.add(as_batch(random_arrays(64, np.random.default_rng(0))))
     prio = np.ones(64)
@@ -348,7 +350,7 @@ def through_checkpoint_formats(tensors: dict, meta: dict) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_state_dict_round_trip_continues_identically(prioritized):
-    p = small_params(prioritized=prioritized, tau=0.5, target_update_every=3)
+    p = small_params(prioritized=prioritized, initial_priority="max", tau=0.5, target_update_every=3)
     rng = np.random.default_rng(0)
     a = DQNLearner(p, OBS, ACT, "cpu", 0)
     for _ in range(4):
@@ -532,3 +534,61 @@ def test_forward_seed_picks_the_initial_weights():
         a, b, c = (make_forward(p, OBS, ACT, backend, seed=s)(obs)["q"] for s in (1, 1, 2))
         np.testing.assert_array_equal(a, b)
         assert not np.allclose(a, c)
+
+
+# ---------------------------------------------------------------- Ape-X priorities computed by the actors
+
+
+class _LinearQ:
+    """A known Q-function: Q(s, a) = s . W[:, a], so priorities can be computed by hand."""
+
+    def __init__(self, w: np.ndarray):
+        self.w = w
+
+    def load_weights(self, tensors, info):
+        pass
+
+    def __call__(self, obs):
+        return {"q": np.asarray(obs, np.float64).reshape(len(obs), -1) @ self.w}
+
+    def close(self):
+        pass
+
+
+def test_actor_sends_its_n_step_td_errors_as_priorities():
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(2, 3))
+    p = small_params(prioritized=True, n_step=2, gamma=0.9)
+    actor = DQNActor(p, OBS, ACT, ActorContext(num_envs=2, seed=0), _LinearQ(w))
+    obs = rng.normal(size=(2, 2)).astype(np.float32)
+    steps = []
+    for t in range(6):
+        actions, extras = actor.act(obs)
+        next_obs = rng.normal(size=(2, 2)).astype(np.float32)
+        rewards = rng.normal(size=2)
+        term = np.array([t == 3, False])
+        trunc = np.array([False, t == 5])
+        actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
+        steps.append((obs.copy(), actions.copy(), rewards, next_obs.copy()))
+        obs = next_obs
+    batch = actor.take()
+    assert "priority" in batch and batch["priority"].dtype == np.float32
+    q = lambda s: np.asarray(s, np.float64) @ w  # noqa: E731
+    # every transition: |reward + discount * max_a Q(next_obs) - Q(obs, action)|, by hand
+    q_taken = np.array([q(o)[a] for o, a in zip(batch["obs"], batch["action"])])
+    target = batch["reward"].astype(np.float64) + batch["discount"] * np.array([q(o).max() for o in batch["next_obs"]])
+    np.testing.assert_allclose(batch["priority"], np.abs(target - q_taken), rtol=1e-4, atol=1e-5)
+    assert (batch["discount"] == 0).any() and (batch["discount"] > 0).any()  # both kinds were checked
+
+
+def test_learner_inserts_the_actors_priorities_not_the_running_max():
+    p = small_params(prioritized=True, per_alpha=0.5, buffer_size=64)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    arrays = random_arrays(10, np.random.default_rng(0))
+    sent = np.linspace(0.0, 9.0, 10).astype(np.float32)
+    learner.add(as_batch({**arrays, "priority": sent}))
+    np.testing.assert_allclose(learner.tree.get(np.arange(10)), (sent + p.per_eps) ** 0.5)
+    with pytest.raises(Rejected, match="priority"):
+        learner.add(as_batch(arrays))  # this run's batches must carry them
+    with pytest.raises(Rejected):
+        learner.add(as_batch({**arrays, "priority": -sent - 1}))  # negative: refused

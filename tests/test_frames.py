@@ -207,3 +207,29 @@ def test_frame_replay_checkpoint_round_trip():
     _fill([back], 100, k, 2, seed=4)  # goes on adding after the restore: refcounts hold
     refs = np.concatenate([back.obs_ref[: back.size].ravel(), back.next_ref[: back.size].ravel()])
     np.testing.assert_array_equal(np.bincount(refs, minlength=back.high), back.refcount[: back.high])
+
+
+class _MeanForward(_NoForward):
+    """Q-values that depend on every pixel, so priorities tell if the rebuilt stacks are right."""
+
+    def __call__(self, obs):
+        m = np.asarray(obs, np.float64).reshape(len(obs), -1).mean(axis=1)
+        return {"q": np.stack([m, 2 * m, -m], axis=1)}
+
+
+def test_actor_priorities_from_frames_equal_those_from_arrays():
+    game = StackedGame(3, 4, 5, seed=9)
+    params = dict(n_step=3, prioritized=True)
+    space = gym.spaces.Box(0, 255, (4, 5, 5), np.uint8)
+    actors = [
+        DQNActor(DQNParams(frames=f, **params), space, gym.spaces.Discrete(3), ActorContext(3, seed=0), _MeanForward())
+        for f in ("stack", "off")
+    ]
+    for _ in range(30):
+        obs, actions, rewards, next_obs, term, trunc = game.step()
+        for actor in actors:
+            _, extras = actor.act(obs)
+            actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
+    a, b = (actor.take() for actor in actors)
+    assert len(b["priority"]) > 20
+    np.testing.assert_array_equal(a["priority"], b["priority"])

@@ -22,7 +22,7 @@ import numpy as np
 from mqttrl.algorithm import FLEET_PROGRESS_KEY, ActorContext, Forward, Tensors
 from mqttrl.envs.rollout import obs_dtype
 
-from .common import DQNParams, check_spaces
+from .common import DQNParams, actor_priorities, check_spaces
 from .frames import ArrayObs, FrameObs, frame_layout
 
 # --------------------------------------------------------------------------
@@ -78,6 +78,9 @@ class DQNActor:
         self.w_act = np.zeros((e, n), np.int64)
         self.w_rew = np.zeros((e, n), np.float64)
         self.w_len = np.zeros(e, np.int64)
+        #: Ape-X priorities: Q(s, a) of each window step, as the actor's network gave it when acting
+        self.priorities = actor_priorities(params)
+        self.w_q = np.zeros((e, n), np.float64)
         self.gammas = params.gamma ** np.arange(n + 1, dtype=np.float64)
         #: emitted transitions, as chunks of arrays (concatenated by take())
         self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -105,7 +108,8 @@ class DQNActor:
         self.fleet_env_steps = max(self.fleet_env_steps, int(info.get(FLEET_PROGRESS_KEY, 0)))
 
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.forward(obs)["q"].argmax(axis=1).astype(np.int64)
+        q = self.forward(obs)["q"]
+        actions = q.argmax(axis=1).astype(np.int64)
         if greedy:
             return actions, {}
         if len(obs) != self.num_envs:
@@ -115,7 +119,10 @@ class DQNActor:
         eps = self.epsilons()
         explore = self.rng.random(self.num_envs) < eps
         actions = np.where(explore, self.rng.integers(0, self.n_actions, self.num_envs), actions)
-        return actions, {"epsilon": eps.astype(np.float32)}
+        extras = {"epsilon": eps.astype(np.float32)}
+        if self.priorities:  # Q(s, a) of the action taken: half of the TD error the priority needs
+            extras["q"] = q[np.arange(len(q)), actions].astype(np.float32)
+        return actions, extras
 
     def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated) -> None:
         """Append one step per env; emit every n-step transition that is complete.
@@ -133,6 +140,8 @@ class DQNActor:
         self.w_obs[envs, slot] = obs
         self.w_act[envs, slot] = actions
         self.w_rew[envs, slot] = rewards
+        if self.priorities:
+            self.w_q[envs, slot] = extras["q"]
         self.w_len += 1
         full = np.flatnonzero((self.w_len == n) & ~ended)
         if len(full):
@@ -143,8 +152,10 @@ class DQNActor:
                 ret,
                 next_obs[full],
                 np.full(len(full), self.gammas[n]),
+                self.w_q[full, 0].copy(),
             )
             self.w_obs[full, :-1] = self.w_obs[full, 1:]
+            self.w_q[full, :-1] = self.w_q[full, 1:]
             self.w_act[full, :-1] = self.w_act[full, 1:]
             self.w_rew[full, :-1] = self.w_rew[full, 1:]
             self.w_len[full] -= 1
@@ -172,11 +183,12 @@ class DQNActor:
             ret,
             np.repeat(final_obs[None], k, axis=0),
             discount,
+            self.w_q[i, :k].copy(),
         )
         self.w_len[i] = 0
 
-    def _push(self, obs, action, ret, next_obs, discount) -> None:
-        self.out.append((obs, action, ret, next_obs, discount))
+    def _push(self, obs, action, ret, next_obs, discount, q_taken) -> None:
+        self.out.append((obs, action, ret, next_obs, discount, q_taken))
         self._pending += len(action)
 
     def pending(self) -> int:
@@ -190,12 +202,32 @@ class DQNActor:
                 "action": np.zeros(0, np.int64),
                 "reward": np.zeros(0, np.float32),
                 "discount": np.zeros(0, np.float32),
+                **({"priority": np.zeros(0, np.float32)} if self.priorities else {}),
             }
-        obs, action, reward, next_obs, discount = (np.concatenate(parts) for parts in zip(*out))
+        obs, action, reward, next_obs, discount, q_taken = (np.concatenate(parts) for parts in zip(*out))
+        priority = self._priorities(reward, next_obs, discount, q_taken) if self.priorities else None
         open_windows = [self.w_obs[i, : self.w_len[i]] for i in np.flatnonzero(self.w_len)]
-        return {
+        batch = {
             **self.keys.pack(obs, next_obs, open_windows),
             "action": action.astype(np.int64, copy=False),
             "reward": reward.astype(np.float32),
             "discount": discount.astype(np.float32),
         }
+        if priority is not None:
+            batch["priority"] = priority
+        return batch
+
+    #: observations per forward call when bootstrapping priorities
+    PRIORITY_CHUNK = 256
+
+    def _priorities(self, ret: np.ndarray, next_keys: np.ndarray, discount: np.ndarray, q_taken: np.ndarray):
+        """Ape-X's initial priorities: |R + discount * max_a Q(s', a) - Q(s, a)| by this actor's network
+        (the version it acted with; Q(s, a) saved when it acted), one batched forward over the
+        next observations that bootstrap (discount > 0)."""
+        target = ret.astype(np.float64)
+        boot = np.flatnonzero(discount > 0)
+        for start in range(0, len(boot), self.PRIORITY_CHUNK):
+            rows = boot[start : start + self.PRIORITY_CHUNK]
+            q_next = self.forward(self.keys.arrays(next_keys[rows]))["q"]
+            target[rows] += discount[rows] * q_next.max(axis=1)
+        return np.abs(target - q_taken).astype(np.float32)

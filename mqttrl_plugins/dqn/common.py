@@ -88,6 +88,10 @@ class DQNParams:
     per_beta_updates: int = attrs.field(default=50_000, validator=positive)
     #: added to |TD error| so that no transition gets priority 0
     per_eps: float = attrs.field(default=1e-3, validator=positive)
+    #: a new transition's priority: "actor" (Ape-X: the worker sends the n-step TD error its own
+    #: network gives, |R + discount * max_a Q(s', a) - Q(s, a)|) or "max" (the highest priority
+    #: seen so far, which only grows: with many actors it over-samples fresh data)
+    initial_priority: str = attrs.field(default="actor", validator=attrs.validators.in_(["actor", "max"]))
     # --- exploration (per env: max(ladder value, linear decay from epsilon_start))
     #: Ape-X ladder: env i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))
     epsilon_base: float = attrs.field(default=0.4, validator=unit_interval)
@@ -175,6 +179,8 @@ def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -
             "obs_ref": FieldSpec("int32", (layout.k,), low=0, ref="frames"),
             "next_obs_ref": FieldSpec("int32", (layout.k,), low=0, ref="frames"),
         }
+    if actor_priorities(params):  # the actor's |TD error| of each transition
+        observations["priority"] = FieldSpec("float32", (), low=0.0)
     return SampleSpec(
         fields={
             **observations,
@@ -184,3 +190,8 @@ def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -
         },
         max_transitions=MAX_TRANSITIONS,
     )
+
+
+def actor_priorities(params: DQNParams) -> bool:
+    """Whether batches carry the actors' priorities (prioritized replay, initial_priority "actor")."""
+    return bool(params.prioritized) and params.initial_priority == "actor"

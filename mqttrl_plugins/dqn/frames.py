@@ -96,6 +96,10 @@ class ArrayObs:
     def pack(self, obs: np.ndarray, next_obs: np.ndarray, live: Iterable[np.ndarray]) -> Tensors:
         return {"obs": obs, "next_obs": next_obs}
 
+    def arrays(self, keys: np.ndarray) -> np.ndarray:
+        """The observations that window keys stand for (here: the keys themselves)."""
+        return keys
+
     def empty(self) -> Tensors:
         return {k: np.zeros((0, *self.key_shape), self.key_dtype) for k in ("obs", "next_obs")}
 
@@ -191,6 +195,12 @@ class FrameObs:
             "obs_ref": refs[: n * self.k].reshape(n, self.k),
             "next_obs_ref": refs[n * self.k :].reshape(n, self.k),
         }
+
+    def arrays(self, keys: np.ndarray) -> np.ndarray:
+        """The observations that rows of serials stand for (frames still in the pool)."""
+        serials, inverse = np.unique(keys, return_inverse=True)
+        frames = np.stack([self.pool[int(s)] for s in serials])
+        return frames[inverse.reshape(keys.shape)].reshape(len(keys), *self.stack_shape)
 
     def empty(self) -> Tensors:
         return {

@@ -196,12 +196,22 @@ class DQNLearner:
         # a batch larger than the buffer keeps its newest rows; frames are shared per sending process
         idx = self.replay.add(batch.arrays, n, source=f"{batch.worker}/{batch.incarnation}")
         if self.tree is not None:
-            self.tree.set(idx, np.full(len(idx), self.max_priority))
+            self.tree.set(idx, self._initial_priorities(batch, n, len(idx)))
         self.samples_added += n
         over = self._debt() - self.params.forgive_debt_above
         if over > 0:
             self.forgiven += over
         return n
+
+    def _initial_priorities(self, batch: SampleBatch, n: int, m: int) -> np.ndarray:
+        """Priorities of the ``m`` newest rows of a batch of ``n``: the actors' TD errors (Ape-X) when
+        they send them, else the highest priority so far."""
+        sent = batch.arrays.get("priority")
+        if sent is None:
+            return np.full(m, self.max_priority)
+        prio = (np.asarray(sent[n - m :], np.float64) + self.params.per_eps) ** self.params.per_alpha
+        self.max_priority = max(self.max_priority, float(prio.max(initial=0.0)))
+        return prio
 
     def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Indices of one batch and, when prioritized, their importance-sampling weights."""
