@@ -52,6 +52,10 @@ class ActorContext:
     #: total envs in the run, if known
     total_envs: int = 1
     seed: int = 0
+    #: a worker started without an index: its envs spread over a whole exploration ladder of their
+    #: own, env k at position (k + ladder_phase) / num_envs, the phase in [0, 1) derived from the
+    #: worker's name so that no two workers explore alike (None: use first_env_index / total_envs)
+    ladder_phase: float | None = None
 
 
 @runtime_checkable

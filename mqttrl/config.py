@@ -147,7 +147,7 @@ class TrainConfig:
 
     workers: int = attrs.field(default=2, validator=positive)
     seed: int = 0
-    #: stop when the greedy evaluation mean reaches this (None: never)
+    #: stop when the greedy evaluation mean reaches this ("none": never; train for the whole budget)
     target_return: float | None = 475.0
     eval_episodes: int = attrs.field(default=20, validator=positive)
     #: seconds between greedy evaluations
@@ -202,7 +202,8 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(typ)
-        if value is None and type(None) in args:
+        # TOML has no null: an optional setting is switched off with the string "none"
+        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() == "none")):
             return None
         errors = []
         for a in args:

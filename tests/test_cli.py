@@ -89,7 +89,8 @@ def test_main_runs_the_chosen_row(monkeypatch):
     monkeypatch.setitem(cli.COMMANDS, "status", attrs.evolve(row, run=seen.append))
     cli.main(["status", "--run", "r1", "--once", "0.5", "--json"])
     (args,) = seen
-    assert (args.run, args.once, args.json, args.broker, args.mqtt_protocol) == ("r1", 0.5, True, None, "auto")
+    assert (args.run, args.once, args.json, args.mqtt_protocol) == ("r1", 0.5, True, "auto")
+    assert args.broker == "mqtt://127.0.0.1:1883"  # status defaults to a local broker, and --help says so
 
 
 def test_required_flags_and_bad_choices_exit_2(capsys):
@@ -168,3 +169,19 @@ def test_check_plugin_unknown_exits_2_with_one_line(fake_checks, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and err[0].startswith("mqttrl check-plugin:")
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("mqtt://a:1883,mqtt://b:1883", "several URLs"),
+        ("mqtt://a:port", "is not a broker URL"),
+        ("http://a:1883", "scheme must be mqtt"),
+    ],
+)
+def test_a_malformed_broker_url_is_one_line_not_a_traceback(url, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.worker_main(["--broker", url, "--run", "r"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

@@ -142,6 +142,8 @@ def test_set_overrides_take_precedence_over_file(tmp_path, params_class):
         ),
         ('learner.device="cuda:1"', lambda c: c.learner.device, "cuda:1"),
         ("train.target_return=12.5", lambda c: c.train.target_return, 12.5),
+        ('train.target_return="none"', lambda c: c.train.target_return, None),
+        ("train.target_return=none", lambda c: c.train.target_return, None),
         # bare strings (not valid TOML values) are taken as strings
         ("env.id=LunarLander-v3", lambda c: c.env.id, "LunarLander-v3"),
         ("env.id=mypkg.envs:Maze-v0", lambda c: c.env.id, "mypkg.envs:Maze-v0"),

@@ -592,3 +592,23 @@ def test_learner_inserts_the_actors_priorities_not_the_running_max():
         learner.add(as_batch(arrays))  # this run's batches must carry them
     with pytest.raises(Rejected):
         learner.add(as_batch({**arrays, "priority": -sent - 1}))  # negative: refused
+
+
+# ---------------------------------------------------------------- fleet defaults: exploration without --index
+
+
+def test_workers_without_an_index_explore_differently_by_name():
+    import zlib
+
+    from mqttrl_plugins.dqn.actor import ladder_of
+
+    phases = [zlib.crc32(name.encode()) / 2**32 for name in ("pc-1", "pc-2", "gamebox")]
+    ladders = [ladder_of(ActorContext(num_envs=4, ladder_phase=ph), 0.4, 7.0) for ph in phases]
+    for a, b in [(0, 1), (0, 2), (1, 2)]:
+        assert not np.allclose(ladders[a], ladders[b])
+    for lad in ladders:  # each worker's envs span the whole ladder: from base down to base ** (1 + alpha)
+        assert np.all(lad <= 0.4 + 1e-12) and np.all(lad >= 0.4**8 - 1e-12)
+        assert lad.max() / lad.min() > 10
+    # with an index, the classic ladder over all envs of the run
+    indexed = ladder_of(ActorContext(num_envs=2, first_env_index=2, total_envs=4), 0.4, 7.0)
+    np.testing.assert_allclose(indexed, [epsilon_ladder(i, 4, 0.4, 7.0) for i in (2, 3)])

@@ -178,7 +178,7 @@ def test_minatar_breakout_smoke(tmp_path):
         text=True,
         timeout=180,
     )
-    assert out.returncode == 3, out.stderr[-3000:]  # 3: the budget ran out before the (unreachable) target
+    assert out.returncode == 0, out.stderr[-3000:]  # target_return = "none": the budget is the end
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] > 1000, summary
     evals = (run_dir / "evaluations.csv").read_text().splitlines()

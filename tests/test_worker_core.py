@@ -509,3 +509,18 @@ def test_a_sync_worker_waits_for_the_next_model_between_shares(monkeypatch):
     assert [(b.seq, b.model_version) for b in samples] == [(0, 0), (1, 1)]
     assert worker.actor.loaded == [0, 1] and worker.actor.discards == 0
     assert isinstance(worker.actor, SyncActor)
+
+
+def test_workers_started_alike_differ_by_name_unless_pinned_by_index():
+    """No --index: seeds and exploration come from the worker's name; --index pins the ladder slot."""
+    settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects
+    cfg = RunConfig()
+    made = {}
+    for name, index in (("pc-1", None), ("pc-2", None), ("pc-3", 3)):
+        worker = node_mod.WorkerNode(settings, RUN, name=name, index=index)
+        envs, ctx = worker._make_envs(cfg)
+        envs.close()
+        made[name] = ctx
+    assert made["pc-1"].seed != made["pc-2"].seed
+    assert made["pc-1"].ladder_phase != made["pc-2"].ladder_phase
+    assert made["pc-3"].ladder_phase is None and made["pc-3"].first_env_index == 3 * cfg.env.num_envs

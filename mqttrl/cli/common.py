@@ -79,11 +79,32 @@ class RawDefaultsFormatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatt
 
 
 # ---- broker connection ----------------------------------------------------------------
-def broker_args(p: argparse.ArgumentParser, required: bool) -> None:
+def broker_url(value: str) -> str:
+    """argparse type of --broker: a URL this client can connect to, or one line saying what is wrong."""
+    if "," in value or " " in value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} holds several URLs; give one broker URL, e.g. mqtt://host:1883 "
+            "(a list of brokers to fail over between is not supported yet)"
+        )
+    try:
+        BrokerSettings(url=value).port  # noqa: B018  (parses scheme, host and port)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a broker URL ({e}); use mqtt://host:1883 or mqtts://host:8883"
+        ) from None
+    return value
+
+
+def broker_args(p: argparse.ArgumentParser, required: bool, local_default: bool = False) -> None:
+    """The connection flags. ``local_default``: without --broker the command connects to
+    DEFAULT_BROKER (and --help says so); otherwise --broker is required or the command has its
+    own fallback (``mqttrl train`` starts an embedded broker)."""
     g = p.add_argument_group("broker connection")
     g.add_argument(
         "--broker",
         required=required,
+        type=broker_url,
+        default=DEFAULT_BROKER if local_default else None,
         metavar="URL",
         help="broker URL, mqtt://host:1883 or mqtts://host:8883 (user:pass@ allowed)",
     )

@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, help="exit 0 as soon as the mean return reaches this")
     p.add_argument("--max-seconds", type=float, help="give up after this long (exit 3 if a --target was not met)")
     verbose_arg(p)
-    broker_args(p, required=False)
+    broker_args(p, required=False, local_default=True)
 
 
 def run(args: argparse.Namespace) -> None:

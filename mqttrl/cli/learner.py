@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     p.add_argument("--max-seconds", type=float, help="stop after this long (checkpoints first)")
     verbose_arg(p)
-    broker_args(p, required=False)
+    broker_args(p, required=False, local_default=True)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -11,7 +11,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True)
     p.add_argument("--name", help="checkpoint name (default quicksave-<updates>; 'best' writes checkpoints/best)")
     p.add_argument("--timeout", type=float, default=30.0)
-    broker_args(p, required=False)
+    broker_args(p, required=False, local_default=True)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True)
     p.add_argument("--once", type=float, metavar="SECONDS", help="listen this long, print one table and exit")
     p.add_argument("--json", action="store_true", help="with --once: print JSON rows instead of a table")
-    broker_args(p, required=False)
+    broker_args(p, required=False, local_default=True)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,9 +10,14 @@ from mqttrl.cli.common import Command, broker_args, settings, setup_logging, ver
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
     p.add_argument("--name", help="worker name, unique in the run (default <host>-<pid>)")
-    p.add_argument("--index", type=int, default=0, help="worker index, spreads exploration (Ape-X epsilon ladder)")
+    p.add_argument(
+        "--index",
+        type=int,
+        help="this worker's place in the fleet: its envs' slots on the Ape-X epsilon ladder and its env seeds "
+        "(default: derived from --name, so that workers started the same way explore and seed differently)",
+    )
     p.add_argument("--num-envs", type=int, help="envs in this process (default: the run config's env.num_envs)")
-    p.add_argument("--seed", type=int, help="env seed (default derived from run seed and index)")
+    p.add_argument("--seed", type=int, help="env seed (default: derived from the run seed and --index or --name)")
     p.add_argument("--wait-timeout", type=float, help="give up if no config/weights arrive in this many seconds")
     verbose_arg(p)
     broker_args(p, required=True)

@@ -217,6 +217,8 @@ def _print_summary(s: dict) -> None:
             f"(model version {s['solve_model_version']}); time-to-solve {s['time_to_solve_s']:.1f}s "
             f"(training time to that model {s['training_time_to_solve_s']}s), {s['env_steps_at_solve']} env steps"
         )
+    elif s["best_eval_mean"] is not None and s["target_return"] is None:
+        lines.append(f"best greedy evaluation mean {s['best_eval_mean']:.1f} (no target: trained for the budget)")
     elif s["best_eval_mean"] is not None:
         lines.append(f"not solved: best greedy evaluation mean {s['best_eval_mean']:.1f} (target {s['target_return']})")
     lines.append(f"run directory: {s['run_dir']}")

@@ -37,6 +37,18 @@ def epsilon_ladder(i: int, n: int, base: float, alpha: float) -> float:
     return float(base ** (1.0 + alpha * i / (n - 1)))
 
 
+def ladder_of(ctx: ActorContext, base: float, alpha: float) -> np.ndarray:
+    """Each env's ladder epsilon: its place among all envs of the run, or, for a worker without an
+    index, its place on a ladder of the worker's own envs shifted by the worker's phase."""
+    if ctx.ladder_phase is not None:
+        position = (np.arange(ctx.num_envs) + ctx.ladder_phase) / ctx.num_envs
+        return base ** (1.0 + alpha * position)
+    total = max(ctx.total_envs, ctx.first_env_index + ctx.num_envs)
+    return np.array(
+        [epsilon_ladder(ctx.first_env_index + k, total, base, alpha) for k in range(ctx.num_envs)], dtype=np.float64
+    )
+
+
 # --------------------------------------------------------------------------
 # 2. The actor
 # --------------------------------------------------------------------------
@@ -55,14 +67,7 @@ class DQNActor:
         self.rng = np.random.default_rng(ctx.seed)
         #: Q-values from local torch, local numpy or the central inference servers
         self.forward = forward
-        total = max(ctx.total_envs, ctx.first_env_index + ctx.num_envs)
-        self.ladder = np.array(
-            [
-                epsilon_ladder(ctx.first_env_index + k, total, params.epsilon_base, params.epsilon_alpha)
-                for k in range(ctx.num_envs)
-            ],
-            dtype=np.float64,
-        )
+        self.ladder = ladder_of(ctx, params.epsilon_base, params.epsilon_alpha)
         #: env steps this actor has recorded, summed over its envs (drives the epsilon decay)
         self.env_steps = 0
         #: the run's progress as the learner last said (weights info): the epsilon schedule starts there

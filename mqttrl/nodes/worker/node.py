@@ -20,6 +20,7 @@ import queue
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -64,7 +65,7 @@ class WorkerNode:
         broker: BrokerSettings,
         run: str,
         name: str | None = None,
-        index: int = 0,
+        index: int | None = None,
         num_envs: int | None = None,
         seed: int | None = None,
         wait_timeout: float | None = None,
@@ -72,6 +73,7 @@ class WorkerNode:
         self.topics = Topics(run)
         # with broker credentials the ACL ties a worker's topics to its username, so that is the natural default name
         self.name = check_name("worker", name or broker.user or f"{socket.gethostname()}-{os.getpid()}")
+        #: the worker's place in the fleet (epsilon ladder, seeds); None: derived from its name
         self.index = index
         self.num_envs_override = num_envs
         self.seed_override = seed
@@ -399,15 +401,21 @@ class WorkerNode:
     # ---- building ------------------------------------------------------------------
     def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
         num_envs = self.num_envs_override or cfg.env.num_envs
-        seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + self.index * 97
+        # without --index, the name decides: game PCs started the same way still differ
+        name_hash = zlib.crc32(self.name.encode())
+        place = self.index if self.index is not None else name_hash % 1_000_003
+        seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + place * 97
         registry = get_registry()
         envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs, registry), num_envs, seed, env_id=cfg.env.id)
-        ctx = ActorContext(
-            num_envs=num_envs,
-            first_env_index=self.index * num_envs,
-            total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
-            seed=seed,
-        )
+        if self.index is None:
+            ctx = ActorContext(num_envs=num_envs, total_envs=num_envs, seed=seed, ladder_phase=name_hash / 2**32)
+        else:
+            ctx = ActorContext(
+                num_envs=num_envs,
+                first_env_index=self.index * num_envs,
+                total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
+                seed=seed,
+            )
         return envs, ctx
 
     def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
