@@ -16,7 +16,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from mqttrl.nodes.status import watch_status
+    try:
+        from mqttrl.nodes.status import watch_status
+    except ImportError as e:  # a worker-only install has no rich
+        raise SystemExit(f"mqttrl status needs {e.name or 'rich'}: pip install 'mqttrl[telemetry]'") from None
 
     view = watch_status(settings_or_local(args), args.run, args.once)
     if args.once is None:
