@@ -8,6 +8,7 @@ chosen row. The node scripts are the same rows with their own program name.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 
 from mqttrl.cli import (
     check_plugin,
@@ -40,10 +41,26 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata), else the source tree's ``mqttrl.__version__``."""
+    try:
+        return importlib.metadata.version("mqttrl")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        from mqttrl import __version__
+
+        return __version__
+
+
+def version_arg(p: argparse.ArgumentParser) -> None:
+    """``--version``: prints ``PROG VERSION`` and exits 0."""
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mqttrl", description="Distributed reinforcement learning over MQTT.", formatter_class=DefaultsFormatter
     )
+    version_arg(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in COMMANDS.items():
         p = sub.add_parser(name, help=cmd.help, **cmd.parser_kwargs())
@@ -61,6 +78,7 @@ def script_parser(prog: str, command: str) -> argparse.ArgumentParser:
     """The parser of a node script: the command's own flags under its own program name."""
     cmd = COMMANDS[command]
     p = argparse.ArgumentParser(prog=prog, **cmd.parser_kwargs())
+    version_arg(p)
     cmd.add_arguments(p)
     return p
 
