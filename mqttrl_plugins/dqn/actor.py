@@ -94,6 +94,8 @@ class DQNActor:
     def epsilons(self) -> np.ndarray:
         """Current epsilon per env: the linear decay from epsilon_start, floored at the ladder value."""
         p = self.params
+        if p.noisy:  # noisy nets explore instead of epsilon-greedy
+            return np.zeros(self.num_envs)
         steps = max(self.env_steps, self.fleet_env_steps)
         frac = 1.0 if p.epsilon_decay_steps == 0 else min(1.0, steps / p.epsilon_decay_steps)
         decayed = p.epsilon_start + frac * (self.ladder - p.epsilon_start)
@@ -113,7 +115,8 @@ class DQNActor:
         self.fleet_env_steps = max(self.fleet_env_steps, int(info.get(FLEET_PROGRESS_KEY, 0)))
 
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        q = self.forward(obs)["q"]
+        # greedy: a noisy head's mean weights, where the forward offers them (local forwards do)
+        q = (getattr(self.forward, "noiseless", self.forward) if greedy else self.forward)(obs)["q"]
         actions = q.argmax(axis=1).astype(np.int64)
         if greedy:
             return actions, {}

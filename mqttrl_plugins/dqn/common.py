@@ -28,6 +28,17 @@ from .frames import FRAME_MODES, frame_layout
 # 1. Hyperparameters
 # --------------------------------------------------------------------------
 
+#: what ``DQNParams.distributional`` accepts
+DISTRIBUTIONS = ("none", "c51", "qr")
+
+
+def _at_least(low: int):
+    def check(inst, attribute, value):
+        if value < low:
+            raise ConfigError(f"{attribute.name}={value!r}: must be >= {low}")
+
+    return check
+
 
 @attrs.define
 class DQNParams:
@@ -54,6 +65,34 @@ class DQNParams:
     hidden: list = attrs.field(factory=lambda: [128, 128], validator=layer_sizes)
     #: split the head into state value and action advantages
     dueling: bool = True
+    # --- distributional heads (the forwards still give the expected Q-values)
+    #: "none" (one Q-value per action, Huber loss), "c51" (Bellemare et al. 2017: a categorical
+    #: distribution over ``n_atoms`` fixed atoms in [v_min, v_max] per action, cross-entropy to the
+    #: projected n-step Bellman target) or "qr" (Dabney et al. 2018, QR-DQN: ``n_quantiles`` quantiles
+    #: per action at the midpoints tau_hat = (2i + 1) / 2N, quantile Huber loss); with prioritized replay
+    #: a transition's priority is its own loss (cross-entropy, or quantile Huber loss), as in Rainbow
+    distributional: str = attrs.field(default="none", validator=attrs.validators.in_(DISTRIBUTIONS))
+    #: C51: atoms of the support (evenly spaced from v_min to v_max)
+    n_atoms: int = attrs.field(default=51, validator=_at_least(2))
+    #: C51: the lowest atom; targets below it count as it (choose it below the lowest discounted return)
+    v_min: float = -10.0
+    #: C51: the highest atom; targets above it count as it (CartPole at gamma 0.99 needs about 100)
+    v_max: float = 10.0
+    #: QR-DQN: quantiles per action. 51 rather than the paper's 200: the loss compares every pair of
+    #: quantiles (batch * N^2), 15x cheaper at 51, and small control tasks do not need finer quantiles
+    n_quantiles: int = attrs.field(default=51, validator=positive)
+    #: QR-DQN: the quantile Huber loss is quadratic for |u| <= qr_kappa, linear beyond (QR-DQN's
+    #: rho = |tau - 1{u < 0}| * Huber_kappa(u), not divided by kappa)
+    qr_kappa: float = attrs.field(default=1.0, validator=positive)
+    # --- noisy nets (Fortunato et al. 2018)
+    #: the head's linear layers (value/advantage, or head) become factorised Gaussian noisy layers
+    #: (w = mu + sigma * f(e_out) f(e_in)^T, f(x) = sign(x) sqrt|x|) and replace epsilon-greedy: with
+    #: noisy = true every env explores with epsilon 0 (the epsilon_* keys are ignored). The learner
+    #: samples new noise for the online and the target net at each update; actors sample their own at
+    #: every forward call, independently per env; greedy evaluation uses the mean weights mu
+    noisy: bool = False
+    #: noisy layers start with sigma = noisy_sigma0 / sqrt(fan_in) (the paper's factorised 0.5)
+    noisy_sigma0: float = attrs.field(default=0.5, validator=non_negative)
     # --- target network: every ``target_update_every`` updates,
     # target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)
     #: updates between target-network updates
@@ -105,6 +144,8 @@ class DQNParams:
     def __attrs_post_init__(self):
         if self.buffer_size < self.batch_size:
             raise ConfigError(f"buffer_size={self.buffer_size}: must be >= batch_size ({self.batch_size})")
+        if not self.v_min < self.v_max:
+            raise ConfigError(f"v_min={self.v_min}, v_max={self.v_max}: v_min must be < v_max")
 
 
 # --------------------------------------------------------------------------
@@ -132,6 +173,10 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
     by ``obs_dim`` and ``hidden`` alone, as before there were other torsos (so older weights and
     checkpoints still fit); any other torso travels as ``info["torso"]``. ``obs_dim`` is what
     :func:`check_spaces` returns (a plain ``int`` means a flat float observation).
+
+    The head's kind is only written when it is not the plain one: ``distributional`` ("c51" with
+    ``n_atoms``, ``v_min``, ``v_max``; "qr" with ``n_quantiles``) and ``noisy: true`` (the head's
+    tensors are then ``{weight,bias}_{mu,sigma}``); see :mod:`.numpy_heads`.
     """
     info = {
         "obs_dim": int(obs_dim),
@@ -143,6 +188,14 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
     torso = describe(params.network, shape, dtype, params.hidden)
     if torso["network"] != "mlp" or torso["obs_scale"] != 1.0:
         info["torso"] = torso
+    if params.distributional == "c51":
+        info.update(
+            distributional="c51", n_atoms=int(params.n_atoms), v_min=float(params.v_min), v_max=float(params.v_max)
+        )
+    elif params.distributional == "qr":
+        info.update(distributional="qr", n_quantiles=int(params.n_quantiles))
+    if params.noisy:
+        info["noisy"] = True
     return info
 
 

@@ -9,8 +9,9 @@ lazily, so a worker without torch never does.
    actors and inference servers can use;
 2. ``SumTree``: proportional priorities for prioritized replay;
 3. ``DQNLearner`` (an :class:`~mqttrl.algorithm.AsyncLearner`): replay buffer
-   (uniform or proportional prioritized), double-DQN targets, Huber loss,
-   target network, Adam; checkpoints as numpy arrays plus JSON metadata (no
+   (uniform or proportional prioritized), double-DQN targets, Huber loss (or C51's
+   cross-entropy to the projected target, or QR-DQN's quantile Huber loss: :mod:`.heads`),
+   noisy heads resampled at each update, target network, Adam; checkpoints as numpy arrays plus JSON metadata (no
    pickle, no torch.load).
 
 The learner's pace is set by ``replay_ratio``: the mean number of times each
@@ -31,7 +32,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mqttrl.algorithm import Tensors
@@ -43,6 +43,8 @@ from mqttrl.wire import SampleBatch
 
 from .common import DQNParams, check_spaces, net_info, sample_spec
 from .frames import frame_layout
+from .heads import combine, expected_q, linear_layer, td_loss
+from .numpy_heads import HeadSpec
 from .numpy_net import follow_weights, torso_of
 from .replay import SumTree, make_replay
 
@@ -55,34 +57,54 @@ __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
 class QNetwork(nn.Module):
     """The network of :func:`.common.net_info`: a torso (:class:`mqttrl.nets.torch_torso.Torso`, MLP or
-    CNN, taking observations in their native dtype) as ``trunk``, then dueling value/advantage heads or one head."""
+    CNN, taking observations in their native dtype) as ``trunk``, then dueling value/advantage layers or
+    one ``head`` (:mod:`.heads`: plain or noisy; 1, n_atoms or n_quantiles outputs per action).
 
-    def __init__(self, torso: Mapping[str, Any], n_actions: int, dueling: bool):
+    ``forward`` gives the expected Q-values (N, n_actions); :meth:`outputs` the per-action outputs
+    (N, n_actions, K): Q-values, C51 logits or QR quantiles. A noisy head uses the noise its layers
+    hold (:meth:`reset_noise`) unless ``noise=False`` (the mean weights)."""
+
+    def __init__(self, torso: Mapping[str, Any], head: HeadSpec, sigma0: float = 0.5):
         super().__init__()
         self.trunk = Torso(torso)
         width = self.trunk.out_size
-        self.dueling = dueling
-        if dueling:
-            self.value = nn.Linear(width, 1)
-            self.advantage = nn.Linear(width, n_actions)
-        else:
-            self.head = nn.Linear(width, n_actions)
+        self.spec = head
+        self.dueling = head.dueling
+        for name, out in head.layers():
+            setattr(self, name, linear_layer(head, width, out, sigma0))
+        self.register_buffer("support", torch.from_numpy(head.support()), persistent=False)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def head_layers(self) -> list[nn.Module]:
+        return [getattr(self, name) for name, _ in self.spec.layers()]
+
+    def outputs(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
         x = self.trunk(obs)
-        if self.dueling:
-            adv = self.advantage(x)
-            return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
-        return self.head(x)
+        if self.spec.noisy:
+            return combine(self.spec, [layer(x, noise) for layer in self.head_layers()])
+        return combine(self.spec, [layer(x) for layer in self.head_layers()])
+
+    def q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """Per-action outputs -> expected Q (N, n_actions)."""
+        return expected_q(self.spec, out, self.support)
+
+    def forward(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        return self.q_values(self.outputs(obs, noise))
+
+    def reset_noise(self, rows: int | None = None, generator: torch.Generator | None = None) -> None:
+        """New noise in every noisy layer (one draw, or one per row of the next ``rows``); nothing without."""
+        if self.spec.noisy:
+            for layer in self.head_layers():
+                layer.reset_noise(rows, generator)
 
 
-def _net_from_info(info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None) -> QNetwork:
-    return QNetwork(torso_of(info, obs_shape), int(info["n_actions"]), bool(info["dueling"]))
+def _net_from_info(info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None, sigma0: float = 0.5) -> QNetwork:
+    return QNetwork(torso_of(info, obs_shape), HeadSpec.of(info), sigma0)
 
 
 class TorchQForward:
     """Q-values with torch (inference mode), loaded from the exported weights; observations go in
-    in their native dtype (the network converts them)."""
+    in their native dtype (the network converts them). A noisy head samples fresh noise at each call,
+    one draw per row, from this forward's own generator (see :class:`.numpy_net.NumpyQForward`)."""
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
@@ -90,8 +112,10 @@ class TorchQForward:
         self.info = net_info(self.obs_dim, self.n_actions, params)
         with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
             torch.manual_seed(seed)
-            self.net = _net_from_info(self.info, self.obs_shape)
+            self.net = _net_from_info(self.info, self.obs_shape, params.noisy_sigma0)
         self.net.eval()
+        #: a noisy head's noise: fresh at every call, one draw per row (as the numpy forward's), seeded
+        self.generator = torch.Generator().manual_seed(seed)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         full = follow_weights(self.info, info)
@@ -106,8 +130,19 @@ class TorchQForward:
         obs = np.asarray(obs)
         if not obs.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
             obs = obs.copy()
+        x = torch.from_numpy(np.ascontiguousarray(obs))
         with torch.inference_mode():
-            return {"q": self.net(torch.from_numpy(np.ascontiguousarray(obs))).numpy()}
+            net = self.net
+            net.reset_noise(len(x), self.generator)
+            return {"q": net(x).numpy()}
+
+    def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """As a call, with a noisy head's mean weights (greedy evaluation)."""
+        obs = np.asarray(obs)
+        if not obs.flags.writeable:
+            obs = obs.copy()
+        with torch.inference_mode():
+            return {"q": self.net(torch.from_numpy(np.ascontiguousarray(obs)), noise=False).numpy()}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -135,10 +170,13 @@ class DQNLearner:
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.online = _net_from_info(net_info(self.obs_dim, self.n_actions, p)).to(self.device)
-        self.target = _net_from_info(net_info(self.obs_dim, self.n_actions, p)).to(self.device)
+        self.online = _net_from_info(net_info(self.obs_dim, self.n_actions, p), sigma0=p.noisy_sigma0).to(self.device)
+        self.target = _net_from_info(net_info(self.obs_dim, self.n_actions, p), sigma0=p.noisy_sigma0).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
+        #: noisy heads' noise: the learner's own generator (on the CPU, in checkpoints as ``rng.noise``),
+        #: so that neither another user of torch's global RNG nor the device changes the draws
+        self.noise_rng = torch.Generator().manual_seed(seed)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
 
         # replay: a ring over ``capacity`` slots; image observations as frames, each stored once
@@ -242,18 +280,24 @@ class DQNLearner:
             batch[k] for k in ("obs", "action", "reward", "next_obs", "discount")
         )
 
+        net = self.online
+        spec = net.spec
+        if spec.noisy:  # Rainbow: new noise for both nets at every update
+            self.online.reset_noise(generator=self.noise_rng)
+            self.target.reset_noise(generator=self.noise_rng)
         with torch.no_grad():
-            next_target = self.target(next_obs)
-            if p.double:
-                next_action = self.online(next_obs).argmax(dim=1, keepdim=True)
+            next_target = self.target.outputs(next_obs)  # B, A, K
+            if p.double:  # the online net's expected Q picks the next action
+                next_action = self.online(next_obs).argmax(dim=1)
             else:
-                next_action = next_target.argmax(dim=1, keepdim=True)
-            next_value = next_target.gather(1, next_action).squeeze(1)
-            target = reward + discount * next_value
+                next_action = net.q_values(next_target).argmax(dim=1)
+            next_out = next_target[torch.arange(len(next_action), device=dev), next_action]  # B, K
 
-        q = self.online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
+        out_all = net.outputs(obs)
+        out = out_all[torch.arange(len(action), device=dev), action]  # B, K
+        elementwise, target = td_loss(spec, out, next_out, reward, discount, net.support, p.qr_kappa)
+        q = net.q_values(out_all.detach()).gather(1, action.unsqueeze(1)).squeeze(1)
         td = target - q
-        elementwise = F.smooth_l1_loss(q, target, reduction="none")
         if weights is not None:
             loss = (torch.from_numpy(weights.astype(np.float32)).to(dev) * elementwise).mean()
         else:
@@ -269,7 +313,9 @@ class DQNLearner:
 
         td_abs = td.detach().abs().cpu().numpy().astype(np.float64)
         if self.tree is not None:
-            prio = (td_abs + p.per_eps) ** p.per_alpha
+            # plain DQN: |TD error|; C51 and QR: the sample's own loss (Rainbow's cross-entropy)
+            err = td_abs if spec.distributional == "none" else elementwise.detach().cpu().numpy().astype(np.float64)
+            prio = (np.maximum(err, 0.0) + p.per_eps) ** p.per_alpha
             self.tree.set(idx, prio)
             self.max_priority = max(self.max_priority, float(prio.max()))
 
@@ -326,6 +372,8 @@ class DQNLearner:
         opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
 
         tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
+        if self.params.noisy:
+            tensors["rng.noise"] = self.noise_rng.get_state().numpy().copy()
         meta: dict[str, Any] = {
             "algorithm": "dqn",
             "net": net_info(self.obs_dim, self.n_actions, self.params),
@@ -362,6 +410,8 @@ class DQNLearner:
         self.max_priority = float(meta["max_priority"])
         self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
+        if "rng.noise" in tensors:
+            self.noise_rng.set_state(torch.from_numpy(np.array(tensors["rng.noise"], dtype=np.uint8)))
 
         replay = meta.get("replay")
         if replay:

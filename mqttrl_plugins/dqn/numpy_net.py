@@ -2,7 +2,8 @@
 
 ``NumpyQForward`` loads the weights the learner exports (the layout of
 ``learner.QNetwork``, described by :func:`.common.net_info`) and computes the
-same Q-values as the torch network, to ~1e-5. Its torso is :class:`mqttrl.nets.NumpyTorso`
+same Q-values as the torch network, to ~1e-5, for every head (:mod:`.numpy_heads`:
+plain, C51, QR, dueling or not, noisy or not). Its torso is :class:`mqttrl.nets.NumpyTorso`
 (MLP or CNN), so observations go in as the env made them (uint8, bool or float). For the
 small MLPs DQN uses it is also cheaper than torch, so workers prefer it.
 """
@@ -20,6 +21,7 @@ import numpy as np
 from mqttrl.nets import NumpyTorso, describe, initial_weights, out_size, validate, weight_shapes
 
 from .common import DQNParams, check_spaces, net_info
+from .numpy_heads import HeadSpec, NumpyHead, initial_head_weights
 
 #: the tensor names of the torso in the exported weights
 TORSO_PREFIX = "trunk."
@@ -48,30 +50,57 @@ def head_names(dueling: bool) -> tuple[str, ...]:
     return ("value", "advantage") if dueling else ("head",)
 
 
+#: the keys of a network ``info`` that describe the architecture (they follow the weights)
+ARCHITECTURE_KEYS = (
+    "hidden",
+    "dueling",
+    "torso",
+    "distributional",
+    "n_atoms",
+    "v_min",
+    "v_max",
+    "n_quantiles",
+    "noisy",
+)
+#: the architecture keys a full ``info`` (one with ``hidden``) leaves out when they take their plain value
+OPTIONAL_KEYS = ("torso", "distributional", "n_atoms", "v_min", "v_max", "n_quantiles", "noisy")
+
+
 def follow_weights(own: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
     """The network ``info`` (received with weights) describes, completed from ``own``: architecture
-    keys (hidden, dueling, torso) follow the weights; an info with ``hidden`` but no ``torso`` is an
-    MLP over float observations."""
-    full = {**own, **{k: info[k] for k in ("hidden", "dueling", "torso") if k in info}}
-    if "hidden" in info and "torso" not in info:
-        full.pop("torso", None)
+    keys (hidden, dueling, torso, the head's kind) follow the weights; an info with ``hidden`` describes
+    the whole network, so an optional key it leaves out takes its plain value (no ``torso``: an MLP over
+    float observations; no ``distributional``: one Q-value per action; no ``noisy``: plain layers)."""
+    full = {**own, **{k: info[k] for k in ARCHITECTURE_KEYS if k in info}}
+    if "hidden" in info:
+        for k in OPTIONAL_KEYS:
+            if k not in info:
+                full.pop(k, None)
     return full
 
 
 @attrs.frozen
 class _QNet:
-    """One model version, ready to run: the torso and the heads as (W^T (in, out), b), float32."""
+    """One model version, ready to run: the torso and the head."""
 
     torso: NumpyTorso
-    heads: tuple
+    head: NumpyHead
 
 
 class NumpyQForward:
     """The Q-network's forward in numpy (float32), from the same weights the learner exports.
 
     Same layers as ``learner.QNetwork``: the torso under ``trunk.`` (for an MLP ``trunk.{0,2,...}``
-    Linear + ReLU), then ``value``/``advantage`` (dueling) or ``head``. Weights are re-laid out once
-    at load (head matrices transposed, so the heads are plain ``x @ W + b``).
+    Linear + ReLU), then ``value``/``advantage`` (dueling) or ``head`` (:class:`.numpy_heads.NumpyHead`:
+    plain, C51 or QR, noisy or not). Weights are re-laid out once at load (head matrices transposed,
+    so the heads are plain ``x @ W + b``). Whatever the head, a call gives ``{"q": (N, n_actions)}``,
+    the expected Q-values.
+
+    Noisy heads: each call samples fresh factorised noise, one independent draw per row (per env),
+    from this forward's own generator (seeded by ``seed``): per step, as Rainbow acts, and per env, so
+    that the envs of one worker (or of every worker an inference server batches) explore independently,
+    as separate actors would. Two small matmuls per layer on top of the mean's; no torch RNG involved.
+    :meth:`noiseless` (greedy evaluation) uses the mean weights.
     """
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
@@ -82,33 +111,24 @@ class NumpyQForward:
         rng = np.random.default_rng(seed)
         torso = torso_of(self.info, self.obs_shape)
         tensors = initial_weights(torso, rng, TORSO_PREFIX)
-        width = out_size(torso)
-        for name in head_names(bool(self.info["dueling"])):
-            bound = 1.0 / np.sqrt(width)
-            out = 1 if name == "value" else self.n_actions
-            tensors[f"{name}.weight"] = rng.uniform(-bound, bound, (out, width)).astype(np.float32)
-            tensors[f"{name}.bias"] = rng.uniform(-bound, bound, out).astype(np.float32)
+        tensors.update(initial_head_weights(HeadSpec.of(self.info), out_size(torso), rng, params.noisy_sigma0))
+        #: the noisy head's noise (its own stream: the weights' draws above do not shift it)
+        self.noise_rng = np.random.default_rng([seed, 0x401DE])
         #: the loaded network (torso and heads), replaced as a whole by load_weights
         self.layers = self._build(tensors, self.info)
 
     def _build(self, tensors: Mapping[str, np.ndarray], full: Mapping[str, Any]) -> _QNet:
         torso = torso_of(full, self.obs_shape)
-        heads = head_names(bool(full["dueling"]))
+        spec = HeadSpec.of({**full, "n_actions": self.n_actions})
         width = out_size(torso)
-        expected = set(weight_shapes(torso, TORSO_PREFIX)) | {f"{h}.{p}" for h in heads for p in ("weight", "bias")}
+        expected = set(weight_shapes(torso, TORSO_PREFIX)) | set(spec.tensor_shapes(width))
         if set(tensors) != expected:
             raise ValueError(
                 f"weights do not fit the network: missing {sorted(expected - set(tensors))}, "
                 f"unexpected {sorted(set(tensors) - expected)}"
             )
-        layers = []
-        for h in heads:
-            w, b = np.asarray(tensors[f"{h}.weight"]), np.asarray(tensors[f"{h}.bias"])
-            out = 1 if h == "value" else self.n_actions
-            if w.shape != (out, width) or b.shape != (out,):
-                raise ValueError(f"weight {h} has shape {w.shape}, the network needs {(out, width)}")
-            layers.append((np.ascontiguousarray(w.T, np.float32), np.array(b, np.float32)))
-        return _QNet(NumpyTorso(torso, tensors, TORSO_PREFIX), tuple(layers))
+        head = NumpyHead(spec, tensors, width)  # checks the head's shapes
+        return _QNet(NumpyTorso(torso, tensors, TORSO_PREFIX), head)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """The tensors ``DQNLearner.export_weights`` makes; raises before anything is replaced."""
@@ -119,13 +139,13 @@ class NumpyQForward:
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         net = self.layers
         x = net.torso(obs)
-        if len(net.heads) == 2:
-            (wv, bv), (wa, ba) = net.heads
-            adv = x @ wa + ba
-            q = (x @ wv + bv) + adv - adv.mean(axis=1, keepdims=True)
-        else:
-            q = x @ net.heads[0][0] + net.heads[0][1]
-        return {"q": q.astype(np.float32, copy=False)}
+        noise = net.head.sample_noise(self.noise_rng, len(x)) if net.head.spec.noisy else None
+        return {"q": net.head(x, noise).astype(np.float32, copy=False)}
+
+    def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """As a call, with a noisy head's mean weights (greedy evaluation); the same as a call otherwise."""
+        net = self.layers
+        return {"q": net.head(net.torso(obs)).astype(np.float32, copy=False)}
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,0 +1,169 @@
+"""DQN's heads in torch: noisy linear layers, and the losses of the plain, C51 and QR-DQN heads.
+
+The layout (layer names, outputs per action, the dueling combination per output) is
+:mod:`.numpy_heads`'s, which the numpy forward follows too.
+
+1. ``NoisyLinear``: Fortunato et al. 2018's factorised Gaussian noisy layer;
+2. ``combine`` / ``expected_q``: the layers' outputs -> per-action outputs -> expected Q;
+3. the losses, per sample (prioritized replay takes them as priorities):
+   ``c51_project`` (the categorical projection of r + discount * z onto the support),
+   ``c51_loss`` (cross-entropy to it), ``quantile_huber_loss`` (QR-DQN), ``td_loss`` (dispatch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .numpy_heads import HeadSpec, quantile_midpoints
+
+# --------------------------------------------------------------------------
+# 1. Noisy linear layer
+# --------------------------------------------------------------------------
+
+
+def scale_noise(x: torch.Tensor) -> torch.Tensor:
+    """f(x) = sign(x) sqrt(|x|)."""
+    return x.sign() * x.abs().sqrt()
+
+
+class NoisyLinear(nn.Module):
+    """``y = x (W_mu + W_sigma * outer(eps_out, eps_in))^T + b_mu + b_sigma * eps_out`` (factorised
+    Gaussian noise, eps = f(standard normal)). The noise lives in buffers that are not part of the
+    state dict (weights and checkpoints carry mu and sigma only): :meth:`reset_noise` draws it, one
+    draw for the batch or one per row; until the first draw it is zero (the layer is its mean).
+    ``forward(x, noise=False)`` is the mean layer whatever the buffers hold."""
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+
+    def reset_noise(self, rows: int | None = None, generator: torch.Generator | None = None) -> None:
+        """New noise: one draw (``rows`` None) or one per row of the next batch of ``rows``."""
+        lead = () if rows is None else (rows,)
+        dev = self.weight_mu.device
+        e_in = torch.randn(*lead, self.in_features, generator=generator, device=dev if generator is None else "cpu")
+        e_out = torch.randn(*lead, self.out_features, generator=generator, device=dev if generator is None else "cpu")
+        self.set_noise(scale_noise(e_in), scale_noise(e_out))
+
+    def set_noise(self, eps_in: torch.Tensor, eps_out: torch.Tensor) -> None:
+        """Given noise (already f-scaled): (in,), (out,) or per row (N, in), (N, out)."""
+        self.eps_in = eps_in.to(self.weight_mu.device, torch.float32)
+        self.eps_out = eps_out.to(self.weight_mu.device, torch.float32)
+
+    def forward(self, x: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        y = F.linear(x, self.weight_mu, self.bias_mu)
+        if not noise:
+            return y
+        # the noisy matrix is never formed: x (sigma * eps_out eps_in^T)^T = eps_out * ((x * eps_in) sigma^T)
+        return y + self.eps_out * (F.linear(x * self.eps_in, self.weight_sigma) + self.bias_sigma)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def linear_layer(spec: HeadSpec, width: int, out: int, sigma0: float) -> nn.Module:
+    return NoisyLinear(width, out, sigma0) if spec.noisy else nn.Linear(width, out)
+
+
+# --------------------------------------------------------------------------
+# 2. Outputs -> expected Q
+# --------------------------------------------------------------------------
+
+
+def combine(spec: HeadSpec, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The layers' outputs -> per-action outputs (N, n_actions, K): dueling per output k."""
+    n = outs[0].shape[0]
+    if spec.dueling:
+        value, adv = outs
+        adv = adv.view(n, spec.n_actions, spec.k)
+        return value.view(n, 1, spec.k) + adv - adv.mean(dim=1, keepdim=True)
+    return outs[0].view(n, spec.n_actions, spec.k)
+
+
+def expected_q(spec: HeadSpec, out: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
+    """Per-action outputs (N, A, K) -> expected Q (N, A)."""
+    if spec.distributional == "c51":
+        return torch.softmax(out, dim=2) @ support
+    if spec.distributional == "qr":
+        return out.mean(dim=2)
+    return out[:, :, 0]
+
+
+# --------------------------------------------------------------------------
+# 3. Losses
+# --------------------------------------------------------------------------
+
+
+def c51_project(
+    next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """The categorical projection (Bellemare et al. 2017, Algorithm 1) of the distribution of
+    ``reward + discount * Z``, Z with probabilities ``next_probs`` (B, K) on ``support`` (K,), onto the
+    support: each shifted atom Tz_j = clip(r + discount z_j, v_min, v_max) splits its probability
+    between its two neighbouring atoms in proportion to closeness, m_i = sum_j [1 - |Tz_j - z_i| /
+    dz]_0^1 p_j. (The hat form needs no special case for a Tz_j that lands exactly on an atom.)
+    ``discount`` is the batch's n-step discount: 0 after a termination (all mass at r)."""
+    v_min, v_max = float(support[0]), float(support[-1])
+    dz = (v_max - v_min) / (support.numel() - 1)
+    tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)  # B, K (j)
+    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs() / dz).clamp(min=0.0)  # B, K (i), K (j)
+    return (weight * next_probs.unsqueeze(1)).sum(dim=2)
+
+
+def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """Per-sample cross-entropy -sum_i m_i log p_i of the taken action's logits (B, K) to the projected
+    target (B, K); Rainbow's priority too."""
+    return -(target_probs * F.log_softmax(logits, dim=1)).sum(dim=1)
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
+    """QR-DQN's per-sample loss (Dabney et al. 2018, eq. 10 with the quantile Huber loss):
+    sum_i mean_j rho^kappa_{tau_hat_i}(T theta_j - theta_i), where rho^kappa_tau(u) = |tau - 1{u < 0}|
+    L_kappa(u), L_kappa(u) = u^2 / 2 for |u| <= kappa, else kappa (|u| - kappa / 2) (not divided by
+    kappa: QR-DQN's form; IQN's divides). ``quantiles`` (B, N): theta_i(s, a) of the online net;
+    ``target`` (B, N'): the target quantiles (no gradient flows into them)."""
+    n = quantiles.shape[1]
+    tau = torch.from_numpy(quantile_midpoints(n)).to(quantiles.device).view(1, n, 1)
+    u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # B, i, j
+    huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)
+    rho = (tau - (u.detach() < 0).float()).abs() * huber
+    return rho.mean(dim=2).sum(dim=1)
+
+
+def td_loss(
+    spec: HeadSpec,
+    out: torch.Tensor,
+    target_out: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    support: torch.Tensor | None,
+    kappa: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample loss and the target's expected value, for the taken actions' outputs ``out``
+    (B, K, with gradient) and the next state's outputs ``target_out`` (B, K, the target net's at the
+    chosen next action): Huber to r + discount * Q' (plain), cross-entropy to the projected
+    distribution (C51), quantile Huber loss to r + discount * theta' (QR)."""
+    with torch.no_grad():
+        if spec.distributional == "c51":
+            m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support)
+            target_value = m @ support
+        else:
+            target_all = reward.unsqueeze(1) + discount.unsqueeze(1) * target_out  # B, K
+            target_value = target_all.mean(dim=1)
+    if spec.distributional == "c51":
+        return c51_loss(out, m), target_value
+    if spec.distributional == "qr":
+        return quantile_huber_loss(out, target_all, kappa), target_value
+    return F.smooth_l1_loss(out[:, 0], target_value, reduction="none"), target_value
