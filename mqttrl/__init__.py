@@ -22,4 +22,25 @@ PROTOCOL_VERSION = 1
 # Plugin authors write ``from mqttrl import hookimpl`` (pluggy imports no numpy, so the thread defaults above hold).
 from mqttrl.plugin.spec import hookimpl  # noqa: E402
 
-__all__ = ["PROTOCOL_VERSION", "__version__", "hookimpl"]
+__all__ = ["PROTOCOL_VERSION", "Result", "__version__", "hookimpl", "train"]
+
+#: names imported when first used (a module ``__getattr__``), so that ``import mqttrl`` stays cheap for the nodes
+_LAZY = {
+    "train": "mqttrl.api",  # mqttrl/api.py: a whole run on this machine from Python
+    "Result": "mqttrl.api",
+}
+
+
+def __getattr__(name: str):
+    """``mqttrl.train`` and ``mqttrl.Result`` (mqttrl/api.py), imported when first used, so that
+    ``import mqttrl`` stays cheap for the nodes."""
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'mqttrl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

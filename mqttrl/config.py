@@ -301,27 +301,39 @@ def load_config(
     ``params_class(name)`` returns the attrs class of an algorithm's
     hyperparameters (looked up through the plugins).
     """
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
-        if p.suffix == ".json":  # a run directory's resolved config.json
-            try:
-                data = json.loads(p.read_text())
-            except ValueError as e:
-                raise ConfigError(f"{p} is not valid JSON: {e}") from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"{p}: expected a JSON object")
-        else:
-            try:
-                data = tomllib.loads(p.read_text())
-            except tomllib.TOMLDecodeError as e:
-                raise ConfigError(f"{p} is not valid TOML: {e}") from None
+    data = read_config_data(path) if path is not None else {}
     for item in overrides:
         parts, value = parse_override(item)
         _deep_set(data, parts, value)
     return from_dict(data, params_class)
+
+
+def read_config_data(path: str | Path) -> dict:
+    """The plain data of a TOML config file, or of a run directory's resolved ``config.json``."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {p} does not exist")
+    if p.suffix == ".json":  # a run directory's resolved config.json
+        try:
+            data = json.loads(p.read_text())
+        except ValueError as e:
+            raise ConfigError(f"{p} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a JSON object")
+        return data
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p} is not valid TOML: {e}") from None
+
+
+def set_key(data: dict, key: str, value: Any) -> None:
+    """Set the dotted ``key`` (``algorithm.lr``, ``env.kwargs.render_mode``) in plain config data;
+    the value is taken as it is (checked later, by :func:`from_dict`)."""
+    parts = [p for p in str(key).strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"{key!r}: empty key; expected section.key, e.g. 'algorithm.lr'")
+    _deep_set(data, parts, value)
 
 
 def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | None = None) -> RunConfig:

@@ -48,7 +48,10 @@ class Storage(Protocol):
     * :meth:`close` exactly once, at shutdown, after a last :meth:`write`.
 
     Optionally a storage has an integer ``pending`` attribute (points accepted but not
-    yet stored); telemetry reports the sum as the ``pending_points`` field.
+    yet stored); telemetry reports the sum as the ``pending_points`` field. And optionally
+    a ``run_config(config: dict) -> None`` method: telemetry calls it, from the same loop,
+    with the run's resolved config (the learner's retained ``config`` message, as
+    ``RunConfig.to_dict()`` gives it) when it arrives and whenever it changes.
     """
 
     def write(self, points: list[Point]) -> None:

@@ -31,7 +31,15 @@ def run_train(tmp_path, *args, timeout=300):
 
 def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
     out, run_dir = run_train(
-        tmp_path, "--set", "train.max_seconds=45", "--set", "train.eval_every_s=8", "--set", "train.target_return=10000"
+        tmp_path,
+        "--set",
+        "train.max_seconds=45",
+        "--set",
+        "train.eval_every_s=8",
+        "--set",
+        "train.target_return=10000",
+        "--set",
+        'train.telemetry_storages=["files", "tensorboard"]',
     )
     assert out.returncode == 3, out.stdout + out.stderr  # budget hit, target not reached: exit 3
     assert "embedded mosquitto broker" in out.stderr
@@ -51,6 +59,19 @@ def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
     assert (run_dir / "best" / "weights.safetensors").exists()
     assert (run_dir / "checkpoints" / "latest").exists()
     assert "not solved" in out.stdout
+    # telemetry's storages write into the run directory: CSVs, and TensorBoard events that
+    # TensorBoard's own reader reads (`tensorboard --logdir <run dir>/tensorboard`)
+    assert (run_dir / "telemetry" / "episode.csv").exists()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("episode/return", "eval/mean", "learner/loss", "throughput/samples_per_s", "worker/w1/return"):
+        assert tag in tags, (tag, sorted(tags))
+    assert 1 <= len(acc.Scalars("eval/mean")) <= summary["evaluations"]  # the last one may end after telemetry
+    steps = [e.step for e in acc.Scalars("episode/return")]
+    assert steps == sorted(steps) and steps[-1] > 1000  # the env-steps axis
 
 
 def test_train_falls_back_to_amqtt(tmp_path):

@@ -88,7 +88,7 @@ def test_every_hookspec_has_tests():
 def test_docs_list_the_builtins_and_commands():
     text = doc()
     builtins = {ep.name: ep.value for ep in md.entry_points(group="mqttrl") if ep.dist and ep.dist.name == "mqttrl"}
-    assert len(builtins) == 7, builtins
+    assert len(builtins) == 9, builtins
     for name, module in builtins.items():
         assert f"| `{name}` | `{module}` |" in text, f"built-in {name} ({module}) is not in the table"
     for phrase in (

@@ -129,5 +129,21 @@ def test_mqttrl_train_stops_on_every_stop_signal_and_restores_sigint(monkeypatch
         assert interrupted.wait(5)
     finally:
         restore()
-        signal.signal(signal.SIGTERM, before_term)
     assert signal.getsignal(signal.SIGINT) is before_int
+    assert signal.getsignal(signal.SIGTERM) is before_term  # every handler it installed is put back
+
+
+def test_mqttrl_train_in_another_thread_installs_no_signal_handler(monkeypatch):
+    """Only the main thread may install handlers (``signal.signal`` raises ValueError elsewhere):
+    :func:`mqttrl.train` from a thread leaves them alone and is stopped through its ``stop`` event."""
+    import threading
+
+    from mqttrl.local import train
+
+    installed, out = [], {}
+    monkeypatch.setattr(train, "install_stop_handlers", lambda stop: installed.append(stop))
+    t = threading.Thread(target=lambda: out.setdefault("restore", train._stop_on_signals(threading.Event())))
+    t.start()
+    t.join(10)
+    assert installed == [] and callable(out["restore"])
+    out["restore"]()  # and putting nothing back is fine too

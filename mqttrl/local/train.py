@@ -76,13 +76,42 @@ def _python_env() -> dict:
 
 def _stop_on_signals(interrupted: threading.Event) -> Callable[[], None]:
     """SIGINT, SIGTERM and (Windows) SIGBREAK set ``interrupted``; returns what puts the previous
-    SIGINT handler back.
+    handlers back.
 
-    The one place :func:`train` touches process-wide state (signal handlers work only in the main thread).
+    The one place :func:`train` touches process-wide state. Python runs signal handlers in the main
+    thread only, and only the main thread may install them: called from another thread (a notebook's
+    background thread, a thread pool) this installs nothing, and the caller stops the run through
+    ``train(stop=...)``.
     """
-    old_handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {}
+    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.getsignal(sig)
     install_stop_handlers(lambda *_: interrupted.set())
-    return lambda: signal.signal(signal.SIGINT, old_handler)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            # None: the previous handler was not installed from Python; the default is the nearest
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore
+
+
+def _new_run_dir(run: str) -> Path:
+    """``runs/<run>-<timestamp>``, made here; ``-2``, ``-3`` ... when runs start in the same second."""
+    base = f"runs/{run}-{time.strftime('%Y%m%d-%H%M%S')}"
+    Path("runs").mkdir(exist_ok=True)
+    for i in range(1, 1000):
+        path = Path(base if i == 1 else f"{base}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base}: a thousand runs started in this second; pass run_dir")
 
 
 def train(
@@ -92,71 +121,102 @@ def train(
     run_dir: Path | None = None,
     embedded: str = "auto",
     progress: bool = True,
+    stop: threading.Event | None = None,
+    print_summary: bool = True,
 ) -> dict:
+    """Run ``config`` on this machine until its target, its budget, a stop signal (in the main
+    thread) or ``stop`` being set; returns the summary it writes to ``<run dir>/summary.json``.
+
+    Safe to call from any thread: signal handlers are installed (and the previous ones put back
+    after) only in the main thread. :func:`mqttrl.train` is the friendlier front of this.
+    """
     tc = config.train
-    run_dir = Path(run_dir or f"runs/{config.run}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir is None:
+        run_dir = _new_run_dir(config.run)
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.json"
     write_resolved(config, cfg_path)
     t_start = time.monotonic()
     embedded_broker = None
-    if broker is None:
-        embedded_broker = EmbeddedBroker(embedded, workdir=run_dir / "broker").start()
-        broker = BrokerSettings(url=embedded_broker.url)
-        log.info("embedded %s broker at %s", embedded_broker.kind, broker.url)
-    env = _python_env()
-    if broker.password:
-        env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
-    conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
-    py = [sys.executable, "-m", "mqttrl"]
-    logs = run_dir / "logs"
-    learner = Child(
-        "learner",
-        py + ["learner", "--config", str(cfg_path), "--run-dir", str(run_dir)] + conn,
-        logs / "learner.log",
-        env,
-    )
-    workers = [
-        Child(
-            f"w{i}",
-            py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn,
-            logs / f"worker-w{i}.log",
+    undo: list[Callable[[], object]] = []  # what stops what was started, should setting up fail
+    try:
+        if broker is None:
+            embedded_broker = EmbeddedBroker(embedded, workdir=run_dir / "broker").start()
+            undo.append(embedded_broker.stop)
+            broker = BrokerSettings(url=embedded_broker.url)
+            log.info("embedded %s broker at %s", embedded_broker.kind, broker.url)
+        env = _python_env()
+        if broker.password:
+            env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
+        conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
+        py = [sys.executable, "-m", "mqttrl"]
+        logs = run_dir / "logs"
+        learner = Child(
+            "learner",
+            py + ["learner", "--config", str(cfg_path), "--run-dir", str(run_dir)] + conn,
+            logs / "learner.log",
             env,
         )
-        for i in range(tc.workers)
-    ]
-    children = [learner, *workers]
-    for i in range(config.inference.servers):
-        children.append(
+        workers = [
             Child(
-                f"inference{i}",
-                py + ["inference", "--run", config.run, "--name", f"inference{i}"] + conn,
-                logs / f"inference{i}.log",
+                f"w{i}",
+                py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn,
+                logs / f"worker-w{i}.log",
                 env,
             )
-        )
-    if tc.telemetry:
-        storage_args = []
-        for name in tc.telemetry_storages:
-            storage_args += ["--storage", str(name)]
-        telemetry = Child(
-            "telemetry",
-            py
-            + ["telemetry", "--run", config.run, *storage_args, "--storage-opt", f"files.dir={run_dir / 'telemetry'}"]
-            + conn,
-            logs / "telemetry.log",
-            env,
-        )
-        children.append(telemetry)
-    supervisor = Supervisor(children[1:])
-    monitor = Monitor(config, broker, run_dir)
-    evaluator = Evaluator(config, run_dir, monitor.on_eval)
-    evaluator.start()
-    learner.start()
-    supervisor.start()
+            for i in range(tc.workers)
+        ]
+        children = [learner, *workers]
+        for i in range(config.inference.servers):
+            children.append(
+                Child(
+                    f"inference{i}",
+                    py + ["inference", "--run", config.run, "--name", f"inference{i}"] + conn,
+                    logs / f"inference{i}.log",
+                    env,
+                )
+            )
+        if tc.telemetry:
+            storage_args = []
+            for name in tc.telemetry_storages:
+                storage_args += ["--storage", str(name)]
+            # each built-in storage writes into the run directory (the files storage's options are always passed)
+            in_run_dir = {
+                "files": f"files.dir={run_dir / 'telemetry'}",
+                "tensorboard": f"tensorboard.logdir={run_dir / 'tensorboard'}",
+                "wandb": f"wandb.dir={run_dir}",
+            }
+            for name, opt in in_run_dir.items():
+                if name == "files" or name in tc.telemetry_storages:
+                    storage_args += ["--storage-opt", opt]
+            telemetry = Child(
+                "telemetry",
+                py + ["telemetry", "--run", config.run, *storage_args] + conn,
+                logs / "telemetry.log",
+                env,
+            )
+            children.append(telemetry)
+        supervisor = Supervisor(children[1:])
+        monitor = Monitor(config, broker, run_dir)
+        undo.append(monitor.stop)
+        evaluator = Evaluator(config, run_dir, monitor.on_eval)
+        evaluator.start()
+        undo.append(lambda: evaluator.requests.put(None))
+        undo.append(learner.stop)
+        learner.start()
+        undo.append(supervisor.stop)
+        supervisor.start()
+    except BaseException:  # e.g. an env that cannot be made: leave no broker or child process behind
+        for fn in reversed(undo):
+            try:
+                fn()
+            except Exception:
+                log.exception("cleaning up after a failed start")
+        raise
     display = Progress(config, enabled=progress)
     stop_reason = "interrupted"
-    interrupted = threading.Event()
+    interrupted = stop if stop is not None else threading.Event()
     restore_signals = _stop_on_signals(interrupted)
     try:
         monitor.start()
@@ -205,7 +265,8 @@ def train(
     summary["learner_restarts"] = learner.restarts
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    _print_summary(summary)
+    if print_summary:
+        _print_summary(summary)
     return summary
 
 

@@ -1,8 +1,9 @@
 """The telemetry node: watches a run, aggregates, writes to storages, asks for best-model saves.
 
-It subscribes to episode stats, learner metrics, heartbeats, node states and
-evaluations; turns them into :class:`~mqttrl.storage.Point` s (schema in
-docs/telemetry.md) for every configured storage plugin; and when the moving
+It subscribes to episode stats, learner metrics, heartbeats, node states,
+evaluations and the run's config (handed to the storages that take it); turns
+them into :class:`~mqttrl.storage.Point` s (schema in docs/telemetry.md) for
+every configured storage plugin; and when the moving
 average return beats the best so far, publishes ``cmd/learner/quicksave`` with
 ``name="best"`` so the learner writes that model to ``checkpoints/best/``.
 """
@@ -78,6 +79,8 @@ class TelemetryNode:
         self.episodes = 0
         self.learner: dict = {}
         self.learner_status = "unknown"
+        #: the run's resolved config (the learner's retained ``config`` message), once received
+        self.config: dict | None = None
         self.best: float | None = None
         self.best_pending: tuple[float, int] | None = None
         self._last_best_sent = 0.0
@@ -95,6 +98,7 @@ class TelemetryNode:
                 Kind.WORKER_STATE: self.on_worker_state,
                 Kind.HEARTBEAT: self.on_heartbeat,
                 Kind.EVAL: self.on_eval,
+                Kind.CONFIG: self.on_config,
             },
             log,
         )
@@ -189,6 +193,22 @@ class TelemetryNode:
             if isinstance(ev.get(k), int):
                 fields[k] = ev[k]
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
+
+    def on_config(self, name: str, payload: bytes) -> None:
+        """The run's config (retained): handed to every storage with a ``run_config(config)`` method."""
+        if not payload:  # an empty retained message clears it
+            return
+        config = decode_json(payload)
+        if config == self.config:  # a restarted learner publishes the same config again
+            return
+        self.config = config
+        for st in self.storages:
+            run_config = getattr(st, "run_config", None)
+            if callable(run_config):
+                try:
+                    run_config(config)
+                except Exception:
+                    log.exception("storage %s failed to take the run config", type(st).__name__)
 
     def _learner_points(self, now: float) -> list[Point]:
         m = self.learner
