@@ -62,10 +62,13 @@ def run(args: argparse.Namespace) -> None:
 COMMAND = Command(
     help="run telemetry (same as mqttrl-telemetry)",
     description="Watch a run: aggregate episode stats and learner metrics, write them to storages "
-    "(InfluxDB, CSV + PNG files), and ask the learner to save each new best model.",
+    "(CSV + PNG files, InfluxDB, TensorBoard event files, Weights & Biases), and ask the learner to save "
+    "each new best model. Storages and their options: docs/telemetry.md.",
     epilog="examples:\n  mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage files --storage-opt files.dir=telemetry\n"
     "  INFLUXDB_URL=http://db:8086 INFLUXDB_TOKEN=... INFLUXDB_ORG=me INFLUXDB_BUCKET=rl \\\n"
-    "    mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage influxdb --storage files",
+    "    mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage influxdb --storage files\n"
+    "  mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage tensorboard --storage-opt tensorboard.dir=tb\n"
+    "  WANDB_MODE=offline mqttrl-telemetry --broker mqtt://host:1883 --run cartpole --storage wandb --storage-opt wandb.project=rl",
     raw=True,
     add_arguments=add_arguments,
     run=run,

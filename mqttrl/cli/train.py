@@ -21,6 +21,9 @@ EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml
   mqttrl train configs/cartpole_dqn.toml --workers 4 --set algorithm.lr=0.001
   mqttrl train configs/cartpole_dqn.toml --broker mqtt://gpu-box:1883
+  mqttrl train configs/cartpole_dqn.toml --set 'train.telemetry_storages=["files", "tensorboard"]'
+      (then: tensorboard --logdir runs)
+from Python: mqttrl.train("configs/cartpole_dqn.toml", seed=1) (docs/python-api.md)
 """
 
 
