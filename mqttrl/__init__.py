@@ -22,18 +22,21 @@ PROTOCOL_VERSION = 1
 # Plugin authors write ``from mqttrl import hookimpl`` (pluggy imports no numpy, so the thread defaults above hold).
 from mqttrl.plugin.spec import hookimpl  # noqa: E402
 
-__all__ = ["PROTOCOL_VERSION", "Result", "__version__", "hookimpl", "train"]
+__all__ = ["PROTOCOL_VERSION", "Policy", "Result", "__version__", "hookimpl", "load_policy", "train"]
 
 #: names imported when first used (a module ``__getattr__``), so that ``import mqttrl`` stays cheap for the nodes
 _LAZY = {
+    "load_policy": "mqttrl.policy",  # mqttrl/policy.py
+    "Policy": "mqttrl.policy",
     "train": "mqttrl.api",  # mqttrl/api.py: a whole run on this machine from Python
     "Result": "mqttrl.api",
 }
 
 
 def __getattr__(name: str):
-    """``mqttrl.train`` and ``mqttrl.Result`` (mqttrl/api.py), imported when first used, so that
-    ``import mqttrl`` stays cheap for the nodes."""
+    """``mqttrl.load_policy``, ``mqttrl.Policy`` (mqttrl/policy.py), ``mqttrl.train`` and
+    ``mqttrl.Result`` (mqttrl/api.py), imported when first used, so that ``import mqttrl`` stays
+    cheap for the nodes."""
     module = _LAZY.get(name)
     if module is not None:
         import importlib

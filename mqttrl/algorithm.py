@@ -183,6 +183,16 @@ class AlgorithmInfo:
     make_forward: Callable[..., Forward]
     #: the backends ``make_forward`` accepts, best first for a worker ("numpy" needs no torch)
     backends: tuple[str, ...] = ("numpy", "torch")
+    #: ``weights_from_checkpoint(tensors, meta)``: the policy's weights in the layout ``export_weights``
+    #: gives, ``(tensors, info)``, taken from a learner's ``state_dict(...)`` output, in numpy (no learner
+    #: is built, no torch imported), so :func:`mqttrl.load_policy` reads a checkpoint anywhere. None: a
+    #: checkpoint is read by building the learner (torch) and calling ``load_state_dict`` + ``export_weights``
+    weights_from_checkpoint: Callable[[Mapping[str, np.ndarray], Mapping[str, Any]], tuple[Tensors, dict]] | None = None
+    #: ``export_module(params, obs_space, act_space, tensors, info)``: a ``torch.nn.Module`` built from
+    #: exported weights that maps a batch of observations in their native dtype (uint8 stays uint8) to
+    #: the forward's outputs as a tuple, named by the module's ``output_names`` attribute (a tuple of
+    #: str); what ``mqttrl export`` writes as ONNX or TorchScript; may import torch. None: not exportable
+    export_module: Callable[..., Any] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("async", "sync"):

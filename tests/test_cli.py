@@ -23,6 +23,8 @@ EXPECTED = [
     "workers",
     "status",
     "check-plugin",
+    "enjoy",
+    "export",
 ]
 
 

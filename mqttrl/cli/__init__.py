@@ -12,7 +12,9 @@ import importlib.metadata
 
 from mqttrl.cli import (
     check_plugin,
+    enjoy,
     evaluate,
+    export,
     inference,
     learner,
     plugins,
@@ -38,6 +40,8 @@ COMMANDS: dict[str, Command] = {
     "workers": workers.COMMAND,
     "status": status.COMMAND,
     "check-plugin": check_plugin.COMMAND,
+    "enjoy": enjoy.COMMAND,
+    "export": export.COMMAND,
 }
 
 

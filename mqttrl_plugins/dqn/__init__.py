@@ -22,6 +22,7 @@ from mqttrl.algorithm import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import DQNActor
 from .common import DQNParams, sample_spec
+from .export import export_module, weights_from_checkpoint
 from .numpy_net import NumpyQForward
 
 
@@ -58,5 +59,7 @@ def mqttrl_register_algorithms(register):
             make_actor=DQNActor,
             make_learner=make_learner,
             make_forward=make_forward,
+            weights_from_checkpoint=weights_from_checkpoint,
+            export_module=export_module,
         )
     )

@@ -23,6 +23,7 @@ from mqttrl.algorithm import AlgorithmInfo, Forward, SyncLearner
 
 from .actor import PPOActor
 from .common import PPOParams, sample_spec
+from .export import export_module, weights_from_checkpoint
 from .numpy_net import NumpyForward
 
 
@@ -59,5 +60,7 @@ def mqttrl_register_algorithms(register):
             make_actor=PPOActor,
             make_learner=make_learner,
             make_forward=make_forward,
+            weights_from_checkpoint=weights_from_checkpoint,
+            export_module=export_module,
         )
     )

@@ -1,0 +1,460 @@
+"""A trained policy outside the framework: :func:`load_policy` and :class:`Policy`.
+
+``load_policy(path)`` reads what a run left behind and gives a :class:`Policy` that acts on
+observations in numpy: no broker, no learner, no torch (a game PC's plain install is enough)::
+
+    import mqttrl
+
+    policy = mqttrl.load_policy("runs/cartpole-dqn")
+    env = policy.make_env()
+    obs, _ = env.reset(seed=0)
+    action = policy.predict(obs)  # one observation -> one action; a batch -> a batch
+
+``path`` is one of
+
+* a run directory (``mqttrl train``'s or ``mqttrl-learner --run-dir``'s): its best model, in this
+  order: ``best/weights.safetensors`` (the model with the best greedy evaluation, kept by
+  ``mqttrl train``), ``checkpoints/best/`` (the model telemetry judged best), else the newest
+  checkpoint (``checkpoints/latest``); the ``checkpoints/`` folder itself works the same;
+* a checkpoint directory (``meta.json`` + ``state.safetensors``; ``checkpoints/best/`` gives the
+  exact weights of the judged version, its ``weights.safetensors``): the run config is in its
+  ``meta.json``; the policy's tensors are taken out of the learner state in numpy (the
+  algorithm's ``weights_from_checkpoint``), so no learner is built;
+* a weights file (``weights.safetensors``, the learner's weights message: tensors plus the
+  algorithm, run, model version and the network's description in its metadata). The run config
+  is looked for beside it and up to two folders above (a checkpoint's ``meta.json``, else the
+  run's ``config.json``): copy the run's ``config.json`` next to a weights file you move. A bare
+  weights file without one loads when ``observation_space`` and ``action_space`` are given:
+  the network follows the file's metadata, the other parameters are the algorithm's defaults.
+
+The spaces come from the run's env, made once (``make_env(config.env.id, config.env.kwargs)``)
+and closed, unless both are given. Acting goes through the algorithm's own actor over its numpy
+forward (:mod:`mqttrl.algorithm`), so every registered algorithm works the same way: greedy
+actions with ``deterministic=True``; with ``deterministic=False`` the actor's own exploration at
+the end of its schedules (DQN: epsilon-greedy with the first rung of its ladder, ``epsilon_base``,
+or the ``epsilon`` given to :func:`load_policy`; a noisy head samples its noise instead; PPO:
+actions sampled from the policy).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.algorithm import FLEET_PROGRESS_KEY, ActorContext, Tensors
+
+__all__ = ["WEIGHTS_FILE", "Policy", "load_policy"]
+
+#: the file name of exported weights in a run (``best/``) and in ``checkpoints/best/``
+WEIGHTS_FILE = "weights.safetensors"
+EXPECTED = (
+    "a run directory (config.json, checkpoints/), a checkpoint directory (meta.json + state.safetensors) "
+    "or a weights.safetensors file"
+)
+#: env steps past any schedule: a loaded policy acts as at the end of its run (DQN's epsilon decay is over)
+_END_OF_SCHEDULES = 2**53
+#: stochastic rows act as the first envs of a run this large: all of them on the first rung of a ladder
+_LADDER_ENVS = 2**40
+#: stochastic actors kept, one per batch size
+_MAX_ACTORS = 8
+
+
+# ---- finding and reading the model ---------------------------------------------------------
+def _is_checkpoint(d: Path) -> bool:
+    return (d / "meta.json").is_file() and (d / "state.safetensors").is_file()
+
+
+def _resolve(path: Path) -> tuple[str, Path]:
+    """``("weights", file)`` or ``("checkpoint", directory)``: the model ``path`` names."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory; expected {EXPECTED}")
+    if path.is_file():
+        if path.name in ("meta.json", "state.safetensors") and _is_checkpoint(path.parent):
+            return _resolve(path.parent)
+        return "weights", path
+    if _is_checkpoint(path):
+        if (path / WEIGHTS_FILE).is_file():  # checkpoints/best/: the exact weights of the judged version
+            return "weights", path / WEIGHTS_FILE
+        return "checkpoint", path
+    if (path / "best" / WEIGHTS_FILE).is_file():  # `mqttrl train`: the best greedy evaluation
+        return "weights", path / "best" / WEIGHTS_FILE
+    from mqttrl.state.checkpoint import CheckpointStore
+
+    ckpts = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if _is_checkpoint(ckpts / "best"):
+        return _resolve(ckpts / "best")
+    latest = CheckpointStore(ckpts).latest()
+    if latest is not None and _is_checkpoint(latest):
+        return "checkpoint", latest
+    if (path / WEIGHTS_FILE).is_file():
+        return "weights", path / WEIGHTS_FILE
+    if (path / "config.json").is_file() or (path / "checkpoints").is_dir():
+        raise ValueError(
+            f"{path} is a run directory without a model yet: no best/{WEIGHTS_FILE} and no checkpoint in "
+            f"{path / 'checkpoints'} (a run saves one every learner.checkpoint_every updates and when it stops)"
+        )
+    raise ValueError(f"{path} holds no mqttrl model; expected {EXPECTED}")
+
+
+class _LazyTensors(Mapping):
+    """The tensors of a checkpoint's ``state.safetensors`` under ``prefix`` (the prefix removed),
+    each read from the file when asked for: a policy never reads a checkpoint's replay buffer."""
+
+    def __init__(self, file: Path, prefix: str):
+        from safetensors import safe_open
+
+        self._file = safe_open(str(file), framework="numpy")
+        self._prefix = prefix
+        self._names = [k[len(prefix) :] for k in self._file.keys() if k.startswith(prefix)]  # noqa: SIM118
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._file.get_tensor(self._prefix + name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
+@attrs.frozen
+class _Model:
+    """What was read: the policy's weights as ``export_weights`` gives them, and where they came from."""
+
+    tensors: Mapping[str, np.ndarray]
+    info: dict
+    algorithm: str
+    model_version: int
+    #: the run config as saved (JSON data), None for a bare weights file
+    config: dict | None
+    config_path: Path | None
+    path: Path
+    #: a checkpoint's learner state (``state_dict`` output, lazily read), for ``weights_from_checkpoint``
+    state: tuple[Mapping[str, np.ndarray], dict] | None = None
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read {file}: {e}") from None
+
+
+def _read_checkpoint(d: Path) -> _Model:
+    from safetensors import SafetensorError
+
+    meta = _read_json(d / "meta.json")
+    if not (isinstance(meta, dict) and isinstance(meta.get("algo"), dict) and isinstance(meta.get("config"), dict)):
+        raise ValueError(
+            f"{d / 'meta.json'} is not an mqttrl checkpoint's (it has no algo and config); expected {EXPECTED}"
+        )
+    try:
+        tensors = _LazyTensors(d / "state.safetensors", "algo/")
+    except (OSError, SafetensorError) as e:
+        raise ValueError(f"cannot read {d / 'state.safetensors'}: {e}") from None
+    name = meta["config"].get("algorithm", {}).get("name") or meta["algo"].get("algorithm")
+    version = int(meta.get("node", {}).get("version", 0))
+    return _Model({}, {}, str(name), version, meta["config"], d / "meta.json", d, (tensors, meta["algo"]))
+
+
+def _config_near(file: Path) -> tuple[dict, Path] | None:
+    """The run config beside a weights file or up to two folders above: a checkpoint's meta.json, else config.json."""
+    for d in (file.parent, file.parent.parent, file.parent.parent.parent):
+        meta = d / "meta.json"
+        if _is_checkpoint(d):
+            data = _read_json(meta)
+            if isinstance(data, dict) and isinstance(data.get("config"), dict):
+                return data["config"], meta
+        if (d / "config.json").is_file():
+            data = _read_json(d / "config.json")
+            if isinstance(data, dict):
+                return data, d / "config.json"
+    return None
+
+
+def _read_weights(file: Path) -> _Model:
+    from mqttrl.wire import Rejected, decode_weights
+
+    try:
+        payload = file.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {file}: {e}") from None
+    try:
+        w = decode_weights(payload)
+    except Rejected as r:
+        raise ValueError(f"{file} is not an mqttrl weights file ({r}); expected {EXPECTED}") from None
+    found = _config_near(file)
+    config, config_path = found if found else (None, None)
+    if config is not None:
+        algo = config.get("algorithm", {}).get("name") if isinstance(config.get("algorithm"), dict) else None
+        if algo != w.algorithm or config.get("run") != w.run:
+            raise ValueError(
+                f"{file} holds weights of run {w.run!r} ({w.algorithm}), but the config found at {config_path} is "
+                f"run {config.get('run')!r} ({algo}); put the run's own config.json next to the weights file"
+            )
+    return _Model(w.tensors, dict(w.info), w.algorithm, w.version, config, config_path, file)
+
+
+def _weights_of_checkpoint(model: _Model, algo_info, params, obs_space, act_space) -> tuple[Tensors, dict]:
+    """The policy's weights out of a checkpoint's learner state: the algorithm's numpy hook, or its learner."""
+    tensors, meta = model.state
+    try:
+        if algo_info.weights_from_checkpoint is not None:
+            return algo_info.weights_from_checkpoint(tensors, meta)
+        try:  # no hook: the learner itself reads its state (needs torch, for the built-ins' learners)
+            learner = algo_info.make_learner(params, obs_space, act_space, "cpu", 0)
+        except ImportError as e:
+            raise ValueError(
+                f"algorithm {model.algorithm!r} has no weights_from_checkpoint: reading its checkpoint {model.path} "
+                f"builds its learner, which needs {e.name or 'torch'} (pip install 'mqttrl[learner]'); "
+                f"or load a {WEIGHTS_FILE} of the run instead"
+            ) from None
+        learner.load_state_dict({k: tensors[k] for k in tensors}, meta)
+        return learner.export_weights()
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{model.path}: the checkpoint does not hold a {model.algorithm} policy ({e!r})") from None
+
+
+# ---- the policy ----------------------------------------------------------------------------------
+class Policy:
+    """A trained policy: ``predict(obs)`` acts, in numpy, through the algorithm's own actor.
+
+    Made by :func:`load_policy`, or directly from exported weights (``tensors`` and ``info`` as a
+    learner's ``export_weights`` gives them) and the spaces they are for.
+    """
+
+    def __init__(
+        self,
+        algorithm: str,
+        params: Any,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        tensors: Mapping[str, np.ndarray],
+        info: Mapping[str, Any],
+        model_version: int = 0,
+        config: Any = None,
+        source: Path | None = None,
+        seed: int = 0,
+    ):
+        from mqttrl.envs.rollout import obs_dtype
+        from mqttrl.plugin.manager import get_registry
+
+        #: the algorithm's name (``algorithm.name`` of the run)
+        self.algorithm = algorithm
+        #: the algorithm's parameters the actor uses (the run's, or its defaults for a bare weights file)
+        self.params = params
+        self.observation_space = observation_space
+        self.action_space = action_space
+        #: the run's :class:`~mqttrl.config.RunConfig`; None for a bare weights file
+        self.config = config
+        #: the model version the weights are (a checkpoint: the learner's version when it was saved)
+        self.model_version = int(model_version)
+        #: what was read: a weights file or a checkpoint directory
+        self.source = source
+        #: the weights in the exported layout (what ``mqttrl export`` builds the torch network from)
+        self.weights: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in tensors.items()}
+        self.weights_info: dict[str, Any] = dict(info)
+        self.seed = seed
+        self._algo = get_registry().algorithm(algorithm)
+        backend = "numpy" if "numpy" in self._algo.backends else self._algo.backends[0]
+        self._forward = self._algo.make_forward(params, observation_space, action_space, backend, seed)
+        self._obs_dtype = obs_dtype(observation_space)
+        #: what the actors load: the run is over, so schedules counted in env steps are at their end
+        self._load_info = {**self.weights_info, FLEET_PROGRESS_KEY: _END_OF_SCHEDULES}
+        self._greedy = self._actor(1)  # loads the weights: a mismatch raises here
+        self._stochastic: OrderedDict[int, Any] = OrderedDict()
+
+    def _actor(self, n: int):
+        seed = int(np.random.SeedSequence([self.seed, n]).generate_state(1)[0])
+        ctx = ActorContext(num_envs=n, first_env_index=0, total_envs=_LADDER_ENVS, seed=seed)
+        actor = self._algo.make_actor(self.params, self.observation_space, self.action_space, ctx, self._forward)
+        try:
+            actor.load_weights(self.weights, self._load_info)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"the weights do not fit a {self.algorithm} network for observations {self.observation_space} "
+                f"and actions {self.action_space}: {e}"
+            ) from None
+        return actor
+
+    def _batch(self, obs: Any) -> tuple[np.ndarray, bool]:
+        x = np.asarray(obs)
+        shape = tuple(self.observation_space.shape)
+        if x.shape == shape:
+            return x.reshape(1, *shape).astype(self._obs_dtype, copy=False), True
+        if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
+            return x.astype(self._obs_dtype, copy=False), False
+        raise ValueError(
+            f"observation of shape {x.shape}: this policy takes one observation of shape {shape} "
+            f"or a batch of shape (N, {', '.join(map(str, shape))})"
+        )
+
+    def predict(self, obs: Any, deterministic: bool = True) -> Any:
+        """Actions for one observation (gives one action) or a batch (gives a batch of actions).
+
+        ``deterministic=True``: the greedy action (DQN: argmax Q with a noisy head's mean weights;
+        PPO: the most likely action, the Gaussian mean clipped to the bounds). ``False``: as the
+        actors explore at the end of their schedules (DQN: epsilon-greedy, see :func:`load_policy`;
+        PPO: sampled), each row independently.
+        """
+        x, single = self._batch(obs)
+        if deterministic:
+            actions, _ = self._greedy.act(x, greedy=True)
+        else:
+            actor = self._stochastic.pop(len(x), None) or self._actor(len(x))
+            self._stochastic[len(x)] = actor  # most recently used last
+            while len(self._stochastic) > _MAX_ACTORS:
+                self._stochastic.popitem(last=False)
+            actions, _ = actor.act(x, greedy=False)
+        return actions[0] if single else actions
+
+    def outputs(self, obs: Any) -> dict[str, np.ndarray]:
+        """The network's raw outputs (DQN: ``q``; PPO: ``logits`` or ``mean``/``log_std``, and ``value``) for one
+        observation or a batch: what the exported ONNX/TorchScript model computes (a noisy head: its mean weights)."""
+        x, single = self._batch(obs)
+        forward = getattr(self._forward, "noiseless", self._forward)
+        out = forward(x)
+        return {k: np.asarray(v)[0] for k, v in out.items()} if single else dict(out)
+
+    def make_env(self, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+        """The run's env, made as the run makes it (``config.env.id``, ``config.env.kwargs``, plus ``kwargs``)."""
+        if self.config is None:
+            raise ValueError(f"{self.source}: no run config was found, so the run's env is not known")
+        from mqttrl.envs.make import make_env
+
+        extra = dict(kwargs)
+        if render_mode is not None:
+            extra["render_mode"] = render_mode
+        return make_env(self.config.env.id, {**self.config.env.kwargs, **extra})
+
+    def play(
+        self,
+        env: gym.Env,
+        episodes: int,
+        seed: int | None = 0,
+        deterministic: bool = True,
+        max_steps: int | None = None,
+    ) -> Iterator[tuple[float, int]]:
+        """Play ``episodes`` episodes in ``env`` one after the other (what ``mqttrl enjoy`` does), yielding
+        each one's ``(return, steps)`` as it ends. Episode ``i`` resets with ``seed + i`` (None: unseeded);
+        ``max_steps`` ends an episode early (None: when the env says it is over). ``env`` is left open."""
+        for i in range(episodes):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            total, steps, done = 0.0, 0, False
+            while not done and (max_steps is None or steps < max_steps):
+                action = np.asarray(self.predict(obs, deterministic=deterministic))
+                obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            yield total, steps
+
+    def export(self, path: str | Path, format: str = "onnx") -> Path:
+        """Write the network as ONNX or TorchScript (needs torch): see :func:`mqttrl.export.export_policy`."""
+        from mqttrl.export import export_policy
+
+        return export_policy(self, path, format)
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy({self.algorithm}, model version {self.model_version}, observations {self.observation_space}, "
+            f"actions {self.action_space}, from {self.source})"
+        )
+
+
+def _with_epsilon(params: Any, algorithm: str, epsilon: float) -> Any:
+    fields = attrs.fields_dict(type(params)) if attrs.has(type(params)) else {}
+    if not {"epsilon_base", "epsilon_alpha", "epsilon_start"} <= set(fields):
+        raise ValueError(f"epsilon= is for algorithms that explore epsilon-greedily (dqn); {algorithm} does not")
+    return attrs.evolve(params, epsilon_base=float(epsilon), epsilon_alpha=0.0, epsilon_start=float(epsilon))
+
+
+def load_policy(
+    path: str | Path,
+    *,
+    observation_space: gym.Space | None = None,
+    action_space: gym.Space | None = None,
+    epsilon: float | None = None,
+    seed: int = 0,
+) -> Policy:
+    """The trained policy ``path`` names (a run directory, a checkpoint directory or a weights file).
+
+    ``observation_space`` and ``action_space``: the spaces to act in (both, or the run's env is
+    made once to read them; a bare weights file without a run config needs them). ``epsilon``:
+    DQN's exploration rate for ``predict(..., deterministic=False)`` (default: the run's
+    ``epsilon_base``, the first rung of its ladder). ``seed``: the stochastic actors' random streams.
+
+    Raises FileNotFoundError when ``path`` does not exist and ValueError, with one line saying what
+    was expected, when it holds no mqttrl model or one that does not load. Needs no torch.
+    """
+    from mqttrl.config import ConfigError, from_dict
+    from mqttrl.plugin.manager import UnknownPluginError, get_registry
+
+    path = Path(path)
+    kind, where = _resolve(path)
+    model = _read_weights(where) if kind == "weights" else _read_checkpoint(where)
+    registry = get_registry()
+    try:
+        algo_info = registry.algorithm(model.algorithm)
+    except UnknownPluginError:
+        known = ", ".join(sorted(registry.algorithms)) or "none"
+        raise ValueError(
+            f"{model.path}: the policy is of algorithm {model.algorithm!r}, which no installed plugin registers "
+            f"(installed: {known})"
+        ) from None
+    config = None
+    if model.config is not None:
+        try:
+            config = from_dict(model.config, lambda name: registry.algorithm(name).params)
+        except (ConfigError, UnknownPluginError) as e:
+            raise ValueError(f"{model.config_path}: the run config does not load ({e})") from None
+        params = config.algorithm.params
+    elif observation_space is None or action_space is None:
+        raise ValueError(
+            f"{model.path}: no run config beside it or up to two folders above (a checkpoint's meta.json or the run's "
+            f"config.json); copy the run's config.json next to it, or pass observation_space= and action_space="
+        )
+    else:
+        params = algo_info.params()
+    if observation_space is None or action_space is None:
+        from mqttrl.envs.make import make_env
+
+        try:
+            env = make_env(config.env.id, config.env.kwargs, registry)
+        except Exception as e:
+            raise ValueError(
+                f"cannot make the run's env {config.env.id!r} to read its spaces ({type(e).__name__}: {e}); "
+                f"install what it needs, or pass observation_space= and action_space="
+            ) from None
+        observation_space = observation_space or env.observation_space
+        action_space = action_space or env.action_space
+        env.close()
+    if epsilon is not None:
+        params = _with_epsilon(params, model.algorithm, epsilon)
+    tensors, info = model.tensors, model.info
+    if model.state is not None:
+        tensors, info = _weights_of_checkpoint(model, algo_info, params, observation_space, action_space)
+    return Policy(
+        model.algorithm,
+        params,
+        observation_space,
+        action_space,
+        tensors,
+        info,
+        model_version=model.model_version,
+        config=config,
+        source=model.path,
+        seed=seed,
+    )
