@@ -125,9 +125,9 @@ def export_policy(policy, path: str | Path, format: str = "onnx", opset: int | N
     meta = describe(policy, names)
     example = torch.from_numpy(example_obs(policy, 2))  # batch 2: torch.export specialises a batch of 1
     if format == "torchscript":
-        with torch.no_grad(), _quiet():
+        with torch.no_grad(), _quiet():  # torch 2.13 deprecates TorchScript and says so at every call
             traced = torch.jit.trace(module, (example,))
-        torch.jit.save(traced, str(path), _extra_files={"mqttrl.json": json.dumps(meta)})
+            torch.jit.save(traced, str(path), _extra_files={"mqttrl.json": json.dumps(meta)})
         return path
     try:
         import onnx  # noqa: F401

@@ -4,6 +4,8 @@ policy's outputs within 1e-5, for every built-in head and torso; `mqttrl export`
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 
@@ -190,3 +192,59 @@ def test_export_help_shows_the_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for text in ("onnx or torchscript (default: onnx)", "(default: 18)", "(default: compare"):
         assert text in out, text
+
+
+# ---------------------------------------------------------------- the docs run as written
+
+
+def code_blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def doc_texts() -> dict[str, str]:
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("### Use your trained agent")
+    return {
+        "docs/export.md": (REPO / "docs" / "export.md").read_text(),
+        "README.md": readme[start : readme.index("\n## ", start)],
+    }
+
+
+def test_every_command_and_python_example_in_the_docs_runs(runs, tmp_path, monkeypatch, capsys):
+    """docs/export.md and the README's "Use your trained agent", in a folder holding runs/cartpole (a DQN
+    CartPole run made here; `mqttrl train` itself is only parsed): every `mqttrl` command runs and exits
+    0, every python block runs, in order; `pip install` lines name extras that exist."""
+    import shutil
+    import tomllib
+
+    pytest.importorskip("moviepy")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # --render: a window nobody sees
+    shutil.copytree(runs["dqn-mlp"].root, tmp_path / "runs" / "cartpole")
+    (tmp_path / "runs" / "cartpole" / "best").mkdir()
+    shutil.copy(runs["dqn-mlp"].weights, tmp_path / "runs" / "cartpole" / "best" / "weights.safetensors")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    ran = {"mqttrl": 0, "python": 0}
+    for doc, text in doc_texts().items():
+        for block in code_blocks(text, "bash"):
+            for line in block.splitlines():
+                command = line.split("  #")[0].strip()
+                argv = shlex.split(command)
+                if argv[:1] == ["pip"]:
+                    for extra in re.findall(r"\.\[([\w,]+)\]", command)[0].split(","):
+                        assert extra in extras, f"{doc}: {command}: no extra {extra!r}"
+                    continue
+                assert argv[0] == "mqttrl", f"{doc}: {command}"
+                if argv[1] == "train":  # minutes of training: parsed, not run
+                    assert cli.build_parser().parse_args(argv[1:]).config == "configs/cartpole_dqn.toml"
+                    continue
+                cli.main(argv[1:])  # raises SystemExit on any failure
+                ran["mqttrl"] += 1
+        for block in code_blocks(text, "python"):
+            exec(compile(block, f"{doc} python block", "exec"), {})
+            ran["python"] += 1
+    out = capsys.readouterr().out
+    assert "mean return" in out and "checked: equal to the numpy policy" in out and "return " in out
+    assert ran == {"mqttrl": 7, "python": 3}
+    assert sorted(p.name for p in (tmp_path / "videos").glob("*.mp4")) == ["dqn-episode-0.mp4", "dqn-episode-1.mp4"]
+    assert (tmp_path / "cartpole.onnx").is_file() and (tmp_path / "cartpole.pt").is_file()
