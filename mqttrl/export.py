@@ -11,8 +11,8 @@ and this module writes it with one input and the forward's outputs:
 Greedy actions are ``argmax(q)`` / ``argmax(logits)`` / ``clip(mean, low, high)``. The ONNX file's
 metadata (``metadata_props``) and the TorchScript file's extra file ``mqttrl.json`` say what the
 model is: algorithm, run, model version, observation shape and dtype, outputs, action space.
-Needs torch (``pip install 'mqttrl[learner]'``); ONNX also onnx and onnxscript, and the check
-against the numpy policy onnxruntime (``pip install 'mqttrl[export]'``). docs/export.md shows the
+Needs torch; ONNX also onnx and onnxscript, and the check against the numpy policy onnxruntime
+(all in ``pip install 'mqttrl[export]'``). docs/export.md shows the
 ONNX model run from Python, C# and C++.
 """
 
@@ -43,7 +43,7 @@ def _torch():
     try:
         import torch
     except ImportError as e:
-        raise MissingDependency(f"exporting a policy needs torch ({e}): pip install 'mqttrl[learner]'") from None
+        raise MissingDependency(f"exporting a policy needs torch ({e}): pip install 'mqttrl[export]'") from None
     return torch
 
 

@@ -91,3 +91,23 @@ def test_the_wheel_in_a_fresh_venv_without_torch_runs_a_worker_that_trains(tmp_p
         assert worker.terminate() == 0, worker.text()[-3000:]
         assert learner.terminate(60) == 0, learner.text()[-3000:]
         watch.close()
+
+    # the learner's checkpoint plays on the game PC (mqttrl.load_policy in numpy); exporting needs torch
+    enjoy = subprocess.run(
+        [str(py.parent / "mqttrl"), "enjoy", str(tmp_path / "r"), "--episodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+    assert "episode 2: return" in enjoy.stdout and "mean return" in enjoy.stdout
+    export = subprocess.run(
+        [str(py.parent / "mqttrl"), "export", str(tmp_path / "r"), "-o", str(tmp_path / "p.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert export.returncode == 1 and export.stderr.count("\n") == 1, export.stderr[-3000:]
+    assert "exporting a policy needs torch" in export.stderr and "pip install 'mqttrl[export]'" in export.stderr
