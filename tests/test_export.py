@@ -93,6 +93,20 @@ def test_the_noisy_head_exports_its_mean_weights(runs, tmp_path):
     assert np.abs(noisy_q - first).max() > 1e-3
 
 
+def test_an_algorithm_without_export_module_says_it_cannot_be_exported(runs, monkeypatch, tmp_path, capsys):
+    import attrs
+
+    from mqttrl.plugin.manager import get_registry
+
+    registered = get_registry().algorithms["dqn"]
+    monkeypatch.setattr(registered, "obj", attrs.evolve(registered.obj, export_module=None))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["export", str(runs["dqn-mlp"].root), "-o", str(tmp_path / "x.onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1
+    assert "algorithm 'dqn' cannot be exported: its plugin gives no export_module" in err[0]
+
+
 # ---------------------------------------------------------------- the command
 
 

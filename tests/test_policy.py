@@ -192,6 +192,24 @@ def test_a_checkpoint_is_read_without_its_replay(runs, tmp_path):
     assert set(policy.weights) == {n[len("algo/online.") :] for n in names if n.startswith("algo/online.")}
 
 
+# ---------------------------------------------------------------- a plugin's own algorithm
+
+
+@pytest.mark.parametrize("case", ["dqn-c51-noisy", "ppo-discrete"])
+def test_an_algorithm_without_weights_from_checkpoint_reads_it_through_its_learner(runs, case, monkeypatch):
+    """A plugin that gives no weights_from_checkpoint: its learner (torch here) loads the checkpoint and
+    exports the weights; the policy is the same as through the built-ins' numpy hook."""
+    import attrs
+
+    from mqttrl.plugin.manager import get_registry
+
+    run = runs[case]
+    registered = get_registry().algorithms[run.config.algorithm.name]
+    monkeypatch.setattr(registered, "obj", attrs.evolve(registered.obj, weights_from_checkpoint=None))
+    obs = run.observations(32)
+    assert_same_outputs(mqttrl.load_policy(run.checkpoint).outputs(obs), run.torch_outputs(obs))
+
+
 # ---------------------------------------------------------------- bare weights and errors
 
 
