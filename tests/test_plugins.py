@@ -525,7 +525,12 @@ def test_registrations_are_attributed_to_their_plugin(corridor_site, registry_fr
         "minatar/": "minatar_envs",
         CORRIDOR_ENV: "corridor",
     }
-    assert {n: r.plugin for n, r in reg.storages.items()} == {"files": "files", "influxdb": "influxdb"}
+    assert {n: r.plugin for n, r in reg.storages.items()} == {
+        "files": "files",
+        "influxdb": "influxdb",
+        "tensorboard": "tensorboard",
+        "wandb": "wandb",
+    }
     assert reg.algorithms["corridor_dqn"].description == "DQN, renamed by a third-party plugin"
     report = by_name(reg.plugins)
     assert [p["name"] for p in reg.plugins] == sorted(report)
