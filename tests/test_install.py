@@ -19,16 +19,33 @@ WORKER_DEPENDENCIES = {"paho-mqtt", "numpy", "gymnasium", "pluggy", "attrs", "sa
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def dist(tmp_path_factory) -> Path:
+    """``python -m build``: the sdist and the wheel a release would upload, in an isolated build env."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
-        check=True,
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
         capture_output=True,
-        timeout=300,
+        text=True,
+        timeout=600,
     )
-    (whl,) = out.glob("mqttrl-*.whl")
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist) -> Path:
+    (whl,) = dist.glob("mqttrl-*.whl")
     return whl
+
+
+def test_build_makes_an_sdist_that_holds_the_packages(dist):
+    import tarfile
+
+    (sdist,) = dist.glob("mqttrl-*.tar.gz")
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    for required in ("pyproject.toml", "README.md", "mqttrl/__init__.py", "mqttrl_plugins/dqn/__init__.py"):
+        assert required in names, f"{required} is not in the sdist"
 
 
 def test_the_plain_install_requires_only_what_a_worker_needs(wheel):
