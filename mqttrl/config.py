@@ -248,10 +248,25 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
     return value
 
 
+def with_preset(cls: type, data: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """``data`` over the preset it names: a class with a ``PRESETS`` mapping (name -> {key: value})
+    and a ``preset`` field takes ``preset = "name"``, whose keys fill in what ``data`` leaves out
+    (the data's own keys win). An unknown name is one error naming the presets."""
+    presets = getattr(cls, "PRESETS", None)
+    if not isinstance(presets, Mapping) or "preset" not in data:
+        return data
+    name = data["preset"]
+    if not isinstance(name, str) or name not in presets:
+        raise ConfigError(f"{path}.preset={name!r}: unknown preset; presets: {', '.join(map(repr, presets))}")
+    return {**presets[name], **data}
+
+
 def build(cls: type, data: Mapping[str, Any], path: str) -> Any:
-    """Instantiate attrs class ``cls`` from a mapping, naming any bad key or value."""
+    """Instantiate attrs class ``cls`` from a mapping, naming any bad key or value
+    (a ``preset`` key first fills in its preset's keys: :func:`with_preset`)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a table, got {data!r}")
+    data = with_preset(cls, data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in attrs.fields(cls)}
     kwargs = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -13,11 +14,12 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from mqttrl.algorithm import ActorContext
-from mqttrl.config import ConfigError
+from mqttrl.config import ConfigError, from_dict, load_config
+from mqttrl.plugin.manager import get_registry
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.dqn import make_forward
 from mqttrl_plugins.dqn.actor import DQNActor
-from mqttrl_plugins.dqn.common import DQNParams, net_info
+from mqttrl_plugins.dqn.common import PRESETS, DQNParams, net_info
 from mqttrl_plugins.dqn.heads import NoisyLinear, c51_loss, c51_project, quantile_huber_loss
 from mqttrl_plugins.dqn.learner import DQNLearner, TorchQForward
 from mqttrl_plugins.dqn.numpy_heads import HeadSpec, NumpyHead, factorised_noise, quantile_midpoints
@@ -88,6 +90,85 @@ def test_net_info_names_the_head_only_when_it_is_not_plain():
         "head.bias_mu": (22,),
         "head.bias_sigma": (22,),
     }
+
+
+# ---------------------------------------------------------------- the rainbow preset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def registry_params(name: str) -> type:
+    return get_registry().algorithm(name).params
+
+
+def test_rainbow_preset_fills_in_every_ingredient():
+    got = load_config(None, ["algorithm.preset=rainbow"], registry_params).algorithm.params
+    assert set(PRESETS) == {"none", "rainbow"} and PRESETS["none"] == {}
+    rainbow = {
+        "distributional": "c51",
+        "noisy": True,
+        "prioritized": True,
+        "initial_priority": "actor",
+        "double": True,
+        "dueling": True,
+        "n_step": 3,
+    }
+    assert PRESETS["rainbow"] == rainbow
+    assert got == DQNParams(preset="rainbow", **rainbow)  # and every other key at its default
+    assert DQNParams().preset == "none"
+    assert load_config(None, [], registry_params).algorithm.params == DQNParams()  # no preset: nothing filled in
+
+
+def test_the_configs_own_keys_win_over_the_preset(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('[algorithm]\npreset = "rainbow"\nprioritized = false\nn_step = 5\n')
+    got = load_config(toml, ["algorithm.distributional=qr"], registry_params).algorithm.params
+    assert (got.prioritized, got.n_step, got.distributional) == (False, 5, "qr")  # file and --set win
+    assert (got.noisy, got.dueling, got.double, got.initial_priority) == (
+        True,
+        True,
+        True,
+        "actor",
+    )  # the rest filled in
+    # the resolved config (config.json, the retained config message) reads back the same
+    cfg = load_config(toml, ["algorithm.distributional=qr"], registry_params)
+    assert from_dict(json.loads(json.dumps(cfg.to_dict())), registry_params) == cfg
+
+
+@pytest.mark.parametrize("bad", ["rainbo", "Rainbow", 3])
+def test_an_unknown_preset_is_one_error_naming_the_presets(bad):
+    with pytest.raises(ConfigError) as ei:
+        from_dict({"algorithm": {"name": "dqn", "preset": bad}}, registry_params)
+    assert str(ei.value) == f"algorithm.preset={bad!r}: unknown preset; presets: 'none', 'rainbow'"
+    with pytest.raises(ConfigError, match="unknown preset; presets: 'none', 'rainbow'"):
+        DQNParams(preset="rainbo")
+
+
+def test_an_algorithm_without_presets_refuses_the_key():
+    with pytest.raises(ConfigError, match="unknown key algorithm.preset"):
+        load_config(None, ["algorithm.name=ppo", "algorithm.preset=rainbow"], registry_params)
+
+
+def test_cartpole_rainbow_config_is_the_preset_over_the_dqn_configs_settings():
+    rainbow = load_config(REPO / "configs" / "cartpole_rainbow.toml", [], registry_params)
+    p = rainbow.algorithm.params
+    assert p.preset == "rainbow" and (p.distributional, p.noisy, p.prioritized) == ("c51", True, True)
+    assert (p.initial_priority, p.double, p.dueling, p.n_step) == ("actor", True, True, 3)
+    assert (p.v_min, p.v_max, p.n_atoms) == (0.0, 100.0, 51)  # CartPole's discounted returns lie in [1, 100)
+    assert (p.per_alpha, p.per_beta0) == (DQNParams().per_alpha, DQNParams().per_beta0)
+    # cartpole_dqn.toml's proven optimisation and pacing, unchanged (its epsilons are off with noisy nets)
+    dqn = load_config(REPO / "configs" / "cartpole_dqn.toml", [], registry_params)
+    q = dqn.algorithm.params
+    for key in ("lr", "adam_eps", "gamma", "batch_size", "grad_clip", "hidden", "target_update_every", "tau"):
+        assert getattr(p, key) == getattr(q, key), key
+    for key in ("buffer_size", "learning_starts", "replay_ratio", "max_update_debt"):
+        assert getattr(p, key) == getattr(q, key), key
+    assert (rainbow.env, rainbow.worker, rainbow.learner, rainbow.train) == (
+        dqn.env,
+        dqn.worker,
+        dqn.learner,
+        dqn.train,
+    )
 
 
 # ---------------------------------------------------------------- C51: the projection and the loss

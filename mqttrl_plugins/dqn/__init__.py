@@ -52,7 +52,7 @@ def mqttrl_register_algorithms(register):
     register(
         AlgorithmInfo(
             name="dqn",
-            description="DQN (double, dueling, n-step, optional prioritized replay), Ape-X style epsilon ladder",
+            description="DQN (double, dueling, n-step, prioritized replay, C51/QR, noisy nets; preset rainbow), Ape-X style",
             params=DQNParams,
             mode="async",
             sample_spec=sample_spec,

@@ -11,7 +11,7 @@ so it needs nothing but numpy, gymnasium and mqttrl's own modules.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import gymnasium as gym
@@ -40,8 +40,38 @@ def _at_least(low: int):
     return check
 
 
+#: ``[algorithm] preset = NAME``: the keys a preset fills in before the config's own (which win).
+#: "rainbow" (Hessel et al. 2018) is every ingredient at once: C51 (``distributional = "qr"`` over
+#: it gives a QR-DQN Rainbow), noisy nets instead of the epsilon ladder, prioritized replay with
+#: the actors' initial priorities (Ape-X), double DQN, dueling, 3-step returns. It sets no support
+#: (v_min, v_max), learning rate or replay settings: those belong to the environment and the config.
+PRESETS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "rainbow": {
+        "distributional": "c51",
+        "noisy": True,
+        "prioritized": True,
+        "initial_priority": "actor",
+        "double": True,
+        "dueling": True,
+        "n_step": 3,
+    },
+}
+
+
+def _preset_name(inst, attribute, value):
+    if value not in PRESETS:
+        raise ConfigError(f"{attribute.name}={value!r}: unknown preset; presets: {', '.join(map(repr, PRESETS))}")
+
+
 @attrs.define
 class DQNParams:
+    #: the presets :func:`mqttrl.config.build` applies (``preset`` below)
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = PRESETS
+    #: a named set of defaults (PRESETS: "none" or "rainbow") filled in when the config is read,
+    #: before the config's own keys, which win; the resolved config holds both the name and the
+    #: keys it set. Constructing DQNParams(preset=...) directly only records the name
+    preset: str = attrs.field(default="none", validator=_preset_name)
     # --- optimisation
     #: Adam learning rate
     lr: float = attrs.field(default=2e-3, validator=positive)
