@@ -5,14 +5,22 @@ command (`mqttrl train CONFIG --seed S --set train.max_seconds=BUDGET` plus the 
 ``--set``s, through bench_minatar.run_mqttrl: the run's own greedy evaluations every
 train.eval_every_s, then the last checkpoint evaluated after the run), one run at a time on this
 machine, variants interleaved per seed so that a change in the machine's load spreads over all of
-them. Variants (VARIANTS below):
+them. Every variant sets each ingredient's key (algorithm.preset, prioritized, initial_priority,
+distributional, noisy), so what the config writes about them does not matter: from
+configs/cartpole_rainbow.toml, ``dqn`` is configs/cartpole_dqn.toml's run. Variants (VARIANTS below):
 
-- ``dqn``: the config as it is (double, dueling, n-step, uniform replay);
+- ``dqn``: double, dueling, n-step, uniform replay, the epsilon ladder (no preset);
 - ``per-max``: prioritized replay, new transitions at the running maximum priority;
 - ``per-actor``: prioritized replay, priorities computed by the actors (Ape-X);
 - ``c51``, ``qr``: the distributional heads; ``noisy``: noisy nets instead of the epsilon ladder;
-- ``rainbow``: all of it (C51, noisy, prioritized with actor priorities).
+- ``rainbow``: the preset, ``algorithm.preset=rainbow`` (C51, noisy, prioritized with actor
+  priorities, double, dueling, 3-step), with its keys also set over the config's own.
 
+C51 takes its support (v_min, v_max) from the config: configs/cartpole_rainbow.toml has CartPole's
+[0, 100]; with another config C51 uses the defaults [-10, 10] (the Atari paper's, for clipped
+rewards) unless you pass a support that fits its returns with ``--set algorithm.v_min=...``.
+
+    python benchmarks/bench_ablation.py --config configs/cartpole_rainbow.toml --budget 300 --threshold 475
     python benchmarks/bench_ablation.py --config configs/minatar_breakout_dqn.toml --seeds 0 1 2 --budget 600
     python benchmarks/bench_ablation.py --config configs/lunarlander_dqn.toml --variants dqn per-actor rainbow
     python benchmarks/bench_ablation.py --from-json ablation.json     # report and plot saved results
@@ -32,20 +40,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_minatar import _fmt, _median, _median_time, run_mqttrl, stats
 
+from mqttrl_plugins.dqn.common import PRESETS
+
+#: each ingredient's key when it is off (every variant sets all of them)
+OFF: dict[str, object] = {
+    "preset": "none",
+    "prioritized": False,
+    "initial_priority": "actor",
+    "distributional": "none",
+    "noisy": False,
+}
+
+
+def _toml(value: object) -> str:
+    """A --set value as TOML (what mqttrl's --set reads)."""
+    return json.dumps(value)  # true/false, numbers and "strings" are written alike in JSON and TOML
+
+
+def variant(**on: object) -> list[str]:
+    """The --set overrides of the config with these ingredients on and every other one off."""
+    return [f"algorithm.{key}={_toml(value)}" for key, value in {**OFF, **on}.items()]
+
+
 #: variant -> the --set overrides that make it from the config
 VARIANTS: dict[str, list[str]] = {
-    "dqn": ["algorithm.prioritized=false"],
-    "per-max": ["algorithm.prioritized=true", "algorithm.initial_priority=max"],
-    "per-actor": ["algorithm.prioritized=true", "algorithm.initial_priority=actor"],
-    "c51": ["algorithm.prioritized=false", "algorithm.distributional=c51"],
-    "qr": ["algorithm.prioritized=false", "algorithm.distributional=qr"],
-    "noisy": ["algorithm.prioritized=false", "algorithm.noisy=true"],
-    "rainbow": [
-        "algorithm.prioritized=true",
-        "algorithm.initial_priority=actor",
-        "algorithm.distributional=c51",
-        "algorithm.noisy=true",
-    ],
+    "dqn": variant(),
+    "per-max": variant(prioritized=True, initial_priority="max"),
+    "per-actor": variant(prioritized=True, initial_priority="actor"),
+    "c51": variant(distributional="c51"),
+    "qr": variant(distributional="qr"),
+    "noisy": variant(noisy=True),
+    "rainbow": variant(preset="rainbow", **PRESETS["rainbow"]),
 }
 
 
