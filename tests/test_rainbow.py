@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -546,6 +547,131 @@ def test_learner_trains_on_images_with_every_head():
         learner.add(through_the_wire(random_arrays(32, rng, IMAGE_OBS)))
         for _ in range(2):
             assert np.isfinite(learner.train_step()["loss"])
+
+
+# ---------------------------------------------------------------- prioritized replay: one scale for actors and learner
+
+
+def _record_samples(learner: DQNLearner) -> list[np.ndarray]:
+    """The indices of every batch the learner samples from now on."""
+    seen, sample = [], learner._sample
+
+    def recorded():
+        idx, weights = sample()
+        seen.append(idx.copy())
+        return idx, weights
+
+    learner._sample = recorded
+    return seen
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("initial", ["actor", "max"])
+@pytest.mark.parametrize("dist", HEADS)
+def test_replayed_priorities_are_the_expected_td_error_by_hand(dist, initial):
+    """After a replay a sample's priority is |E[target] - E[Z(s, a)]| (return units, as the actors
+    send), the target by the target net at double DQN's next action; the sample's loss only for a
+    distributional head without actor priorities (Rainbow's)."""
+    p = params(
+        distributional=dist,
+        prioritized=True,
+        initial_priority=initial,
+        per_alpha=1.0,
+        double=True,
+        n_atoms=11,
+        v_min=-3.0,
+        v_max=4.0,
+        n_quantiles=9,
+        batch_size=32,
+    )
+    learner = DQNLearner(p, CARTPOLE_OBS, ACT, "cpu", 0)
+    _randomised(learner)  # the online net only: the target net differs, so the double-DQN choice matters
+    rng = np.random.default_rng(1)
+    arrays = random_arrays(64, rng)
+    if initial == "actor":
+        arrays["priority"] = rng.uniform(0.0, 1.0, 64).astype(np.float32)
+    learner.add(through_the_wire(arrays))
+    online, target = copy.deepcopy(learner.online), copy.deepcopy(learner.target)  # as the update sees them
+    seen = _record_samples(learner)
+    learner.train_step()
+    (idx,) = seen
+    b = learner.replay.sample(idx)
+    rows = np.arange(len(idx))
+    with torch.no_grad():
+        x, nx = torch.from_numpy(b["obs"]), torch.from_numpy(b["next_obs"])
+        out = online.outputs(x).double().numpy()[rows, b["action"]]  # B, K
+        next_a = online(nx).numpy().argmax(axis=1)  # double DQN: the online net picks
+        next_out = target.outputs(nx).double().numpy()[rows, next_a]  # the target net values
+        assert (next_a != target(nx).numpy().argmax(axis=1)).any()  # the choice is not the target net's own
+    r, d = b["reward"].astype(np.float64), b["discount"].astype(np.float64)
+    if dist == "c51":
+        z = learner.online.support.double().numpy()
+        m = reference_projection(_softmax(next_out), r, d, z)
+        target_mean, predicted_mean = m @ z, _softmax(out) @ z
+        loss = -(m * np.log(_softmax(out))).sum(axis=1)
+    elif dist == "qr":
+        target_quantiles = r[:, None] + d[:, None] * next_out
+        target_mean, predicted_mean = target_quantiles.mean(axis=1), out.mean(axis=1)
+        loss = reference_quantile_huber(out, target_quantiles, p.qr_kappa)
+    else:
+        target_mean, predicted_mean, loss = r + d * next_out[:, 0], out[:, 0], None
+    td = np.abs(target_mean - predicted_mean)
+    want = loss if (dist != "none" and initial == "max") else td
+    np.testing.assert_allclose(learner.tree.get(idx), want + p.per_eps, rtol=1e-4, atol=1e-5)
+    if loss is not None:  # the two candidates differ: the test tells them apart
+        assert np.abs(loss - td).max() > 0.1
+
+
+@pytest.mark.parametrize("dist", HEADS)
+def test_an_actors_priority_is_what_the_learner_gives_the_same_transition(dist):
+    """Same weights, target net = online net (so double DQN picks as the target net would): a
+    fresh transition's priority, computed by the actor, is what the learner sets after replaying it."""
+    p = params(
+        distributional=dist,
+        prioritized=True,
+        initial_priority="actor",
+        per_alpha=1.0,
+        n_step=2,
+        gamma=0.9,
+        n_atoms=21,
+        v_min=-10.0,
+        v_max=10.0,
+        n_quantiles=9,
+        batch_size=64,
+    )
+    learner = DQNLearner(p, CARTPOLE_OBS, ACT, "cpu", 0)
+    tensors, info = _randomised(learner)
+    learner.target.load_state_dict(learner.online.state_dict())
+    msg = decode_weights(encode_weights(1, "dqn", "r", tensors, info))
+    actor = DQNActor(p, CARTPOLE_OBS, ACT, ActorContext(num_envs=4, seed=0), NumpyQForward(p, CARTPOLE_OBS, ACT))
+    actor.load_weights(msg.tensors, msg.info)
+    rng = np.random.default_rng(3)
+    obs = rng.normal(size=(4, 4)).astype(np.float32)
+    for _ in range(40):
+        actions, extras = actor.act(obs)
+        next_obs = rng.normal(size=(4, 4)).astype(np.float32)
+        term = rng.random(4) < 0.1
+        trunc = ~term & (rng.random(4) < 0.05)
+        # small rewards keep every shifted atom of a bootstrapped C51 target inside [-10, 10]; a
+        # termination pays 30, beyond the support: both sides clip it to v_max
+        rewards = np.where(term, 30.0, rng.uniform(-0.5, 0.5, 4))
+        actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
+        obs = next_obs
+    batch = actor.take()
+    n = len(batch["action"])
+    assert 100 < n < p.buffer_size
+    learner.add(through_the_wire(batch))
+    sent = learner.tree.get(np.arange(n)).copy()  # the actor's priority + per_eps
+    seen = _record_samples(learner)
+    learner.train_step()
+    (idx,) = seen
+    d, r = batch["discount"][idx], batch["reward"][idx]
+    assert (d == 0).any() and (d > 0).any() and (r > 10).any()  # terminations, over the support, and bootstraps
+    np.testing.assert_allclose(learner.tree.get(idx), sent[idx], rtol=1e-4, atol=2e-4)
 
 
 class Bandit:

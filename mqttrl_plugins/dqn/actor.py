@@ -231,11 +231,20 @@ class DQNActor:
     def _priorities(self, ret: np.ndarray, next_keys: np.ndarray, discount: np.ndarray, q_taken: np.ndarray):
         """Ape-X's initial priorities: |R + discount * max_a Q(s', a) - Q(s, a)| by this actor's network
         (the version it acted with; Q(s, a) saved when it acted), one batched forward over the
-        next observations that bootstrap (discount > 0)."""
+        next observations that bootstrap (discount > 0).
+
+        The learner's priority after a replay is the same quantity, |E[target] - E[Z(s, a)]|, with
+        its target net valuing s' (and double DQN's choice of a'): the same n-step return, discount
+        and bootstrap, only the network differs (Ape-X's actors act with a copy a few versions old).
+        C51's target is clipped to the support [v_min, v_max], as the learner's projection clips
+        each shifted atom: equal to its expected value whenever no atom is clipped (at a
+        termination, clip(R) exactly)."""
         target = ret.astype(np.float64)
         boot = np.flatnonzero(discount > 0)
         for start in range(0, len(boot), self.PRIORITY_CHUNK):
             rows = boot[start : start + self.PRIORITY_CHUNK]
             q_next = self.forward(self.keys.arrays(next_keys[rows]))["q"]
             target[rows] += discount[rows] * q_next.max(axis=1)
+        if self.params.distributional == "c51":
+            target = np.clip(target, self.params.v_min, self.params.v_max)
         return np.abs(target - q_taken).astype(np.float32)

@@ -99,8 +99,8 @@ class DQNParams:
     #: "none" (one Q-value per action, Huber loss), "c51" (Bellemare et al. 2017: a categorical
     #: distribution over ``n_atoms`` fixed atoms in [v_min, v_max] per action, cross-entropy to the
     #: projected n-step Bellman target) or "qr" (Dabney et al. 2018, QR-DQN: ``n_quantiles`` quantiles
-    #: per action at the midpoints tau_hat = (2i + 1) / 2N, quantile Huber loss); with prioritized replay
-    #: a transition's priority is its own loss (cross-entropy, or quantile Huber loss), as in Rainbow
+    #: per action at the midpoints tau_hat = (2i + 1) / 2N, quantile Huber loss); the priorities of
+    #: prioritized replay: see ``initial_priority``
     distributional: str = attrs.field(default="none", validator=attrs.validators.in_(DISTRIBUTIONS))
     #: C51: atoms of the support (evenly spaced from v_min to v_max)
     n_atoms: int = attrs.field(default=51, validator=_at_least(2))
@@ -159,7 +159,16 @@ class DQNParams:
     per_eps: float = attrs.field(default=1e-3, validator=positive)
     #: a new transition's priority: "actor" (Ape-X: the worker sends the n-step TD error its own
     #: network gives, |R + discount * max_a Q(s', a) - Q(s, a)|) or "max" (the highest priority
-    #: seen so far, which only grows: with many actors it over-samples fresh data)
+    #: seen so far, which only grows: with many actors it over-samples fresh data). After each
+    #: replay the learner sets the sample's priority again, to the |TD error| of the expected
+    #: values, |E[target] - E[Z(s, a)]| (C51: the projected target's mean; QR: the mean target
+    #: quantile), with its target net and double DQN's next action: what the actors send, in return
+    #: units (an actor values s' with its own online net, maybe a few versions old: inherent to
+    #: Ape-X; C51's actors clip the target to [v_min, v_max], as the projection clips each atom).
+    #: Only a distributional head with "max" takes the sample's loss instead (Rainbow's
+    #: cross-entropy; QR's quantile Huber loss): a loss is on another scale (nats; squared return
+    #: units), so beside the actors' priorities fresh transitions would be sampled far too often or
+    #: too seldom, while with "max" every priority is a loss, as in the paper
     initial_priority: str = attrs.field(default="actor", validator=attrs.validators.in_(["actor", "max"]))
     # --- exploration (per env: max(ladder value, linear decay from epsilon_start))
     #: Ape-X ladder: env i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))

@@ -5,7 +5,7 @@ The layout (layer names, outputs per action, the dueling combination per output)
 
 1. ``NoisyLinear``: Fortunato et al. 2018's factorised Gaussian noisy layer;
 2. ``combine`` / ``expected_q``: the layers' outputs -> per-action outputs -> expected Q;
-3. the losses, per sample (prioritized replay takes them as priorities):
+3. the losses, per sample (prioritized replay's priorities with ``initial_priority = "max"``):
    ``c51_project`` (the categorical projection of r + discount * z onto the support),
    ``c51_loss`` (cross-entropy to it), ``quantile_huber_loss`` (QR-DQN), ``td_loss`` (dispatch).
 """
@@ -124,7 +124,7 @@ def c51_project(
 
 def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     """Per-sample cross-entropy -sum_i m_i log p_i of the taken action's logits (B, K) to the projected
-    target (B, K); Rainbow's priority too."""
+    target (B, K); Rainbow's priority too (here only with ``initial_priority = "max"``)."""
     return -(target_probs * F.log_softmax(logits, dim=1)).sum(dim=1)
 
 

@@ -41,7 +41,7 @@ from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
-from .common import DQNParams, check_spaces, net_info, sample_spec
+from .common import DQNParams, actor_priorities, check_spaces, net_info, sample_spec
 from .frames import frame_layout
 from .heads import combine, expected_q, linear_layer, td_loss
 from .numpy_heads import HeadSpec
@@ -189,6 +189,9 @@ class DQNLearner:
         self._pin = self.device.type == "cuda"
         self._staging: dict[str, torch.Tensor] = {}
         self.max_priority = 1.0  # new samples get the highest priority seen so far (already ** alpha)
+        #: replayed samples' priorities: the distributional loss (Rainbow) only when the actors send none;
+        #: else the expected |TD error|, the quantity the actors' priorities are (one scale for both)
+        self._loss_priorities = p.distributional != "none" and not actor_priorities(p)
 
         #: gradient updates done
         self.updates = 0
@@ -313,8 +316,10 @@ class DQNLearner:
 
         td_abs = td.detach().abs().cpu().numpy().astype(np.float64)
         if self.tree is not None:
-            # plain DQN: |TD error|; C51 and QR: the sample's own loss (Rainbow's cross-entropy)
-            err = td_abs if spec.distributional == "none" else elementwise.detach().cpu().numpy().astype(np.float64)
+            # |E[target] - E[Z(s, a)]| (plain DQN's |TD error|), on the actors' scale; the sample's own
+            # loss (Rainbow's cross-entropy, QR's quantile Huber loss) only when nothing else sets
+            # priorities (initial_priority "max"): see DQNParams.initial_priority
+            err = elementwise.detach().cpu().numpy().astype(np.float64) if self._loss_priorities else td_abs
             prio = (np.maximum(err, 0.0) + p.per_eps) ** p.per_alpha
             self.tree.set(idx, prio)
             self.max_priority = max(self.max_priority, float(prio.max()))
