@@ -3,6 +3,7 @@ outbox, reconnects, last will, clean stop, persistent sessions and protocol fall
 
 from __future__ import annotations
 
+import logging
 import queue
 import subprocess
 import sys
@@ -16,7 +17,15 @@ import pytest
 from conftest import Mosquitto, node_env
 
 from mqttrl.local.broker import EmbeddedBroker, free_port
-from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, Message, MqttNode, Outgoing, negotiate_protocol
+from mqttrl.transport.client import (
+    BrokerSettings,
+    BrokerUnavailable,
+    Message,
+    MqttNode,
+    Outgoing,
+    negotiate,
+    negotiate_protocol,
+)
 
 
 # ---------------------------------------------------------------- helpers
@@ -435,3 +444,182 @@ def test_manual_ack_gets_unhandled_messages_again_after_a_crash(shared_mosquitto
     for m in again:
         second.ack(m)
     assert nothing_more(second, 0.3) == []
+
+
+# ---------------------------------------------------------------- failover between brokers
+def test_broker_url_list_parses_in_order():
+    s = BrokerSettings(url="mqtt://a:1883, mqtt://u:p%40ss@b ,c:1999")
+    assert s.urls == ("mqtt://a:1883", "mqtt://u:p%40ss@b", "c:1999")
+    assert [(s.at(i).host, s.at(i).port, s.at(i).user, s.at(i).secret) for i in range(3)] == [
+        ("a", 1883, None, None),
+        ("b", 1883, "u", "p@ss"),
+        ("c", 1999, None, None),
+    ]
+    assert (s.host, s.port) == ("a", 1883)  # the first broker is the one a plain reader sees
+    assert s.shown == "mqtt://a:1883,mqtt://u:***@b,c:1999"  # no password in logs
+    assert BrokerSettings(url=["mqtt://a:1", "mqtt://b:2"]).urls == ("mqtt://a:1", "mqtt://b:2")  # a list is joined
+    assert BrokerSettings(url="mqtt://a:1").at(0) == BrokerSettings(url="mqtt://a:1")
+    one = BrokerSettings(url=["mqtts://a", "mqtts://b"], username="x")
+    assert one.at(1).tls and one.at(1).port == 8883 and one.at(1).user == "x"
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("mqtt://a:1883,mqtt://b:x", "'mqtt://b:x' is not a broker URL"),
+        ("mqtt://a:1883,http://b:1883", "'http://b:1883' is not a broker URL (scheme must be mqtt"),
+        ("mqtt://a:1883,,mqtt://b:1883", "empty broker URL"),
+        ("mqtt://a:1883,", "empty broker URL"),
+        ("mqtt://a:1883 mqtt://b:1883", "separate several URLs with commas"),
+        ("mqtt://a:1883,mqtts://b:8883", "mixes mqtts:// and mqtt://"),
+        ("mqtt://a:1883,mqtt://a:1883", "listed twice"),
+    ],
+)
+def test_a_bad_url_in_the_list_is_named(url, says):
+    with pytest.raises(ValueError) as ei:
+        BrokerSettings(url=url).urls
+    assert says in str(ei.value) and "\n" not in str(ei.value)
+
+
+def _kill(broker: Mosquitto) -> None:
+    """SIGKILL: the broker is gone without a word to its clients."""
+    broker.proc.kill()
+    broker.proc.wait()
+    broker.log.close()
+    broker.proc = None
+
+
+@pytest.fixture
+def two_brokers(tmp_path):
+    made = []
+    for name in ("a", "b"):
+        m = Mosquitto(tmp_path / f"broker-{name}")
+        m.workdir.mkdir()
+        made.append(m.start())
+    yield made
+    for m in made:
+        if m.proc is not None:
+            m.stop()
+
+
+class _Urls:
+    def __init__(self, *brokers):
+        self.url = ",".join(b.url if hasattr(b, "url") else b for b in brokers)
+
+
+def test_negotiation_starts_on_the_first_broker_that_answers(two_brokers):
+    a, b = two_brokers
+    dead = f"mqtt://127.0.0.1:{free_port()}"
+    assert negotiate(BrokerSettings(url=f"{dead},{b.url},{a.url}")) == (mqtt.MQTTv5, 1)
+    dead2 = f"mqtt://127.0.0.1:{free_port()}"
+    with pytest.raises(BrokerUnavailable) as ei:
+        negotiate(BrokerSettings(url=f"{dead},{dead2}"), timeout=2)
+    msg = str(ei.value)
+    assert "none of the 2 brokers answered" in msg and dead in msg and dead2 in msg and "\n" not in msg
+
+
+def test_failover_rotates_in_list_order_and_wraps_around(tmp_path, nodes, prefix, caplog):
+    """[dead1, A, dead2]: start on dead1 -> A; A dies: one retry on A, then dead2, dead1 (wrap
+    around), A again once it is back."""
+    caplog.set_level(logging.WARNING, logger="mqttrl.transport")
+    a = Mosquitto(tmp_path / "broker-a")
+    a.workdir.mkdir()
+    a.start()
+    dead1, dead2 = f"mqtt://127.0.0.1:{free_port()}", f"mqtt://127.0.0.1:{free_port()}"
+    try:
+        # a fixed protocol: nothing is probed, so the node really tries dead1 first
+        n = MqttNode(BrokerSettings(url=f"{dead1},{a.url},{dead2}", protocol="5"), f"t-{uuid.uuid4().hex[:10]}")
+        try:
+            n.start(wait=20)
+            assert n.broker == a.url and n.moves == 1
+            a.stop()
+            assert wait_until(lambda: n.moves >= 3, 20), n.moves  # A retried, then dead2, then dead1
+            a.start()  # same port
+            assert wait_until(lambda: n.connected and n.broker == a.url, 30)
+            moves = [r.getMessage().split("broker ", 1)[1] for r in caplog.records if "moving to" in r.getMessage()]
+            assert moves[:4] == [
+                f"{dead1} gone; moving to {a.url}",
+                f"{a.url} gone; moving to {dead2}",
+                f"{dead2} gone; moving to {dead1}",
+                f"{dead1} gone; moving to {a.url}",
+            ]
+        finally:
+            n.stop(flush_timeout=0.5)
+    finally:
+        a.stop()
+
+
+def test_failover_to_the_second_broker_keeps_subscriptions_birth_and_qos1(two_brokers, nodes, prefix):
+    """A client on A; A is killed; the client reaches B, where its subscriptions work, its birth
+    message is published, B's retained messages arrive, and what a publisher queued while moving
+    (QoS 1) is delivered on B exactly once, in order."""
+    a, b = two_brokers
+    both = _Urls(a, b)
+    # B holds its own retained config (two brokers share no retained messages)
+    seed_b = nodes(b)
+    seed_b.publish(f"{prefix}/config", b"config on B", retain=True)
+    seed_b.stop()
+    seed_a = nodes(a)
+    seed_a.publish(f"{prefix}/config", b"config on A", retain=True)
+    seed_a.stop()
+
+    client = nodes(
+        both,
+        subscriptions=[(f"{prefix}/config", 1), (f"{prefix}/to-client", 1)],
+        persistent=True,
+        birth=lambda: [Outgoing(f"{prefix}/state", b"online", 1, True, "state")],
+    )
+    pub = nodes(both)
+    assert client.broker == a.url and pub.broker == a.url
+    assert [m.payload for m in take(client, 1)] == [b"config on A"]
+    on_b = nodes(b, subscriptions=[(f"{prefix}/samples", 1), (f"{prefix}/state", 1)])
+    ensure_subscribed(on_b, on_b, f"{prefix}/samples")
+    assert nothing_more(on_b, 0.3) == []  # no birth on B yet: the client is on A
+
+    _kill(a)
+    for i in range(20):  # queued (or handed to paho) while the publisher moves
+        pub.publish(f"{prefix}/samples", f"s{i}".encode(), qos=1, tag=i)
+
+    assert wait_until(lambda: client.connected and client.broker == b.url, 20), client.broker
+    assert wait_until(lambda: pub.connected and pub.broker == b.url, 20), pub.broker
+    assert client.moves == 1 and pub.moves == 1
+    got = take(on_b, 21, timeout=20)
+    assert [m.payload for m in got if m.topic.endswith("/samples")] == [f"s{i}".encode() for i in range(20)]
+    assert [m.payload for m in got if m.topic.endswith("/state")] == [b"online"]  # birth re-published on B
+    assert nothing_more(on_b, 0.5) == []  # nothing twice
+    acked: list[object] = []
+    assert wait_until(lambda: acked.extend(pub.take_acked()) or len(acked) == 20, 10)
+    assert sorted(acked) == list(range(20)) and pub.dropped == {}
+
+    # the client's subscriptions were made again on B: B's retained config, then a live message
+    assert [m.payload for m in take(client, 1)] == [b"config on B"]
+    nodes(b).publish(f"{prefix}/to-client", b"hello from B", qos=1)
+    assert [m.payload for m in take(client, 1)] == [b"hello from B"]
+
+
+def test_after_a_move_a_message_from_the_old_broker_is_not_acknowledged_on_the_new(two_brokers, nodes, prefix):
+    """A learner (persistent, manual acks) got m_a from A, moved to B and got m_b there under the
+    same message id. Acknowledging m_a must not acknowledge m_b: killed now, it gets m_b again."""
+    a, b = two_brokers
+    topic, cid = f"{prefix}/samples", f"t-move-ack-{uuid.uuid4().hex[:8]}"
+    learner = nodes(_Urls(a, b), cid, subscriptions=[(topic, 1)], persistent=True, manual_ack=True)
+    pub_a, pub_b = nodes(a), nodes(b)
+    ensure_subscribed(learner, pub_a, topic)
+    pub_a.publish(topic, b"m_a", qos=1)
+    (m_a,) = take(learner, 1)
+    _kill(a)
+    assert wait_until(lambda: learner.connected and learner.broker == b.url, 20)
+    ensure_subscribed(learner, pub_b, topic)
+    pub_b.publish(topic, b"m_b", qos=1)
+    (m_b,) = take(learner, 1)
+    assert (m_a.payload, m_b.payload) == (b"m_a", b"m_b")
+    assert m_a.mid == m_b.mid  # the collision this test is about
+    learner.ack(m_a)  # handled late, after the move
+    time.sleep(0.3)
+    learner._client.loop_stop()  # killed before handling m_b
+    learner._client.socket().close()
+    learner._started = False
+    again = nodes(b, cid, subscriptions=[(topic, 1)], persistent=True, manual_ack=True)
+    got = take(again, 1, timeout=10)
+    assert [m.payload for m in got] == [b"m_b"]
+    again.ack(got[0])

@@ -7,6 +7,10 @@ Rules this module enforces for every node:
 * the outbox is bounded and counts what it drops, per topic kind;
 * reconnects use paho's backoff; on every (re)connect the publisher thread
   re-subscribes and re-publishes the node's birth messages;
+* with several broker URLs (``mqtt://a:1883,mqtt://b:1883``) a failed connect attempt
+  moves to the next broker of the list (a dropped connection first gets one retry on
+  the same broker); paho's own reconnect loop does the work, so the unacknowledged QoS 1
+  messages it holds are sent again on the new broker;
 * the last will is set on every connect; a clean stop publishes the "offline"
   state itself and disconnects without triggering the will;
 * with ``manual_ack`` a received QoS 1 message is acknowledged only when the node
@@ -40,11 +44,43 @@ class BrokerUnavailable(ConnectionError):
     """The broker could not be reached or refused us; the message says what to check."""
 
 
+def _join_urls(value: str | Iterable[str]) -> str:
+    return value if isinstance(value, str) else ",".join(value)
+
+
+def _check_url(url: str) -> urllib.parse.SplitResult:
+    """One broker URL, parsed; a ValueError naming it when its scheme, host or port is wrong."""
+    if not url:
+        raise ValueError("an empty broker URL (two commas in a row, or one at the end?)")
+    if any(c.isspace() for c in url):
+        raise ValueError(f"{url!r} is not a broker URL (it holds a space; separate several URLs with commas)")
+    u = urllib.parse.urlsplit(url if "://" in url else f"mqtt://{url}")
+    if u.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
+        raise ValueError(f"{url!r} is not a broker URL (scheme must be mqtt:// or mqtts://)")
+    try:
+        u.port  # noqa: B018  (urllib checks the port only when asked)
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not a broker URL ({e})") from None
+    return u
+
+
+def _shown(url: str) -> str:
+    """``url`` with its password, if any, left out (for logs)."""
+    u = urllib.parse.urlsplit(url if "://" in url else f"mqtt://{url}")
+    if u.password is None:
+        return url
+    return u._replace(netloc=u.netloc.replace(f":{u.password}@", ":***@", 1)).geturl()
+
+
 @attrs.frozen
 class BrokerSettings:
-    """How to reach the broker. Credentials never travel in the run config."""
+    """How to reach the broker. Credentials never travel in the run config.
 
-    url: str = "mqtt://127.0.0.1:1883"
+    ``url`` is one broker URL or an ordered, comma-separated list of them (a list or tuple
+    of URLs is joined): the client connects to the first that answers and fails over
+    to the next when its broker is gone (:attr:`urls`, :meth:`at`)."""
+
+    url: str = attrs.field(default="mqtt://127.0.0.1:1883", converter=_join_urls)
     username: str | None = None
     password: str | None = None
     #: CA bundle for TLS (mqtts://); None uses the system store
@@ -60,11 +96,36 @@ class BrokerSettings:
     session_expiry_s: int = 3600
 
     @property
+    def urls(self) -> tuple[str, ...]:
+        """The broker URLs in failover order, each checked (scheme, host, port); a ValueError
+        naming the first bad one, a repeated one, or a list mixing TLS and plain brokers."""
+        urls = tuple(u.strip() for u in self.url.split(","))
+        schemes = {_check_url(u).scheme in ("mqtts", "ssl") for u in urls}
+        if len(schemes) > 1:
+            raise ValueError(
+                f"{self.url!r} mixes mqtts:// and mqtt:// brokers; a failover list is all TLS or all plain"
+            )
+        seen = set()
+        for u in urls:
+            if u in seen:
+                raise ValueError(f"{u!r} is listed twice in {self.url!r}")
+            seen.add(u)
+        return urls
+
+    def at(self, index: int) -> BrokerSettings:
+        """These settings for the ``index``-th broker of the list alone."""
+        urls = self.urls
+        return self if len(urls) == 1 else attrs.evolve(self, url=urls[index])
+
+    @property
+    def shown(self) -> str:
+        """The URL(s) for logs and messages, passwords left out."""
+        return ",".join(_shown(u) for u in self.urls)
+
+    @property
     def parsed(self) -> urllib.parse.SplitResult:
-        u = urllib.parse.urlsplit(self.url if "://" in self.url else f"mqtt://{self.url}")
-        if u.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-            raise ValueError(f"broker URL {self.url!r}: scheme must be mqtt:// or mqtts://")
-        return u
+        """The first broker's URL, parsed (every URL of a list is checked)."""
+        return _check_url(self.urls[0])
 
     @property
     def host(self) -> str:
@@ -95,6 +156,8 @@ class Message:
     #: with manual acks: what :meth:`MqttNode.ack` needs (not part of a message's identity)
     mid: int = attrs.field(default=0, eq=False)
     qos: int = attrs.field(default=0, eq=False)
+    #: which broker of a failover list sent it (:attr:`MqttNode.moves` when it arrived)
+    broker_gen: int = attrs.field(default=0, eq=False)
 
 
 @attrs.frozen
@@ -171,35 +234,63 @@ def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[boo
     return True, "ok"
 
 
-def negotiate_protocol(settings: BrokerSettings, timeout: float = 5.0) -> int:
-    """Pick MQTT 5 when the broker speaks it, else 3.1.1 (amqtt speaks only 3.1.1)."""
-    if settings.protocol in _PROTOCOLS:
-        return _PROTOCOLS[settings.protocol]
-    if settings.protocol != "auto":
-        raise ValueError(f"protocol {settings.protocol!r}: use auto, 5 or 3.1.1")
+def _negotiate_one(settings: BrokerSettings, timeout: float) -> int:
+    """MQTT 5 or 3.1.1 for one broker (``settings`` holds one URL)."""
     key = (settings.host, settings.port)
     if key in _negotiated:
         return _negotiated[key]
+    url = settings.shown
     ok5, why5 = _probe(settings, mqtt.MQTTv5, timeout)
     if ok5:
         _negotiated[key] = mqtt.MQTTv5
         return mqtt.MQTTv5
     if "TLS handshake" in why5:
-        raise BrokerUnavailable(f"MQTT broker at {settings.url}: {why5}")
+        raise BrokerUnavailable(f"MQTT broker at {url}: {why5}")
     if "cannot connect" in why5:
         raise BrokerUnavailable(
-            f"MQTT broker at {settings.url} is unreachable: {why5}. Check the host and port, "
+            f"MQTT broker at {url} is unreachable: {why5}. Check the host and port, "
             "that the broker is running, and any firewall in between"
         )
     ok3, why3 = _probe(settings, mqtt.MQTTv311, timeout)
     if ok3:
         _negotiated[key] = mqtt.MQTTv311
-        log.info("broker %s speaks MQTT 3.1.1 only; using it", settings.url)
+        log.info("broker %s speaks MQTT 3.1.1 only; using it", url)
         return mqtt.MQTTv311
     raise BrokerUnavailable(
-        f"broker at {settings.url} refused us (MQTT 5: {why5}; MQTT 3.1.1: {why3}). "
+        f"broker at {url} refused us (MQTT 5: {why5}; MQTT 3.1.1: {why3}). "
         "Check username/password, TLS settings and the broker's ACL"
     )
+
+
+def negotiate(settings: BrokerSettings, timeout: float = 5.0) -> tuple[int, int]:
+    """``(protocol, index)``: the MQTT version to speak and the broker of the list to start on.
+
+    With ``protocol="auto"`` the brokers are probed in order and the first that answers
+    picks both (every broker of a failover list is spoken to in that version); with a
+    fixed protocol nothing is probed and the client starts on the first broker."""
+    urls = settings.urls
+    if settings.protocol in _PROTOCOLS:
+        return _PROTOCOLS[settings.protocol], 0
+    if settings.protocol != "auto":
+        raise ValueError(f"protocol {settings.protocol!r}: use auto, 5 or 3.1.1")
+    if len(urls) == 1:
+        return _negotiate_one(settings, timeout), 0
+    failures = []
+    for i in range(len(urls)):
+        one = settings.at(i)
+        try:
+            return _negotiate_one(one, timeout), i
+        except BrokerUnavailable as e:
+            failures.append(str(e))
+            if i + 1 < len(urls):
+                log.warning("broker %s does not answer; trying %s", one.shown, settings.at(i + 1).shown)
+    raise BrokerUnavailable(f"none of the {len(urls)} brokers answered: " + " | ".join(failures))
+
+
+def negotiate_protocol(settings: BrokerSettings, timeout: float = 5.0) -> int:
+    """Pick MQTT 5 when the broker speaks it, else 3.1.1 (amqtt speaks only 3.1.1); with a
+    failover list, the version of the first broker that answers."""
+    return negotiate(settings, timeout)[0]
 
 
 class MqttNode:
@@ -207,6 +298,8 @@ class MqttNode:
 
     ``birth`` is a callable returning the messages to (re)publish on every
     connect (retained state, ...). ``will`` is the last-will message.
+    With several broker URLs in ``settings`` it fails over between them (see the module
+    docstring); ``moves`` counts the moves and ``broker`` names the current broker.
     """
 
     def __init__(
@@ -249,7 +342,12 @@ class MqttNode:
         self._tag_lock = threading.Lock()
         #: tags of tagged messages the full outbox dropped (see :meth:`take_dropped`)
         self._dropped_tags: collections.deque[object] = collections.deque()
-        self.protocol = negotiate_protocol(settings)
+        self.protocol, self._index = negotiate(settings)
+        #: one BrokerSettings per broker of the failover list, in order
+        self._brokers = [settings.at(i) for i in range(len(settings.urls))]
+        #: a connect attempt is under way or failed: the next attempt goes to the next broker
+        self._attempt_pending = False
+        self.moves = 0
         self._client = self._make_client(inflight)
         self._thread = threading.Thread(target=self._publisher, name=f"mqtt-pub-{client_id}", daemon=True)
         self._started = False
@@ -267,12 +365,13 @@ class MqttNode:
             manual_ack=self.manual_ack,
             **kwargs,
         )
-        _configure(c, self.settings)
+        _configure(c, self._brokers[self._index])
         c.reconnect_delay_set(min_delay=0.25, max_delay=8)
         c.max_inflight_messages_set(inflight)
         c.max_queued_messages_set(inflight * 4)
         if self.will is not None:
             c.will_set(self.will.topic, self.will.payload, qos=self.will.qos, retain=self.will.retain)
+        c.on_pre_connect = self._on_pre_connect
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
@@ -290,9 +389,10 @@ class MqttNode:
                 clean_start = False
             else:
                 clean_start = True
+        first = self._brokers[self._index]
         self._client.connect_async(
-            self.settings.host,
-            self.settings.port,
+            first.host,
+            first.port,
             keepalive=self.settings.keepalive,
             clean_start=clean_start if self.protocol == mqtt.MQTTv5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
             properties=props,
@@ -302,16 +402,37 @@ class MqttNode:
         self._started = True
         if wait and not self._connected.wait(wait):
             raise BrokerUnavailable(
-                f"{self.client_id}: no connection to {self.settings.url} after {wait:.0f}s; "
+                f"{self.client_id}: no connection to {self.settings.shown} after {wait:.0f}s; "
                 "check that the broker runs and accepts this client's credentials"
             )
         return self
 
+    @property
+    def broker(self) -> str:
+        """The broker this node is connected to, or trying to reach (password left out)."""
+        return self._brokers[self._index].shown
+
     # ---- callbacks: enqueue only ------------------------------------------
+    def _on_pre_connect(self, client, userdata):
+        """paho's network thread, before every connect attempt. If the previous attempt failed
+        (no socket, no CONNACK, or a refusal) move on to the next broker of the list; after a
+        connection that worked and dropped, the first attempt goes to the same broker again."""
+        if self._attempt_pending and len(self._brokers) > 1 and not self._stopping:
+            gone = self._brokers[self._index]
+            self._index = (self._index + 1) % len(self._brokers)
+            nxt = self._brokers[self._index]
+            # paho's host/port setters refuse while it is connecting, and reconnect() reads these
+            client._host, client._port = nxt.host, nxt.port
+            client.username_pw_set(nxt.user, nxt.secret)
+            self.moves += 1
+            log.warning("%s: broker %s gone; moving to %s", self.client_id, gone.shown, nxt.shown)
+        self._attempt_pending = True
+
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         if reason_code.is_failure:
-            log.error("%s: broker refused connection: %s", self.client_id, reason_code)
+            log.error("%s: broker %s refused connection: %s", self.client_id, self.broker, reason_code)
             return
+        self._attempt_pending = False
         self.connects += 1
         sock = client.socket()
         if sock is not None and hasattr(sock, "setsockopt"):
@@ -327,7 +448,7 @@ class MqttNode:
         self._connected.clear()
         if not self._stopping:
             self.disconnects += 1
-            log.warning("%s: disconnected from broker (%s); reconnecting", self.client_id, reason_code)
+            log.warning("%s: disconnected from broker %s (%s); reconnecting", self.client_id, self.broker, reason_code)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):
         if getattr(reason_code, "is_failure", False):  # MQTT 5 tells us; 3.1.1 brokers drop silently
@@ -344,7 +465,8 @@ class MqttNode:
     def _on_message(self, client, userdata, msg):
         try:
             self.inbox.put(
-                Message(msg.topic, msg.payload, bool(msg.retain), msg.mid, msg.qos), timeout=self._inbox_block_s
+                Message(msg.topic, msg.payload, bool(msg.retain), msg.mid, msg.qos, self.moves),
+                timeout=self._inbox_block_s,
             )
         except queue.Full:
             # with manual acks it stays unacknowledged: the broker sends it again after a reconnect
@@ -369,8 +491,12 @@ class MqttNode:
         return out
 
     def ack(self, msg: Message) -> None:
-        """With ``manual_ack``: the node handled ``msg``; the broker may forget it now."""
-        if self.manual_ack and msg.qos > 0:
+        """With ``manual_ack``: the node handled ``msg``; the broker may forget it now.
+
+        A message that came from a broker this node has since moved away from is not
+        acknowledged: the new broker never sent it, and the same message id there means
+        another message."""
+        if self.manual_ack and msg.qos > 0 and msg.broker_gen == self.moves:
             self._client.ack(msg.mid, msg.qos)
 
     # ---- the publisher thread ---------------------------------------------
@@ -436,7 +562,7 @@ class MqttNode:
         for m in self.birth():
             self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain)
         self._connected.set()
-        log.info("%s: connected to %s", self.client_id, self.settings.url)
+        log.info("%s: connected to %s", self.client_id, self.broker)
 
     def _publisher(self) -> None:
         while True:
