@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import types
 
@@ -9,7 +10,7 @@ import attrs
 import pytest
 
 from mqttrl import cli
-from mqttrl.cli.common import DEFAULT_BROKER
+from mqttrl.cli.common import DEFAULT_BROKER, broker_url, settings
 
 EXPECTED = [
     "train",
@@ -176,14 +177,56 @@ def test_check_plugin_unknown_exits_2_with_one_line(fake_checks, capsys):
 @pytest.mark.parametrize(
     "url, says",
     [
-        ("mqtt://a:1883,mqtt://b:1883", "several URLs"),
-        ("mqtt://a:port", "is not a broker URL"),
+        ("mqtt://a:port", "'mqtt://a:port' is not a broker URL"),
         ("http://a:1883", "scheme must be mqtt"),
+        ("mqtt://a:1883,mqtt://b:x", "'mqtt://b:x' is not a broker URL"),
+        ("mqtt://a:1883,http://b:1883", "'http://b:1883' is not a broker URL (scheme must be mqtt"),
+        ("mqtt://a:1883,,mqtt://b:1883", "empty broker URL"),
+        ("mqtt://a:1883 mqtt://b:1883", "separate several URLs with commas"),
+        ("mqtts://a:8883,mqtt://b:1883", "mixes mqtts:// and mqtt://"),
     ],
 )
 def test_a_malformed_broker_url_is_one_line_not_a_traceback(url, says, capsys):
     with pytest.raises(SystemExit) as e:
         cli.worker_main(["--broker", url, "--run", "r"])
     assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert says in err and "Traceback" not in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mqttrl-worker: error: argument --broker: ") and says in err[-1], err
+    assert not any("Traceback" in line for line in err)
+
+
+def test_every_broker_flag_takes_a_failover_list_and_help_says_so(capsys):
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    takes = []
+    for name, p in sub.choices.items():
+        (flag,) = [a for a in p._actions if "--broker" in a.option_strings] or [None]
+        if flag is None:
+            continue
+        takes.append(name)
+        assert flag.type is broker_url, name
+        help_text = " ".join(_help([name], capsys).split())
+        assert "a comma-separated list (mqtt://a:1883,mqtt://b:1883) fails over" in help_text, name
+    assert set(takes) >= {"train", "learner", "worker", "telemetry", "quicksave", "inference", "evaluate"}
+    assert set(takes) >= {"workers", "status"}
+
+
+@pytest.mark.parametrize("command", ["worker", "workers", "status", "train"])
+def test_a_list_of_brokers_is_accepted(command, monkeypatch):
+    urls = "mqtt://a:1883,mqtt://b:1883"
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, command, attrs.evolve(cli.COMMANDS[command], run=seen.append))
+    rest = {"worker": ["--run", "r"], "workers": ["--run", "r"], "status": ["--run", "r"], "train": ["c.toml"]}[command]
+    cli.main([command, "--broker", urls, *rest])
+    (args,) = seen
+    assert args.broker == urls  # forwarded as given to child processes (workers, train)
+    assert settings(args).urls == ("mqtt://a:1883", "mqtt://b:1883")
+
+
+def test_status_with_a_dead_first_broker_uses_the_next(shared_mosquitto, capsys):
+    from mqttrl.local.broker import free_port
+
+    dead = f"mqtt://127.0.0.1:{free_port()}"
+    cli.main(["status", "--run", "r-failover", "--once", "0.3", "--json", "--broker", f"{dead},{shared_mosquitto.url}"])
+    out = capsys.readouterr()
+    assert '"node": "learner"' in out.out and "Traceback" not in out.err

@@ -80,17 +80,13 @@ class RawDefaultsFormatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatt
 
 # ---- broker connection ----------------------------------------------------------------
 def broker_url(value: str) -> str:
-    """argparse type of --broker: a URL this client can connect to, or one line saying what is wrong."""
-    if "," in value or " " in value.strip():
-        raise argparse.ArgumentTypeError(
-            f"{value!r} holds several URLs; give one broker URL, e.g. mqtt://host:1883 "
-            "(a list of brokers to fail over between is not supported yet)"
-        )
+    """argparse type of --broker: a URL this client can connect to, or an ordered comma-separated
+    list of them to fail over between; one line saying what is wrong otherwise."""
     try:
-        BrokerSettings(url=value).port  # noqa: B018  (parses scheme, host and port)
+        BrokerSettings(url=value).urls  # noqa: B018  (each URL: scheme, host and port)
     except ValueError as e:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a broker URL ({e}); use mqtt://host:1883 or mqtts://host:8883"
+            f"{e}; use mqtt://host:1883 or mqtts://host:8883, several separated by commas to fail over"
         ) from None
     return value
 
@@ -105,8 +101,9 @@ def broker_args(p: argparse.ArgumentParser, required: bool, local_default: bool 
         required=required,
         type=broker_url,
         default=DEFAULT_BROKER if local_default else None,
-        metavar="URL",
-        help="broker URL, mqtt://host:1883 or mqtts://host:8883 (user:pass@ allowed)",
+        metavar="URL[,URL...]",
+        help="broker URL, mqtt://host:1883 or mqtts://host:8883 (user:pass@ allowed); a comma-separated list "
+        "(mqtt://a:1883,mqtt://b:1883) fails over to the next broker when one is gone",
     )
     g.add_argument("--username", default=os.environ.get("MQTTRL_USERNAME"), help="broker user (env MQTTRL_USERNAME)")
     g.add_argument(
