@@ -26,6 +26,7 @@ EXPECTED = [
     "check-plugin",
     "enjoy",
     "export",
+    "broker",
 ]
 
 

@@ -11,6 +11,7 @@ import argparse
 import importlib.metadata
 
 from mqttrl.cli import (
+    broker,
     check_plugin,
     enjoy,
     evaluate,
@@ -42,6 +43,7 @@ COMMANDS: dict[str, Command] = {
     "check-plugin": check_plugin.COMMAND,
     "enjoy": enjoy.COMMAND,
     "export": export.COMMAND,
+    "broker": broker.COMMAND,
 }
 
 

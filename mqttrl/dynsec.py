@@ -1,0 +1,464 @@
+"""Run isolation on a shared mosquitto through its dynamic security plugin (``mqttrl broker``).
+
+Every run gets one role per node kind (:data:`RIGHTS`: exactly the topics of
+:mod:`mqttrl.transport.topics` that kind publishes and reads, in that run only) and one
+client per kind holding that role, with a generated password. The plugin is driven over
+MQTT (``$CONTROL/dynamic-security/v1``) by an admin client; :func:`init_files` writes the
+plugin's first JSON file (with that admin) and a mosquitto config that loads it.
+
+Names: the role and the client of kind K in run R are both called ``R-K`` (kinds contain no
+``-``, so two runs never share a name). See broker/README.md ("Run isolation").
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import secrets
+import threading
+import uuid
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+
+from mqttrl.transport.client import BrokerSettings, _configure
+from mqttrl.transport.topics import Kind, Topics, check_name
+
+CONTROL = "$CONTROL/dynamic-security/v1"
+RESPONSE = CONTROL + "/response"
+
+#: the node kinds that get a role and a client per run, in the order they are printed
+NODE_KINDS = ("learner", "worker", "inference", "telemetry", "operator")
+
+K = Kind
+#: node kind -> (topic kinds it publishes, topic kinds it reads), all in its own run
+RIGHTS: dict[str, tuple[frozenset[Kind], frozenset[Kind]]] = {
+    # reads its own retained weights on --resume (never publish an older version)
+    "learner": (
+        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.LEARNER_METRICS, K.REPLY}),
+        frozenset({K.SAMPLES, K.HEARTBEAT, K.WORKER_STATE, K.COMMAND, K.WEIGHTS}),
+    ),
+    # remote inference: requests to the servers, replies and server states back
+    "worker": (
+        frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST}),
+        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.INFER_REPLY, K.INFERENCE_STATE}),
+    ),
+    "inference": (
+        frozenset({K.INFER_REPLY, K.INFERENCE_STATE, K.INFERENCE_METRICS}),
+        frozenset({K.CONFIG, K.WEIGHTS, K.INFER_REQUEST}),
+    ),
+    # everything of the run but the bulk data (samples, weights, inference traffic); quicksave commands
+    "telemetry": (
+        frozenset({K.COMMAND}),
+        frozenset(
+            {
+                K.CONFIG,
+                K.FLOW,
+                K.LEARNER_STATE,
+                K.LEARNER_METRICS,
+                K.EPISODES,
+                K.HEARTBEAT,
+                K.WORKER_STATE,
+                K.EVAL,
+                K.INFERENCE_STATE,
+                K.INFERENCE_METRICS,
+            }
+        ),
+    ),
+    # mqttrl status / quicksave / evaluate, and the monitor of `mqttrl train`: commands and
+    # evaluation results out; states, metrics, episodes, the model and command replies in
+    "operator": (
+        frozenset({K.COMMAND, K.EVAL}),
+        frozenset(
+            {
+                K.CONFIG,
+                K.WEIGHTS,
+                K.FLOW,
+                K.LEARNER_STATE,
+                K.LEARNER_METRICS,
+                K.EPISODES,
+                K.HEARTBEAT,
+                K.WORKER_STATE,
+                K.EVAL,
+                K.REPLY,
+                K.INFERENCE_STATE,
+                K.INFERENCE_METRICS,
+            }
+        ),
+    ),
+}
+
+#: the plugin's defaults for what no ACL names: deny all but unsubscribing
+DEFAULT_ACL_ACCESS = {
+    "publishClientSend": False,
+    "publishClientReceive": False,
+    "subscribe": False,
+    "unsubscribe": True,
+}
+
+#: where Debian/Ubuntu, the eclipse-mosquitto image, Fedora and source installs put the plugin
+PLUGIN_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so",
+    "/usr/lib/aarch64-linux-gnu/mosquitto_dynamic_security.so",
+    "/usr/lib/mosquitto_dynamic_security.so",
+    "/usr/lib64/mosquitto_dynamic_security.so",
+    "/usr/local/lib/mosquitto_dynamic_security.so",
+)
+
+
+class DynsecError(RuntimeError):
+    """The plugin refused a command, or did not answer."""
+
+
+def find_plugin() -> str | None:
+    return next((p for p in PLUGIN_PATHS if os.path.exists(p)), None)
+
+
+def new_password() -> str:
+    """A random password (32 URL-safe characters, 192 bits)."""
+    return secrets.token_urlsafe(24)
+
+
+def name(run: str, kind: str) -> str:
+    """The role and client name of node ``kind`` in ``run``."""
+    if kind not in RIGHTS:
+        raise ValueError(f"unknown node kind {kind!r}; one of {', '.join(NODE_KINDS)}")
+    return f"{check_name('run', run)}-{kind}"
+
+
+def role_acls(run: str, kind: str) -> list[dict]:
+    """The ACL list of ``kind``'s role in ``run``: publish and read rights on that run's topics only."""
+    topics = Topics(run)
+    publish, read = RIGHTS[kind]
+    acls = []
+    for k in Kind:
+        f = topics.filter(k)
+        if k in publish:
+            acls.append({"acltype": "publishClientSend", "topic": f, "priority": 0, "allow": True})
+        if k in read:
+            acls.append({"acltype": "subscribePattern", "topic": f, "priority": 0, "allow": True})
+            acls.append({"acltype": "publishClientReceive", "topic": f, "priority": 0, "allow": True})
+            if k == Kind.INFER_REQUEST:  # the pool of servers consumes through a shared subscription
+                acls.append({"acltype": "subscribePattern", "topic": f"$share/+/{f}", "priority": 0, "allow": True})
+    return acls
+
+
+def add_run_commands(run: str, passwords: dict[str, str]) -> list[dict]:
+    """createRole and createClient for every node kind of ``run``."""
+    cmds = []
+    for kind in NODE_KINDS:
+        n = name(run, kind)
+        cmds.append(
+            {
+                "command": "createRole",
+                "rolename": n,
+                "textname": f"mqttrl {kind} of run {run}",
+                "acls": role_acls(run, kind),
+            }
+        )
+    for kind in NODE_KINDS:
+        n = name(run, kind)
+        cmds.append(
+            {
+                "command": "createClient",
+                "username": n,
+                "password": passwords[kind],
+                "textname": f"mqttrl {kind} of run {run}",
+                "roles": [{"rolename": n, "priority": 0}],
+            }
+        )
+    return cmds
+
+
+def remove_run_commands(run: str) -> list[dict]:
+    """deleteClient (the plugin disconnects a deleted client) and deleteRole for every node kind of ``run``."""
+    return [{"command": "deleteClient", "username": name(run, k)} for k in NODE_KINDS] + [
+        {"command": "deleteRole", "rolename": name(run, k)} for k in NODE_KINDS
+    ]
+
+
+# ---- credentials files ------------------------------------------------------------------
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new or existing file readable by its owner only (0600 from the start)."""
+    path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def credentials_doc(broker: str | None, clients: dict[str, tuple[str, str]], run: str | None = None) -> dict:
+    doc: dict = {"run": run} if run else {}
+    if broker:
+        doc["broker"] = broker
+    doc["clients"] = {k: {"username": u, "password": p} for k, (u, p) in clients.items()}
+    return doc
+
+
+def read_credentials(path: str | Path) -> dict:
+    """A credentials file of ``mqttrl broker init`` / ``add-run``; ValueError with one line if it is not one."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        clients = doc["clients"]
+        for kind, c in clients.items():
+            if not (isinstance(c.get("username"), str) and isinstance(c.get("password"), str)):
+                raise ValueError(f"client {kind!r} has no username/password")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not an mqttrl credentials file ({e})") from None
+    return doc
+
+
+# ---- init: the plugin's first file and a mosquitto config --------------------------------------
+def hash_password(password: str, salt: bytes | None = None, iterations: int = 101) -> dict:
+    """The plugin's password fields: PBKDF2-HMAC-SHA512 over a 12-byte salt (as mosquitto_ctrl writes them)."""
+    salt = salt if salt is not None else secrets.token_bytes(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations, 64)
+    return {
+        "password": base64.b64encode(digest).decode(),
+        "salt": base64.b64encode(salt).decode(),
+        "iterations": iterations,
+    }
+
+
+def initial_config(admin: str, password: str) -> dict:
+    """The plugin's JSON file: one admin client that may only use the control topic; deny by default."""
+    return {
+        "clients": [
+            {
+                "username": admin,
+                "textname": "mqttrl dynsec admin",
+                **hash_password(password),
+                "roles": [{"rolename": "dynsec-admin"}],
+            }
+        ],
+        "groups": [],
+        "roles": [
+            {
+                "rolename": "dynsec-admin",
+                "textname": "administers the dynamic security plugin only",
+                "acls": [
+                    {"acltype": t, "topic": "$CONTROL/dynamic-security/#", "allow": True}
+                    for t in ("publishClientSend", "publishClientReceive", "subscribePattern")
+                ],
+            }
+        ],
+        "defaultACLAccess": DEFAULT_ACL_ACCESS,
+    }
+
+
+def mosquitto_conf(dynsec_file: Path, data_dir: Path, port: int, bind: str | None, plugin: str) -> str:
+    listener = f"listener {port} {bind}" if bind else f"listener {port}"
+    run_as_root = ["user root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    lines = [
+        "# mosquitto 2.x with the dynamic security plugin, written by `mqttrl broker init`.",
+        "# Users, roles and ACLs live in the plugin's file (below); change them with",
+        "# `mqttrl broker add-run RUN` / `remove-run RUN` while the broker runs (broker/README.md).",
+        "per_listener_settings false",
+        "allow_anonymous false",
+        f"plugin {plugin}",
+        f"plugin_opt_config_file {dynsec_file}",
+        "",
+        "# retained config and weights, and the learner's queued samples, survive a restart",
+        "persistence true",
+        f"persistence_location {data_dir}/",
+        "autosave_interval 60",
+        "# no queue caps (the learner applies flow control), weights are big (see mosquitto-production.conf)",
+        "max_queued_messages 0",
+        "max_queued_bytes 0",
+        "max_inflight_messages 0",
+        "max_packet_size 268435455",
+        "persistent_client_expiration 7d",
+        "set_tcp_nodelay true",
+        "log_dest stdout",
+        "log_type error",
+        "log_type warning",
+        "log_type notice",
+        "log_type information",
+        "connection_messages true",
+        *run_as_root,
+        "",
+        "# plain MQTT: passwords in clear text on the wire; for TLS add the 8883 listener of",
+        "# broker/mosquitto-production.conf",
+        listener,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def init_files(
+    directory: Path,
+    port: int = 1883,
+    bind: str | None = None,
+    plugin: str | None = None,
+    admin: str = "admin",
+    force: bool = False,
+) -> dict[str, Path]:
+    """Write ``mosquitto.conf``, ``dynamic-security.json`` (0600) and ``admin.json`` (0600, the
+    admin's generated password) into ``directory``; returns their paths. Refuses to replace an
+    existing plugin file unless ``force`` (it holds every run's clients)."""
+    plugin = plugin or find_plugin()
+    if plugin is None:
+        raise FileNotFoundError(
+            "mosquitto_dynamic_security.so not found in "
+            + ", ".join(PLUGIN_PATHS)
+            + "; install mosquitto 2.x (apt-get install mosquitto) or pass --plugin PATH"
+        )
+    directory = Path(directory).absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "config": directory / "mosquitto.conf",
+        "dynsec": directory / "dynamic-security.json",
+        "admin": directory / "admin.json",
+        "data": directory / "data",
+    }
+    if paths["dynsec"].exists() and not force:
+        raise FileExistsError(f"{paths['dynsec']} exists (it holds every run's clients); use --force to replace it")
+    paths["data"].mkdir(exist_ok=True)
+    password = new_password()
+    write_private(paths["dynsec"], json.dumps(initial_config(admin, password), indent=2) + "\n")
+    host = "127.0.0.1" if bind in (None, "0.0.0.0", "::") else bind
+    write_private(
+        paths["admin"],
+        json.dumps(credentials_doc(f"mqtt://{host}:{port}", {"admin": (admin, password)}), indent=2) + "\n",
+    )
+    paths["config"].write_text(mosquitto_conf(paths["dynsec"], paths["data"], port, bind, plugin))
+    return paths
+
+
+# ---- talking to the plugin --------------------------------------------------------------------
+class DynsecAdmin:
+    """An admin client of the plugin: ``with DynsecAdmin(settings) as a: a.send([...])``."""
+
+    def __init__(self, settings: BrokerSettings, timeout: float = 10.0):
+        self.settings = settings.at(0)
+        self.timeout = timeout
+        self._cond = threading.Condition()
+        self._responses: dict[str, dict] = {}
+        self._connected: object = None
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=f"mqttrl-dynsec-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv311
+        )
+        _configure(self.client, self.settings)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        with self._cond:
+            self._connected = reason_code
+            self._cond.notify_all()
+        if not reason_code.is_failure:
+            client.subscribe(RESPONSE, qos=1)
+
+    def _on_message(self, client, userdata, msg):
+        try:
+            responses = json.loads(msg.payload)["responses"]
+        except (ValueError, KeyError, TypeError):
+            return
+        with self._cond:
+            for r in responses:
+                if isinstance(r, dict) and "correlationData" in r:
+                    self._responses[r["correlationData"]] = r
+            self._cond.notify_all()
+
+    def __enter__(self) -> DynsecAdmin:
+        s = self.settings
+        try:
+            self.client.connect(s.host, s.port, keepalive=30)
+        except OSError as e:
+            raise DynsecError(f"cannot connect to {s.shown}: {e}") from None
+        self.client.loop_start()
+        with self._cond:
+            self._cond.wait_for(lambda: self._connected is not None, self.timeout)
+        rc = self._connected
+        if rc is None or rc.is_failure:
+            self.close()
+            raise DynsecError(f"{s.shown} refused the admin client {s.user!r}: {rc or 'no answer'}")
+        # the subscription must be in place before the first command's response
+        sub = self.send([{"command": "listRoles", "count": 1}], check=False, settle=True)
+        if sub[0].get("error"):
+            raise DynsecError(f"the dynamic security plugin refused {s.user!r}: {sub[0]['error']}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+    def send(self, commands: list[dict], check: bool = True, settle: bool = False) -> list[dict]:
+        """Send ``commands`` in one message; the responses in order. ``check``: raise DynsecError
+        naming the first refused command. ``settle``: resend until answered (the first message may
+        go out before the response subscription is in place)."""
+        ids = []
+        for c in commands:
+            c["correlationData"] = uuid.uuid4().hex
+            ids.append(c["correlationData"])
+        payload = json.dumps({"commands": commands})
+        attempts = 1 + (int(self.timeout / 0.5) if settle else 0)
+        for _ in range(attempts):
+            self.client.publish(CONTROL, payload, qos=1)
+            with self._cond:
+                ok = self._cond.wait_for(
+                    lambda: all(i in self._responses for i in ids), 0.5 if settle else self.timeout
+                )
+            if ok:
+                break
+        else:
+            raise DynsecError(
+                f"no answer on {RESPONSE} from {self.settings.shown}: is the dynamic security plugin loaded "
+                f"(plugin line in mosquitto.conf), and is {self.settings.user!r} its admin?"
+            )
+        out = [self._responses.pop(i) for i in ids]
+        if check:
+            for c, r in zip(commands, out):
+                if r.get("error"):
+                    what = c.get("username") or c.get("rolename") or ""
+                    raise DynsecError(f"{c['command']} {what}: {r['error']}")
+        return out
+
+
+def add_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> dict[str, tuple[str, str]]:
+    """Create ``run``'s roles and clients; returns node kind -> (username, password).
+    All or nothing: if the plugin refuses one (e.g. the run exists), what this call created is removed."""
+    check_name("run", run)
+    passwords = {k: new_password() for k in NODE_KINDS}
+    cmds = add_run_commands(run, passwords)
+    with DynsecAdmin(settings, timeout) as admin:
+        responses = admin.send(cmds, check=False)
+        failed = [(c, r) for c, r in zip(cmds, responses) if r.get("error")]
+        if failed:
+            undo = []
+            for c, r in zip(cmds, responses):
+                if not r.get("error"):
+                    if c["command"] == "createClient":
+                        undo.append({"command": "deleteClient", "username": c["username"]})
+                    else:
+                        undo.append({"command": "deleteRole", "rolename": c["rolename"]})
+            if undo:
+                admin.send(undo[::-1], check=False)
+            c, r = failed[0]
+            raise DynsecError(
+                f"run {run!r} not added: {c['command']} {c.get('username') or c.get('rolename')}: {r['error']}"
+                + (" (remove it first: mqttrl broker remove-run)" if "exist" in str(r["error"]).lower() else "")
+            )
+    return {k: (name(run, k), passwords[k]) for k in NODE_KINDS}
+
+
+def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> list[str]:
+    """Delete ``run``'s clients (disconnecting them) and roles; returns what was not there."""
+    check_name("run", run)
+    cmds = remove_run_commands(run)
+    with DynsecAdmin(settings, timeout) as admin:
+        responses = admin.send(cmds, check=False)
+    missing = []
+    for c, r in zip(cmds, responses):
+        err = r.get("error")
+        if err and "not found" not in str(err).lower():
+            raise DynsecError(f"{c['command']} {c.get('username') or c.get('rolename')}: {err}")
+        if err:
+            missing.append(c.get("username") or c.get("rolename"))
+    return missing

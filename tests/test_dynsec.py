@@ -1,0 +1,280 @@
+"""Run isolation with mosquitto's dynamic security plugin (``mqttrl broker``), against a real mosquitto."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import stop_server
+
+from mqttrl import cli, dynsec
+from mqttrl.local.broker import _wait_port, free_port
+from mqttrl.transport.client import BrokerSettings
+from mqttrl.transport.topics import TABLE, Kind, Topics
+
+PLUGIN = dynsec.find_plugin()
+needs_plugin = pytest.mark.skipif(PLUGIN is None, reason="mosquitto_dynamic_security.so is not installed")
+
+
+class DynsecBroker:
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.port = free_port()
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.admin_file = directory / "admin.json"
+
+    @property
+    def admin(self) -> BrokerSettings:
+        c = dynsec.read_credentials(self.admin_file)["clients"]["admin"]
+        return BrokerSettings(url=self.url, username=c["username"], password=c["password"])
+
+
+@pytest.fixture
+def dynsec_broker(tmp_path):
+    """``mqttrl broker init`` into a tmp dir, then mosquitto started with the config it wrote."""
+    if PLUGIN is None:
+        pytest.skip("mosquitto_dynamic_security.so is not installed")
+    b = DynsecBroker(tmp_path / "broker")
+    cli.main(["broker", "init", "--dir", str(b.dir), "--port", str(b.port), "--bind", "127.0.0.1"])
+    log = open(b.dir / "mosquitto.log", "ab")
+    proc = subprocess.Popen(["mosquitto", "-c", str(b.dir / "mosquitto.conf")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_port(b.port, 10), (b.dir / "mosquitto.log").read_text()
+        yield b
+    finally:
+        stop_server(proc, log)
+
+
+class Peer:
+    """A bare paho client that records what it receives and how the broker answered."""
+
+    def __init__(self, url_port: int, user: str | None, password: str | None, protocol=mqtt.MQTTv5):
+        self.received: list[tuple[str, bytes]] = []
+        self.suback: dict[int, list] = {}
+        self.connack = None
+        self._ev = threading.Condition()
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=f"peer-{user}-{time.monotonic_ns()}", protocol=protocol
+        )
+        if user:
+            self.c.username_pw_set(user, password)
+        self.c.on_connect = self._on_connect
+        self.c.on_message = lambda c, u, m: self._add(m)
+        self.c.on_subscribe = self._on_subscribe
+        self.c.connect("127.0.0.1", url_port, keepalive=10)
+        self.c.loop_start()
+        with self._ev:
+            self._ev.wait_for(lambda: self.connack is not None, 5)
+
+    def _on_connect(self, client, userdata, flags, rc, properties):
+        with self._ev:
+            self.connack = rc
+            self._ev.notify_all()
+
+    def _on_subscribe(self, client, userdata, mid, rcs, properties):
+        with self._ev:
+            self.suback[mid] = rcs
+            self._ev.notify_all()
+
+    def _add(self, m):
+        with self._ev:
+            self.received.append((m.topic, m.payload))
+            self._ev.notify_all()
+
+    @property
+    def accepted(self) -> bool:
+        return self.connack is not None and not self.connack.is_failure
+
+    def subscribe(self, topic: str) -> bool:
+        """True when the broker granted the subscription."""
+        _, mid = self.c.subscribe(topic, qos=1)
+        with self._ev:
+            assert self._ev.wait_for(lambda: mid in self.suback, 5), f"no SUBACK for {topic}"
+        return not self.suback[mid][0].is_failure
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        self.c.publish(topic, payload, qos=1, retain=retain)
+
+    def wait_for(self, topic: str, timeout: float = 3.0) -> list[bytes]:
+        with self._ev:
+            self._ev.wait_for(lambda: any(t == topic for t, _ in self.received), timeout)
+            return [p for t, p in self.received if t == topic]
+
+    def close(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def _peer(b: DynsecBroker, creds: dict[str, tuple[str, str]], kind: str, **kw) -> Peer:
+    p = Peer(b.port, *creds[kind], **kw)
+    assert p.accepted, f"{kind}: {p.connack}"
+    return p
+
+
+# ---- the role table -------------------------------------------------------------------
+def test_every_topic_is_published_by_the_roles_the_topic_table_names():
+    """The roles follow mqttrl/transport/topics.py: who may publish a kind is who the table says publishes it."""
+    names = {"evaluator": "operator", "operators": "operator", "inference server": "inference"}
+    for spec in TABLE:
+        table = {names.get(p.strip(), p.strip()) for p in spec.publisher.split(",")}
+        roles = {k for k, (pub, _) in dynsec.RIGHTS.items() if spec.kind in pub}
+        assert roles == table, spec.kind
+    for kind, (pub, read) in dynsec.RIGHTS.items():
+        for acl in dynsec.role_acls("A", kind):
+            assert acl["topic"].startswith(("mqttrl/A/", "$share/+/mqttrl/A/")), acl  # nothing outside its run
+
+
+def test_names_are_per_run_and_checked():
+    assert dynsec.name("A", "worker") == "A-worker"
+    with pytest.raises(ValueError):
+        dynsec.name("a/b", "worker")
+    with pytest.raises(ValueError):
+        dynsec.name("A", "admin")
+
+
+def test_init_writes_private_files_and_refuses_to_replace_them(tmp_path):
+    if PLUGIN is None:
+        pytest.skip("mosquitto_dynamic_security.so is not installed")
+    paths = dynsec.init_files(tmp_path, port=1884)
+    for key in ("dynsec", "admin"):
+        assert stat.S_IMODE(paths[key].stat().st_mode) == 0o600
+    conf = paths["config"].read_text()
+    assert f"plugin {PLUGIN}" in conf and "allow_anonymous false" in conf and "listener 1884" in conf
+    admin = dynsec.read_credentials(paths["admin"])
+    assert admin["broker"] == "mqtt://127.0.0.1:1884" and len(admin["clients"]["admin"]["password"]) >= 32
+    with pytest.raises(FileExistsError):
+        dynsec.init_files(tmp_path, port=1884)
+
+
+# ---- against the broker -------------------------------------------------------------------
+@needs_plugin
+def test_add_run_writes_credentials_0600_and_prints_them_once(dynsec_broker, tmp_path, capsys):
+    out = tmp_path / "A.json"
+    cli.main(["broker", "add-run", "A", "--admin-credentials", str(dynsec_broker.admin_file), "-o", str(out)])
+    printed = capsys.readouterr().out
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    doc = json.loads(out.read_text())
+    assert doc["run"] == "A" and doc["broker"] == dynsec_broker.url
+    assert set(doc["clients"]) == set(dynsec.NODE_KINDS)
+    for kind, c in doc["clients"].items():
+        assert c["username"] == f"A-{kind}"
+        assert c["password"] in printed and len(c["password"]) >= 32
+        assert _peer(dynsec_broker, {kind: (c["username"], c["password"])}, kind)
+    # the same run again: refused, and the existing clients still work
+    with pytest.raises(SystemExit, match="exists"):
+        cli.main(["broker", "add-run", "A", "--admin-credentials", str(dynsec_broker.admin_file), "-o", str(out)])
+    with pytest.raises(SystemExit, match="Role already exists"):
+        cli.main(
+            ["broker", "add-run", "A", "--admin-credentials", str(dynsec_broker.admin_file), "-o", str(tmp_path / "x")]
+        )
+    assert not (tmp_path / "x").exists()
+    assert _peer(dynsec_broker, {"w": tuple(doc["clients"]["worker"].values())}, "w")
+
+
+@needs_plugin
+def test_a_worker_of_run_a_cannot_publish_into_or_read_run_b(dynsec_broker):
+    b = dynsec_broker
+    a_creds = dynsec.add_run(b.admin, "A")
+    b_creds = dynsec.add_run(b.admin, "B")
+    ta, tb = Topics("A"), Topics("B")
+    peers = []
+    try:
+        learner_a = _peer(b, a_creds, "learner")
+        learner_b = _peer(b, b_creds, "learner")
+        worker_a = _peer(b, a_creds, "worker")
+        worker_b = _peer(b, b_creds, "worker")
+        peers += [learner_a, learner_b, worker_a, worker_b]
+        for learner, t in ((learner_a, ta), (learner_b, tb)):
+            assert learner.subscribe(t.all_samples)
+            learner.publish(t.weights, f"weights of {t.run}".encode(), retain=True)
+        # the learner of one run cannot read the other's samples either
+        assert not learner_a.subscribe(tb.all_samples)
+
+        # A's worker into B: never arrives; B's own worker (same topic layout) does
+        worker_a.publish(tb.samples("w0"), b"from A into B")
+        worker_a = _peer(b, a_creds, "worker")  # mosquitto 2.0 may drop the connection after a denied publish
+        peers.append(worker_a)
+        worker_a.publish(ta.samples("w0"), b"from A into A")
+        worker_b.publish(tb.samples("w0"), b"from B into B")
+        assert learner_a.wait_for(ta.samples("w0")) == [b"from A into A"]
+        assert learner_b.wait_for(tb.samples("w0")) == [b"from B into B"]
+        time.sleep(0.5)
+        assert b"from A into B" not in [p for _, p in learner_b.received]
+
+        # weights: A's worker reads A's, is refused B's (retained or not), and cannot replace A's
+        assert worker_a.subscribe(ta.weights)
+        assert worker_a.wait_for(ta.weights) == [b"weights of A"]
+        assert not worker_a.subscribe(tb.weights)
+        assert not worker_a.subscribe("mqttrl/#")
+        assert not worker_a.subscribe("mqttrl/+/weights")
+        learner_b.publish(tb.weights, b"new weights of B", retain=True)
+        worker_a.publish(ta.weights, b"forged by a worker", retain=True)
+        assert learner_a.subscribe(ta.weights)
+        time.sleep(1.0)
+        assert [p for t, p in worker_a.received if t != ta.weights] == []
+        assert b"forged by a worker" not in [p for _, p in learner_a.received]
+        late = _peer(b, a_creds, "worker")
+        peers.append(late)
+        assert late.subscribe(ta.weights) and late.wait_for(ta.weights) == [b"weights of A"]
+
+        # a worker cannot send learner commands, nor publish another run's state
+        assert not worker_a.subscribe(ta.all_commands)
+        operator_b = _peer(b, b_creds, "operator")
+        peers.append(operator_b)
+        assert operator_b.subscribe(tb.all_worker_states) and not operator_b.subscribe(ta.all_worker_states)
+    finally:
+        for p in peers:
+            p.close()
+
+
+@needs_plugin
+@pytest.mark.parametrize("protocol", [mqtt.MQTTv5, mqtt.MQTTv311])
+def test_wrong_password_and_anonymous_are_refused(dynsec_broker, protocol):
+    creds = dynsec.add_run(dynsec_broker.admin, "A")
+    user, password = creds["worker"]
+    for u, p in ((user, password + "x"), (user, ""), (None, None), ("B-worker", password)):
+        peer = Peer(dynsec_broker.port, u, p, protocol=protocol)
+        try:
+            assert not peer.accepted, (u, peer.connack)
+        finally:
+            peer.close()
+    ok = Peer(dynsec_broker.port, user, password, protocol=protocol)
+    assert ok.accepted
+    ok.close()
+
+
+@needs_plugin
+def test_remove_run_disconnects_and_locks_out_its_clients(dynsec_broker, capsys):
+    creds = dynsec.add_run(dynsec_broker.admin, "A")
+    other = dynsec.add_run(dynsec_broker.admin, "B")
+    worker = _peer(dynsec_broker, creds, "worker")
+    admin = ["--admin-credentials", str(dynsec_broker.admin_file)]
+    cli.main(["broker", "remove-run", "A", *admin])
+    assert "removed run A" in capsys.readouterr().out
+    worker.close()
+    assert not Peer(dynsec_broker.port, *creds["worker"]).accepted
+    assert _peer(dynsec_broker, other, "worker").accepted  # B untouched
+    with pytest.raises(SystemExit, match="no clients or roles"):
+        cli.main(["broker", "remove-run", "A", *admin])
+    dynsec.add_run(dynsec_broker.admin, "A")  # can be added again
+
+
+@needs_plugin
+def test_a_wrong_admin_password_is_one_line(dynsec_broker):
+    s = BrokerSettings(url=dynsec_broker.url, username="admin", password="wrong")
+    with pytest.raises(dynsec.DynsecError, match="refused the admin"):
+        dynsec.add_run(s, "A")
+    creds = dynsec.add_run(dynsec_broker.admin, "A")
+    not_admin = BrokerSettings(url=dynsec_broker.url, username=creds["operator"][0], password=creds["operator"][1])
+    with pytest.raises(dynsec.DynsecError):
+        dynsec.add_run(not_admin, "C", timeout=2)
+
+
+def test_kinds_cover_the_table():
+    assert {k for pub, read in dynsec.RIGHTS.values() for k in pub | read} == set(Kind)
