@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import stop_server
+from conftest import REPO, node_env, script, stop_server
 
 from mqttrl import cli, dynsec
 from mqttrl.local.broker import _wait_port, free_port
@@ -44,6 +44,7 @@ def dynsec_broker(tmp_path):
     cli.main(["broker", "init", "--dir", str(b.dir), "--port", str(b.port), "--bind", "127.0.0.1"])
     log = open(b.dir / "mosquitto.log", "ab")
     proc = subprocess.Popen(["mosquitto", "-c", str(b.dir / "mosquitto.conf")], stdout=log, stderr=subprocess.STDOUT)
+    b.stop = lambda: stop_server(proc, log)  # mosquitto's log reaches the file when it exits
     try:
         assert _wait_port(b.port, 10), (b.dir / "mosquitto.log").read_text()
         yield b
@@ -223,8 +224,20 @@ def test_a_worker_of_run_a_cannot_publish_into_or_read_run_b(dynsec_broker):
         peers.append(late)
         assert late.subscribe(ta.weights) and late.wait_for(ta.weights) == [b"weights of A"]
 
-        # a worker cannot send learner commands, nor publish another run's state
+        # commands: telemetry and operators of a run reach its learner, not another run's; a worker cannot
         assert not worker_a.subscribe(ta.all_commands)
+        assert learner_a.subscribe(ta.all_commands) and learner_b.subscribe(tb.all_commands)
+        telemetry_a = _peer(b, a_creds, "telemetry")
+        peers.append(telemetry_a)
+        telemetry_a.publish(tb.command("quicksave"), b"telemetry of A to B")
+        telemetry_a = _peer(b, a_creds, "telemetry")
+        peers.append(telemetry_a)
+        telemetry_a.publish(ta.command("quicksave"), b"telemetry of A to A")
+        worker_a.publish(ta.command("quicksave"), b"worker of A to A")
+        assert learner_a.wait_for(ta.command("quicksave")) == [b"telemetry of A to A"]
+        time.sleep(0.5)
+        assert learner_a.wait_for(ta.command("quicksave")) == [b"telemetry of A to A"]
+        assert learner_b.wait_for(tb.command("quicksave"), 0.5) == []
         operator_b = _peer(b, b_creds, "operator")
         peers.append(operator_b)
         assert operator_b.subscribe(tb.all_worker_states) and not operator_b.subscribe(ta.all_worker_states)
@@ -278,3 +291,55 @@ def test_a_wrong_admin_password_is_one_line(dynsec_broker):
 
 def test_kinds_cover_the_table():
     assert {k for pub, read in dynsec.RIGHTS.values() for k in pub | read} == set(Kind)
+
+
+@needs_plugin
+@pytest.mark.e2e
+def test_train_with_per_node_credentials_trains_on_the_dynsec_broker(dynsec_broker, tmp_path):
+    """`mqttrl train --credentials FILE` (what add-run wrote): every child logs in as its own client of
+    the run, the parent as its operator, and the run trains, evaluates and keeps telemetry."""
+    creds = tmp_path / "cartpole.json"
+    admin = ["--admin-credentials", str(dynsec_broker.admin_file)]
+    cli.main(["broker", "add-run", "cartpole-dqn", "-o", str(creds), "--quiet", *admin])
+    run_dir = tmp_path / "run"
+    argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir)]
+    argv += ["--credentials", str(creds), "--no-progress", "--workers", "1", "--set", "train.max_seconds=15"]
+    argv += ["--set", "train.eval_every_s=2", "--set", "train.target_return=10000"]
+    argv += ["--set", "algorithm.learning_starts=200", "--set", "train.eval_episodes=2"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=node_env())
+    logs = out.stdout + out.stderr
+    assert out.returncode == 3, logs  # the budget ran out, as asked
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] > 0 and summary["updates"] and summary["evaluations"] >= 1, summary
+    assert summary["rejected"] == {}, summary
+    assert "-operator" not in json.dumps(summary)
+    dynsec_broker.stop()
+    broker_log = (dynsec_broker.dir / "mosquitto.log").read_text()
+    for kind in ("learner", "worker", "telemetry", "operator"):
+        assert f"u'cartpole-dqn-{kind}'" in broker_log, kind  # each logged in as its own client
+    assert "not authorised" not in broker_log.lower() and "denied" not in broker_log.lower(), broker_log
+    for name in ("episode", "eval", "worker", "learner"):  # telemetry read the run's episodes, evaluations ...
+        assert len((run_dir / "telemetry" / f"{name}.csv").read_text().splitlines()) > 1, name
+
+
+def test_train_credentials_must_be_the_config_runs(tmp_path):
+    f = tmp_path / "c.json"
+    clients = {k: (f"other-{k}", "pw") for k in dynsec.NODE_KINDS}
+    dynsec.write_private(f, json.dumps(dynsec.credentials_doc("mqtt://127.0.0.1:1", clients, "other")))
+    config = str(REPO / "configs" / "cartpole_dqn.toml")
+    with pytest.raises(SystemExit, match="is for run 'other', the config's run is 'cartpole-dqn'"):
+        cli.main(["train", config, "--credentials", str(f)])
+    del clients["worker"]
+    dynsec.write_private(f, json.dumps(dynsec.credentials_doc(None, clients, "cartpole-dqn")))
+    with pytest.raises(SystemExit, match="no client for worker"):
+        cli.main(["train", config, "--credentials", str(f)])
+    f.write_text("{}")
+    with pytest.raises(SystemExit, match="not an mqttrl credentials file"):
+        cli.main(["train", config, "--credentials", str(f)])
+
+
+def test_children_get_their_own_user_not_the_parents():
+    from mqttrl.local.train import _without_username
+
+    argv = ["--broker", "mqtt://h:1883", "--username", "u", "--tls-ca", "ca", "--username=v", "--mqtt-protocol", "5"]
+    assert _without_username(argv) == ["--broker", "mqtt://h:1883", "--tls-ca", "ca", "--mqtt-protocol", "5"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from mqttrl.cli.common import (
     Command,
     broker_args,
+    broker_url,
     forward_broker_args,
     load,
     overrides_arg,
@@ -21,6 +22,8 @@ EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml
   mqttrl train configs/cartpole_dqn.toml --workers 4 --set algorithm.lr=0.001
   mqttrl train configs/cartpole_dqn.toml --broker mqtt://gpu-box:1883
+  mqttrl train configs/cartpole_dqn.toml --credentials cartpole-dqn.credentials.json
+      (a shared broker with per-run clients: mqttrl broker add-run cartpole-dqn; broker/README.md)
   mqttrl train configs/cartpole_dqn.toml --set 'train.telemetry_storages=["files", "tensorboard"]'
       (then: tensorboard --logdir runs)
 from Python: mqttrl.train("configs/cartpole_dqn.toml", seed=1) (docs/python-api.md)
@@ -42,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
     verbose_arg(p)
     broker_args(p, required=False)
+    p.add_argument(
+        "--credentials",
+        metavar="FILE",
+        help="per-node credentials written by `mqttrl broker add-run RUN`: the learner, workers, inference "
+        "servers and telemetry each log in as their own client of the run, this process as its operator; "
+        "the broker is the file's unless --broker is given",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -55,15 +65,42 @@ def run(args: argparse.Namespace) -> None:
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
     cfg = load(args.config, overrides)
+    credentials = None
+    if args.credentials:
+        credentials = _credentials(args, cfg.run)
     summary = train(
         cfg,
         broker=settings(args) if args.broker else None,
+        credentials=credentials,
         broker_args=forward_broker_args(args),
         run_dir=Path(args.run_dir) if args.run_dir else None,
         embedded=args.embedded_broker,
         progress=not args.no_progress,
     )
     sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else 3)
+
+
+def _credentials(args: argparse.Namespace, run: str) -> dict[str, tuple[str, str]]:
+    """The node kinds' (user, password) from an add-run file; sets args.broker from it if not given."""
+    from mqttrl.dynsec import NODE_KINDS, read_credentials
+
+    try:
+        doc = read_credentials(args.credentials)
+    except ValueError as e:
+        raise SystemExit(f"--credentials: {e}") from None
+    if doc.get("run") != run:
+        raise SystemExit(
+            f"--credentials: {args.credentials} is for run {doc.get('run')!r}, the config's run is {run!r} "
+            f"(mqttrl broker add-run {run}, or --set run={doc.get('run')})"
+        )
+    missing = [k for k in NODE_KINDS if k not in doc["clients"]]
+    if missing:
+        raise SystemExit(f"--credentials: {args.credentials} has no client for {', '.join(missing)}")
+    if not args.broker:
+        if not doc.get("broker"):
+            raise SystemExit(f"--credentials: {args.credentials} names no broker; give --broker URL")
+        args.broker = broker_url(doc["broker"])
+    return {k: (doc["clients"][k]["username"], doc["clients"][k]["password"]) for k in NODE_KINDS}
 
 
 COMMAND = Command(

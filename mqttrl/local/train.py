@@ -19,8 +19,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import attrs
 
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.envs.rollout import evaluate, greedy_actor
@@ -100,6 +102,19 @@ def _stop_on_signals(interrupted: threading.Event) -> Callable[[], None]:
     return restore
 
 
+def _without_username(argv: list[str]) -> list[str]:
+    """``argv`` less any ``--username NAME`` (each child then takes its own from MQTTRL_USERNAME)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--username":
+            skip = True
+        elif not a.startswith("--username="):
+            out.append(a)
+    return out
+
+
 def _new_run_dir(run: str) -> Path:
     """``runs/<run>-<timestamp>``, made here; ``-2``, ``-3`` ... when runs start in the same second."""
     base = f"runs/{run}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -123,12 +138,17 @@ def train(
     progress: bool = True,
     stop: threading.Event | None = None,
     print_summary: bool = True,
+    credentials: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict:
     """Run ``config`` on this machine until its target, its budget, a stop signal (in the main
     thread) or ``stop`` being set; returns the summary it writes to ``<run dir>/summary.json``.
 
     Safe to call from any thread: signal handlers are installed (and the previous ones put back
     after) only in the main thread. :func:`mqttrl.train` is the friendlier front of this.
+
+    ``credentials``: node kind -> (user, password) on a broker with per-run clients (``mqttrl broker
+    add-run``): the learner, the workers, the inference servers and telemetry each log in as their
+    own kind, this process (monitor and evaluations) as ``operator``.
     """
     tc = config.train
     if run_dir is None:
@@ -146,24 +166,39 @@ def train(
             undo.append(embedded_broker.stop)
             broker = BrokerSettings(url=embedded_broker.url)
             log.info("embedded %s broker at %s", embedded_broker.kind, broker.url)
-        env = _python_env()
+        base_env = _python_env()
         if broker.password:
-            env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
+            base_env["MQTTRL_PASSWORD"] = broker.password  # not on the command line, where ps shows it
         conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
+        if credentials is not None:
+            missing = [k for k in ("learner", "worker", "inference", "telemetry", "operator") if k not in credentials]
+            if missing:
+                raise ValueError(f"credentials for {', '.join(missing)} missing")
+            conn = _without_username(conn)
+            user, password = credentials["operator"]
+            broker = attrs.evolve(broker, username=user, password=password)
+
+        def env_of(kind: str) -> dict:
+            """A child's environment: its own user and password when each node kind has one."""
+            if credentials is None:
+                return base_env
+            user, password = credentials[kind]
+            return {**base_env, "MQTTRL_USERNAME": user, "MQTTRL_PASSWORD": password}
+
         py = [sys.executable, "-m", "mqttrl"]
         logs = run_dir / "logs"
         learner = Child(
             "learner",
             py + ["learner", "--config", str(cfg_path), "--run-dir", str(run_dir)] + conn,
             logs / "learner.log",
-            env,
+            env_of("learner"),
         )
         workers = [
             Child(
                 f"w{i}",
                 py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn,
                 logs / f"worker-w{i}.log",
-                env,
+                env_of("worker"),
             )
             for i in range(tc.workers)
         ]
@@ -174,7 +209,7 @@ def train(
                     f"inference{i}",
                     py + ["inference", "--run", config.run, "--name", f"inference{i}"] + conn,
                     logs / f"inference{i}.log",
-                    env,
+                    env_of("inference"),
                 )
             )
         if tc.telemetry:
@@ -194,7 +229,7 @@ def train(
                 "telemetry",
                 py + ["telemetry", "--run", config.run, *storage_args] + conn,
                 logs / "telemetry.log",
-                env,
+                env_of("telemetry"),
             )
             children.append(telemetry)
         supervisor = Supervisor(children[1:])
