@@ -250,9 +250,18 @@ def initial_config(admin: str, password: str) -> dict:
     }
 
 
-def mosquitto_conf(dynsec_file: Path, data_dir: Path, port: int, bind: str | None, plugin: str) -> str:
+def mosquitto_conf(
+    dynsec_file: Path, data_dir: Path, port: int, bind: str | None, plugin: str, run_as: str | None = None
+) -> str:
     listener = f"listener {port} {bind}" if bind else f"listener {port}"
-    run_as_root = ["user root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    user = (
+        [
+            "# started as root, mosquitto switches to this account (which owns the plugin file and data)",
+            f"user {run_as}",
+        ]
+        if run_as
+        else []
+    )
     lines = [
         "# mosquitto 2.x with the dynamic security plugin, written by `mqttrl broker init`.",
         "# Users, roles and ACLs live in the plugin's file (below); change them with",
@@ -279,7 +288,7 @@ def mosquitto_conf(dynsec_file: Path, data_dir: Path, port: int, bind: str | Non
         "log_type notice",
         "log_type information",
         "connection_messages true",
-        *run_as_root,
+        *user,
         "",
         "# plain MQTT: passwords in clear text on the wire; for TLS add the 8883 listener of",
         "# broker/mosquitto-production.conf",
@@ -295,10 +304,32 @@ def init_files(
     plugin: str | None = None,
     admin: str = "admin",
     force: bool = False,
+    run_as: str | None = None,
 ) -> dict[str, Path]:
     """Write ``mosquitto.conf``, ``dynamic-security.json`` (0600) and ``admin.json`` (0600, the
     admin's generated password) into ``directory``; returns their paths. Refuses to replace an
-    existing plugin file unless ``force`` (it holds every run's clients)."""
+    existing plugin file unless ``force`` (it holds every run's clients).
+
+    ``run_as``: the account a mosquitto started as root switches to (its ``user`` option). Run as
+    root, the default is ``mosquitto`` where that account exists, and ``directory``, the plugin file
+    and ``data/`` are given to it (the plugin rewrites its file, through a new one, on every change)."""
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    owner = None
+    if as_root:
+        import pwd
+
+        if run_as is None:
+            try:
+                pwd.getpwnam("mosquitto")
+                run_as = "mosquitto"
+            except KeyError:
+                run_as = "root"
+        if run_as != "root":
+            try:
+                pw = pwd.getpwnam(run_as)
+            except KeyError:
+                raise ValueError(f"--run-as {run_as!r}: no such account") from None
+            owner = (pw.pw_uid, pw.pw_gid)
     plugin = plugin or find_plugin()
     if plugin is None:
         raise FileNotFoundError(
@@ -324,7 +355,10 @@ def init_files(
         paths["admin"],
         json.dumps(credentials_doc(f"mqtt://{host}:{port}", {"admin": (admin, password)}), indent=2) + "\n",
     )
-    paths["config"].write_text(mosquitto_conf(paths["dynsec"], paths["data"], port, bind, plugin))
+    paths["config"].write_text(mosquitto_conf(paths["dynsec"], paths["data"], port, bind, plugin, run_as))
+    if owner is not None:
+        for p in (directory, paths["dynsec"], paths["data"]):
+            os.chown(p, *owner)
     return paths
 
 

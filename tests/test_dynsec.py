@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import threading
@@ -41,7 +42,10 @@ def dynsec_broker(tmp_path):
     if PLUGIN is None:
         pytest.skip("mosquitto_dynamic_security.so is not installed")
     b = DynsecBroker(tmp_path / "broker")
-    cli.main(["broker", "init", "--dir", str(b.dir), "--port", str(b.port), "--bind", "127.0.0.1"])
+    argv = ["broker", "init", "--dir", str(b.dir), "--port", str(b.port), "--bind", "127.0.0.1"]
+    if os.geteuid() == 0:  # pytest's tmp dirs are private to root: mosquitto must stay root to reach them
+        argv += ["--run-as", "root"]
+    cli.main(argv)
     log = open(b.dir / "mosquitto.log", "ab")
     proc = subprocess.Popen(["mosquitto", "-c", str(b.dir / "mosquitto.conf")], stdout=log, stderr=subprocess.STDOUT)
     b.stop = lambda: stop_server(proc, log)  # mosquitto's log reaches the file when it exits
@@ -142,7 +146,16 @@ def test_names_are_per_run_and_checked():
 def test_init_writes_private_files_and_refuses_to_replace_them(tmp_path):
     if PLUGIN is None:
         pytest.skip("mosquitto_dynamic_security.so is not installed")
-    paths = dynsec.init_files(tmp_path, port=1884)
+    paths = dynsec.init_files(tmp_path / "b", port=1884)
+    if os.geteuid() == 0:  # the broker drops root; the plugin file and data must be its account's
+        import pwd
+
+        try:
+            mosq = pwd.getpwnam("mosquitto").pw_uid
+        except KeyError:
+            mosq = 0
+        assert paths["dynsec"].stat().st_uid == mosq and paths["data"].stat().st_uid == mosq
+        assert ("user mosquitto" if mosq else "user root") in paths["config"].read_text()
     for key in ("dynsec", "admin"):
         assert stat.S_IMODE(paths[key].stat().st_mode) == 0o600
     conf = paths["config"].read_text()
@@ -150,7 +163,7 @@ def test_init_writes_private_files_and_refuses_to_replace_them(tmp_path):
     admin = dynsec.read_credentials(paths["admin"])
     assert admin["broker"] == "mqtt://127.0.0.1:1884" and len(admin["clients"]["admin"]["password"]) >= 32
     with pytest.raises(FileExistsError):
-        dynsec.init_files(tmp_path, port=1884)
+        dynsec.init_files(tmp_path / "b", port=1884)
 
 
 # ---- against the broker -------------------------------------------------------------------

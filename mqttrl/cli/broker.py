@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     i.add_argument("--plugin", help="path of mosquitto_dynamic_security.so (default: found in the usual places)")
     i.add_argument("--admin", default="admin", help="the admin's user name")
     i.add_argument("--force", action="store_true", help="replace an existing dynamic-security.json (drops every run)")
+    i.add_argument(
+        "--run-as",
+        metavar="USER",
+        help="account a mosquitto started as root switches to; it gets DIR, the plugin file and DIR/data "
+        "(default when run as root: mosquitto, where that account exists)",
+    )
     a = sub.add_parser(
         "add-run",
         help="create a run's roles and one client per node kind, with generated passwords",
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> None:
 def _init(args: argparse.Namespace) -> None:
     from mqttrl.dynsec import init_files
 
-    paths = init_files(Path(args.dir), args.port, args.bind, args.plugin, args.admin, args.force)
+    paths = init_files(Path(args.dir), args.port, args.bind, args.plugin, args.admin, args.force, args.run_as)
     conf = shlex.quote(str(paths["config"]))
     print(
         f"wrote {paths['config']}\n"
