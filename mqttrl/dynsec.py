@@ -496,3 +496,17 @@ def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> lis
         if err:
             missing.append(c.get("username") or c.get("rolename"))
     return missing
+
+
+def markdown_table() -> str:
+    """The rights of every node kind as broker/README.md shows them (a test keeps the doc equal to this)."""
+    from mqttrl.transport.topics import TABLE
+
+    def topics(kinds: frozenset[Kind]) -> str:
+        return ", ".join(f"`{s.pattern.replace('{name}', '+')}`" for s in TABLE if s.kind in kinds)
+
+    rows = ["| client and role | may publish | may read |", "|---|---|---|"]
+    for kind in NODE_KINDS:
+        publish, read = RIGHTS[kind]
+        rows.append(f"| `<run>-{kind}` | {topics(publish)} | {topics(read)} |")
+    return "\n".join(rows)

@@ -356,3 +356,7 @@ def test_children_get_their_own_user_not_the_parents():
 
     argv = ["--broker", "mqtt://h:1883", "--username", "u", "--tls-ca", "ca", "--username=v", "--mqtt-protocol", "5"]
     assert _without_username(argv) == ["--broker", "mqtt://h:1883", "--tls-ca", "ca", "--mqtt-protocol", "5"]
+
+
+def test_broker_readme_shows_the_rights_table():
+    assert dynsec.markdown_table() in (REPO / "broker" / "README.md").read_text()
