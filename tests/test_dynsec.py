@@ -360,3 +360,30 @@ def test_children_get_their_own_user_not_the_parents():
 
 def test_broker_readme_shows_the_rights_table():
     assert dynsec.markdown_table() in (REPO / "broker" / "README.md").read_text()
+
+
+@needs_plugin
+def test_remote_inference_stays_in_its_run(dynsec_broker):
+    """Workers' requests reach their run's inference servers (own topic and the shared pool), replies come back;
+    another run's server can take neither."""
+    b = dynsec_broker
+    a_creds, b_creds = dynsec.add_run(b.admin, "A"), dynsec.add_run(b.admin, "B")
+    ta = Topics("A")
+    peers = [_peer(b, a_creds, "inference"), _peer(b, b_creds, "inference"), _peer(b, a_creds, "worker")]
+    server_a, server_b, worker = peers
+    try:
+        assert server_a.subscribe(ta.shared_infer_requests()) and server_a.subscribe(ta.infer_request("s0"))
+        assert not server_b.subscribe(ta.shared_infer_requests()) and not server_b.subscribe(ta.infer_request("s0"))
+        assert worker.subscribe(ta.infer_reply("w0")) and worker.subscribe(ta.all_inference_states)
+        worker.publish(ta.infer_request(), b"pool request")
+        worker.publish(ta.infer_request("s0"), b"direct request")
+        assert server_a.wait_for(ta.infer_request()) == [b"pool request"]
+        assert server_a.wait_for(ta.infer_request("s0")) == [b"direct request"]
+        server_a.publish(ta.infer_reply("w0"), b"reply")
+        server_a.publish(ta.inference_state("s0"), b"online", retain=True)
+        assert worker.wait_for(ta.infer_reply("w0")) == [b"reply"]
+        assert worker.wait_for(ta.inference_state("s0")) == [b"online"]
+        assert server_b.received == []
+    finally:
+        for p in peers:
+            p.close()
