@@ -134,6 +134,7 @@ def train(
     embedded_broker: str = "auto",
     progress: bool = True,
     stop: threading.Event | None = None,
+    credentials: str | Path | None = None,
     **settings: Any,
 ) -> Result:
     """Train on this machine, as ``mqttrl train`` does, and return a :class:`Result`.
@@ -158,7 +159,9 @@ def train(
     ``run_dir``: default ``runs/<run>-<timestamp>``. ``broker``: an MQTT URL or
     :class:`~mqttrl.transport.client.BrokerSettings` to run on (default: an embedded broker of kind
     ``embedded_broker``: ``auto``, ``mosquitto`` or ``amqtt``). ``progress``: the live display
-    (plain lines on stderr when not on a terminal) and the closing summary lines.
+    (plain lines on stderr when not on a terminal) and the closing summary lines. ``credentials``:
+    the file ``mqttrl broker add-run RUN`` wrote (a shared broker with per-run clients): each node
+    logs in as its own client of the run, on the file's broker unless ``broker`` is given.
 
     Works from any thread. In the main thread Ctrl-C (SIGINT) and SIGTERM stop the run cleanly and
     the previous handlers are put back afterwards; in another thread no handler is touched, and
@@ -168,6 +171,15 @@ def train(
     from mqttrl.local.train import train as run_training
 
     cfg = make_config(config, overrides, **settings)
+    per_node = None
+    if credentials is not None:
+        from mqttrl.dynsec import run_credentials
+
+        url, per_node = run_credentials(credentials, cfg.run)
+        if broker is None:
+            if url is None:
+                raise ValueError(f"{credentials} names no broker; pass broker=")
+            broker = url
     if isinstance(broker, str):
         broker = BrokerSettings(url=broker)
     if broker is not None:
@@ -181,6 +193,7 @@ def train(
         progress=progress,
         stop=stop,
         print_summary=progress,
+        credentials=per_node,
     )
     return Result.from_summary(summary, cfg)
 

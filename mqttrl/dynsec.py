@@ -212,6 +212,21 @@ def read_credentials(path: str | Path) -> dict:
     return doc
 
 
+def run_credentials(path: str | Path, run: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
+    """The broker URL and node kind -> (user, password) of an ``add-run`` file for ``run``;
+    ValueError with one line if the file is of another run or lacks a node kind."""
+    doc = read_credentials(path)
+    if doc.get("run") != run:
+        raise ValueError(
+            f"{path} is for run {doc.get('run')!r}, the config's run is {run!r} "
+            f"(mqttrl broker add-run {run}, or --set run={doc.get('run')})"
+        )
+    missing = [k for k in NODE_KINDS if k not in doc["clients"]]
+    if missing:
+        raise ValueError(f"{path} has no client for {', '.join(missing)}")
+    return doc.get("broker"), {k: (doc["clients"][k]["username"], doc["clients"][k]["password"]) for k in NODE_KINDS}
+
+
 # ---- init: the plugin's first file and a mosquitto config --------------------------------------
 def hash_password(password: str, salt: bytes | None = None, iterations: int = 101) -> dict:
     """The plugin's password fields: PBKDF2-HMAC-SHA512 over a 12-byte salt (as mosquitto_ctrl writes them)."""

@@ -387,3 +387,16 @@ def test_remote_inference_stays_in_its_run(dynsec_broker):
     finally:
         for p in peers:
             p.close()
+
+
+def test_python_api_checks_the_credentials_file_before_starting(tmp_path):
+    import mqttrl
+
+    f = tmp_path / "c.json"
+    clients = {k: (f"other-{k}", "pw") for k in dynsec.NODE_KINDS}
+    dynsec.write_private(f, json.dumps(dynsec.credentials_doc(None, clients, "other")))
+    with pytest.raises(ValueError, match="is for run 'other'"):
+        mqttrl.train(run="cartpole-dqn", credentials=f, progress=False)
+    dynsec.write_private(f, json.dumps(dynsec.credentials_doc(None, clients, "cartpole-dqn")))
+    with pytest.raises(ValueError, match="names no broker"):
+        mqttrl.train(run="cartpole-dqn", credentials=f, progress=False)

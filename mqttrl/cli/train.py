@@ -82,25 +82,17 @@ def run(args: argparse.Namespace) -> None:
 
 def _credentials(args: argparse.Namespace, run: str) -> dict[str, tuple[str, str]]:
     """The node kinds' (user, password) from an add-run file; sets args.broker from it if not given."""
-    from mqttrl.dynsec import NODE_KINDS, read_credentials
+    from mqttrl.dynsec import run_credentials
 
     try:
-        doc = read_credentials(args.credentials)
+        url, credentials = run_credentials(args.credentials, run)
     except ValueError as e:
         raise SystemExit(f"--credentials: {e}") from None
-    if doc.get("run") != run:
-        raise SystemExit(
-            f"--credentials: {args.credentials} is for run {doc.get('run')!r}, the config's run is {run!r} "
-            f"(mqttrl broker add-run {run}, or --set run={doc.get('run')})"
-        )
-    missing = [k for k in NODE_KINDS if k not in doc["clients"]]
-    if missing:
-        raise SystemExit(f"--credentials: {args.credentials} has no client for {', '.join(missing)}")
     if not args.broker:
-        if not doc.get("broker"):
+        if not url:
             raise SystemExit(f"--credentials: {args.credentials} names no broker; give --broker URL")
-        args.broker = broker_url(doc["broker"])
-    return {k: (doc["clients"][k]["username"], doc["clients"][k]["password"]) for k in NODE_KINDS}
+        args.broker = broker_url(url)
+    return credentials
 
 
 COMMAND = Command(
