@@ -117,6 +117,7 @@ class Peer:
 
 
 def _peer(b: DynsecBroker, creds: dict[str, tuple[str, str]], kind: str, **kw) -> Peer:
+    kw.setdefault("protocol", getattr(b, "protocol", mqtt.MQTTv5))
     p = Peer(b.port, *creds[kind], **kw)
     assert p.accepted, f"{kind}: {p.connack}"
     return p
@@ -192,8 +193,10 @@ def test_add_run_writes_credentials_0600_and_prints_them_once(dynsec_broker, tmp
 
 
 @needs_plugin
-def test_a_worker_of_run_a_cannot_publish_into_or_read_run_b(dynsec_broker):
+@pytest.mark.parametrize("protocol", [mqtt.MQTTv5, mqtt.MQTTv311])
+def test_a_worker_of_run_a_cannot_publish_into_or_read_run_b(dynsec_broker, protocol):
     b = dynsec_broker
+    b.protocol = protocol  # every peer of this test speaks it
     a_creds = dynsec.add_run(b.admin, "A")
     b_creds = dynsec.add_run(b.admin, "B")
     ta, tb = Topics("A"), Topics("B")
@@ -238,6 +241,8 @@ def test_a_worker_of_run_a_cannot_publish_into_or_read_run_b(dynsec_broker):
         assert late.subscribe(ta.weights) and late.wait_for(ta.weights) == [b"weights of A"]
 
         # commands: telemetry and operators of a run reach its learner, not another run's; a worker cannot
+        worker_a = _peer(b, a_creds, "worker")  # a fresh connection (after its denied publishes)
+        peers.append(worker_a)
         assert not worker_a.subscribe(ta.all_commands)
         assert learner_a.subscribe(ta.all_commands) and learner_b.subscribe(tb.all_commands)
         telemetry_a = _peer(b, a_creds, "telemetry")
