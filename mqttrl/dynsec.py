@@ -425,10 +425,14 @@ class DynsecAdmin:
         if rc is None or rc.is_failure:
             self.close()
             raise DynsecError(f"{s.shown} refused the admin client {s.user!r}: {rc or 'no answer'}")
-        # the subscription must be in place before the first command's response
-        sub = self.send([{"command": "listRoles", "count": 1}], check=False, settle=True)
-        if sub[0].get("error"):
-            raise DynsecError(f"the dynamic security plugin refused {s.user!r}: {sub[0]['error']}")
+        try:
+            # the subscription must be in place before the first command's response
+            sub = self.send([{"command": "listRoles", "count": 1}], check=False, settle=True)
+            if sub[0].get("error"):
+                raise DynsecError(f"the dynamic security plugin refused {s.user!r}: {sub[0]['error']}")
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
