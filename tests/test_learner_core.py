@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from mqttrl.algorithm import AsyncLearner, SyncLearner
-from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, Rules, SyncRounds
+from mqttrl.nodes.learner.core import MAX_HOLES, AsyncAdmission, LearnerCore, Rules, SyncRounds
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import FieldSpec, Rejected, SampleBatch, SampleSpec, decode_batch, encode_batch, encode_json
@@ -200,6 +200,31 @@ def test_duplicate_sequence_numbers_and_missing_count():
     w = core.workers["w0"]
     assert (w.last_seq, w.first_seq, w.missing) == (8, 5, 2)
     assert [b.seq for b in learner.added] == [5, 8]
+
+
+def test_a_batch_that_comes_late_fills_its_hole():
+    """Brokers can hand over QoS 1 messages out of order (mosquitto 2.0's bridge does around a
+    reconnect: tests/test_bridge.py). A batch below the last one seen that never came before is
+    taken and no longer missing; one that came before is still a duplicate."""
+    core, learner = make()
+    birth(core, "w0")
+    for seq in (0, 1, 3, 6):
+        core.on_samples("w0", payload("w0", seq, 0), 0.0)
+    w = core.workers["w0"]
+    assert (w.last_seq, w.missing) == (6, 3)
+    core.on_samples("w0", payload("w0", 2, 0), 0.0)
+    core.on_samples("w0", payload("w0", 5, 0), 0.0)
+    assert (w.last_seq, w.missing) == (6, 1)
+    for seq in (2, 3, 5, 6):
+        assert reason(core.on_samples, "w0", payload("w0", seq, 0), 0.0) == "duplicate"
+    core.on_samples("w0", payload("w0", 4, 0), 0.0)
+    assert (w.last_seq, w.missing) == (6, 0) and [b.seq for b in learner.added] == [0, 1, 3, 6, 2, 5, 4]
+    # holes are remembered as far back as MAX_HOLES: older ones stay missing, then are refused
+    core.on_samples("w0", payload("w0", 7 + MAX_HOLES + 10, 0), 0.0)
+    assert w.missing == MAX_HOLES + 10 and len(w.holes[w.incarnation]) == MAX_HOLES
+    assert reason(core.on_samples, "w0", payload("w0", 7, 0), 0.0) == "duplicate"
+    core.on_samples("w0", payload("w0", 7 + MAX_HOLES + 9, 0), 0.0)
+    assert w.missing == MAX_HOLES + 9
 
 
 def test_a_second_share_in_one_round_is_a_duplicate():
@@ -597,6 +622,7 @@ class LearnerRules(RuleBasedStateMachine):
         self.version = 1  # the model's view of the rules
         self.delivered: set[str] = set()
         self.last_seq: dict[tuple[str, str], int] = {}  # (worker, incarnation) -> last seq seen
+        self.holes: dict[tuple[str, str], set[int]] = defaultdict(set)  # seqs skipped over, may come late
         self.offered = 0
         self.accepted: list[SampleBatch] = []
         self.refused: Counter[str] = Counter()
@@ -618,11 +644,17 @@ class LearnerRules(RuleBasedStateMachine):
         if inc not in self.numbered[worker]:
             self.switch(worker, inc)
         last = self.last_seq.get((worker, inc), -1)
-        if seq <= last:
+        holes = self.holes[worker, inc]
+        if seq <= last and seq not in holes:
             return "duplicate"
-        if last >= 0:
-            self.missing[worker] += seq - last - 1
-        self.last_seq[worker, inc] = seq  # seen from here on, whatever the verdict
+        if seq <= last:  # a batch that comes late, out of order, fills its hole
+            holes.discard(seq)
+            self.missing[worker] -= 1
+        else:
+            if last >= 0:
+                self.missing[worker] += seq - last - 1
+                holes.update(range(last + 1, seq))
+            self.last_seq[worker, inc] = seq  # seen from here on, whatever the verdict
         self.numbered[worker].add(inc)
         if epoch > self.epoch:
             return "future_epoch"

@@ -86,6 +86,11 @@ class WorkerStatus:
     env_restarts: int = 0
     #: last sequence number seen, per incarnation (a late batch of a previous process still counts right)
     seqs: dict[str, int] = attrs.Factory(dict)
+    #: per incarnation, the sequence numbers below its last that never came (counted in ``missing``)
+    #: and may still come late: brokers can hand over QoS 1 messages out of order (mosquitto 2.0's
+    #: bridge does, around a reconnect), and a batch that comes late fills its hole instead of being
+    #: refused as a duplicate. At most :data:`MAX_HOLES` per incarnation, the newest.
+    holes: dict[str, set[int]] = attrs.Factory(dict)
     info: dict = attrs.Factory(dict)
 
     def switch_to(self, incarnation: str) -> None:
@@ -97,13 +102,30 @@ class WorkerStatus:
         self.incarnation = incarnation
         self.first_seq = -1
         while len(self.seqs) >= MAX_INCARNATIONS and incarnation not in self.seqs:
-            self.seqs.pop(next(iter(self.seqs)))
+            oldest = next(iter(self.seqs))
+            del self.seqs[oldest]
+            self.holes.pop(oldest, None)
+
+    def seen(self, incarnation: str, seq: int) -> bool:
+        """Whether sequence ``seq`` of ``incarnation`` came before: a resend, a duplicate."""
+        return seq <= self.seqs.get(incarnation, -1) and seq not in self.holes.get(incarnation, ())
 
     def saw(self, incarnation: str, seq: int) -> None:
-        """Sequence ``seq`` of ``incarnation`` arrived (accepted or not): count the gap before it."""
+        """Sequence ``seq`` of ``incarnation`` arrived (accepted or not): count the gap before it,
+        or fill its hole when it comes late."""
         last = self.seqs.get(incarnation, -1)
+        if seq <= last:
+            holes = self.holes.get(incarnation)
+            if holes is not None and seq in holes:
+                holes.discard(seq)
+                self.missing -= 1
+            return
         if last >= 0 and seq > last + 1:
             self.missing += seq - last - 1
+            holes = self.holes.setdefault(incarnation, set())
+            holes.update(range(max(last + 1, seq - MAX_HOLES), seq))
+            if len(holes) > MAX_HOLES:
+                self.holes[incarnation] = {h for h in holes if h >= seq - MAX_HOLES}
         self.seqs[incarnation] = seq
         if incarnation == self.incarnation and self.first_seq < 0:
             self.first_seq = seq
@@ -116,6 +138,8 @@ class WorkerStatus:
 
 #: incarnations remembered per worker name (a late batch from an older process is still recognised)
 MAX_INCARNATIONS = 8
+#: sequence numbers remembered as holes per incarnation (how far back a late batch is still taken)
+MAX_HOLES = 4096
 
 
 @attrs.frozen
@@ -359,8 +383,8 @@ class LearnerCore:
         inc = batch.incarnation
         if inc not in status.seqs and inc != status.incarnation:
             status.switch_to(inc)  # a process whose birth we missed: a new sender, not a duplicate
-        last = status.seqs.get(inc, -1)
-        if batch.seq <= last:
+        if status.seen(inc, batch.seq):
+            last = status.seqs[inc]
             raise Rejected("duplicate", f"sequence {batch.seq} already seen (last {last}, incarnation {inc!r})")
         status.saw(inc, batch.seq)  # seen, whatever comes next: a refusal below is not also "missing"
         old_epoch = 0 < batch.epoch < self.epoch  # 0: a sender that names no epoch; the version rules apply
