@@ -20,7 +20,17 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import REPO, Mosquitto, Proc, node_env, script
+from conftest import (
+    BROKER_KIT,
+    BROKER_USERS,
+    REPO,
+    Mosquitto,
+    Proc,
+    ProductionMosquitto,
+    create_users,
+    node_env,
+    script,
+)
 from watch import Watcher
 
 from mqttrl.ledger import read as read_ledger
@@ -29,6 +39,7 @@ from mqttrl.transport.topics import TABLE, Kind, Topics
 from mqttrl.wire import decode_weights
 
 SITE_CONF = REPO / "broker" / "bridge" / "site.conf"
+ACL_SITE = REPO / "broker" / "bridge" / "acl-site"
 
 #: where each kind of topics.py goes over the bridge: "out" site -> central, "in" central -> site,
 #: None = local to each broker (not bridged)
@@ -64,19 +75,34 @@ def bridge_topics(text: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def site_config(text: str, *, port: int, central: str, run: str, site: str, data: Path) -> str:
-    """The shipped site config with its placeholders, the listener port and the data dir filled in."""
+def site_config(
+    text: str, *, port: int, central: str, run: str, site: str, data: Path, tls: tuple[Path, str] | None = None
+) -> str:
+    """The shipped site config with its placeholders, the listener port and the data dir filled in.
+
+    ``tls=(ca file, password)``: the template's commented lines for a central broker with TLS
+    and passwords are switched on (the CA path and the password filled in)."""
     text = text.replace("@CENTRAL@", central).replace("@RUN@", run).replace("@SITE@", site)
     assert "@" not in text.replace("$SYS", ""), "a placeholder is left"
     lines, seen = [], set()
     for line in text.splitlines():
+        if tls:
+            key = line[1:].split()[0] if line.startswith("#") and len(line) > 1 else ""
+            if key in ("bridge_cafile", "remote_username", "remote_password"):
+                assert key not in seen, f"{key} twice"
+                seen.add(key)
+                line = {"bridge_cafile": f"bridge_cafile {tls[0]}", "remote_password": f"remote_password {tls[1]}"}.get(
+                    key, line[1:]
+                )
         words = line.split()
         if words and words[0] in ("listener", "persistence_location"):
             assert words[0] not in seen, f"{words[0]} twice"
             seen.add(words[0])
             line = f"listener {port} 127.0.0.1" if words[0] == "listener" else f"persistence_location {data}/"
         lines.append(line)
-    assert seen == {"listener", "persistence_location"}, seen
+    assert seen == {"listener", "persistence_location"} | (
+        {"bridge_cafile", "remote_username", "remote_password"} if tls else set()
+    ), seen
     if os.geteuid() == 0:
         lines.append("user root")  # as in conftest: the 'mosquitto' account cannot read pytest's tmp dirs
     return "\n".join(lines) + "\n"
@@ -175,16 +201,110 @@ class LinkProxy:
 class SiteMosquitto(Mosquitto):
     """mosquitto running broker/bridge/site.conf as shipped, bridged to ``central``."""
 
-    def __init__(self, workdir: Path, central: str, run: str, site: str):
+    def __init__(self, workdir: Path, central: str, run: str, site: str, tls: tuple[Path, str] | None = None):
         super().__init__(workdir, persistence=True)
-        self.central, self.run, self.site = central, run, site
+        self.central, self.run, self.site, self.tls = central, run, site, tls
 
     def config_text(self) -> str:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         return site_config(
-            SITE_CONF.read_text(), port=self.port, central=self.central, run=self.run, site=self.site, data=data
+            SITE_CONF.read_text(),
+            port=self.port,
+            central=self.central,
+            run=self.run,
+            site=self.site,
+            data=data,
+            tls=self.tls,
         )
+
+    def log_text(self) -> str:
+        return (self.workdir / "mosquitto.log").read_text(errors="replace")
+
+
+class CentralMosquitto(ProductionMosquitto):
+    """The shipped production config and ACL, with the shipped bridge ACL block appended for ``site``."""
+
+    def __init__(self, workdir: Path, password_file: Path, certs: dict[str, Path], site: str):
+        super().__init__(workdir, password_file, certs)
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.acl = workdir / "acl"
+        self.acl.write_text((BROKER_KIT / "acl").read_text() + "\n" + ACL_SITE.read_text().replace("@SITE@", site))
+
+    def config_text(self) -> str:
+        shipped = f"acl_file {BROKER_KIT / 'acl'}"
+        text = super().config_text()
+        assert text.count(shipped) == 1
+        return text.replace(shipped, f"acl_file {self.acl}")
+
+
+def test_a_site_bridges_to_the_production_broker_over_tls_under_its_acl_block(tmp_path, broker_pki):
+    """The template's TLS and password lines and broker/bridge/acl-site on the shipped production
+    broker: everything the bridge carries passes the ACL, in both directions, and the link stays
+    up (mosquitto 2.0 would close it at the first denied publish)."""
+    from test_broker_kit import Client
+
+    run, site = "kit-bridge", "site-a"
+    t = Topics(run)
+    users = {**BROKER_USERS, f"bridge-{site}": "bridge-secret-0006"}
+    create_users(tmp_path / "passwd", users)
+    central = CentralMosquitto(tmp_path / "central", tmp_path / "passwd", broker_pki, site)
+    central.start()
+    learner = Client(central.port, "learner")
+    assert not learner.pub(t.config, b"config-1", retain=True).is_failure  # retained before the site exists
+    site_broker = SiteMosquitto(
+        tmp_path / "site",
+        f"127.0.0.1:{central.tls_port}",
+        run,
+        site,
+        tls=(broker_pki["cafile"], users[f"bridge-{site}"]),
+    )
+    site_broker.workdir.mkdir()
+    site_broker.start()
+    clients = [learner]
+    try:
+        on_central = Client(central.port, "learner").sub(
+            t.all_samples, t.all_heartbeats, t.all_worker_states, t.all_commands
+        )
+        worker = Client(site_broker.port, None, client_id="w1").sub(t.config, t.weights, t.reply("r1"))
+        clients += [on_central, worker]
+        got = worker.until(lambda m: m.topic == t.config, 10)  # down through the bridge, from central's store
+        assert got[-1].payload == b"config-1" and got[-1].retain
+        assert not learner.pub(t.weights, b"weights-2", retain=True).is_failure  # live, while the site listens
+        assert worker.until(lambda m: m.topic == t.weights)[-1].payload == b"weights-2"
+        up = [
+            (t.worker_state("w1"), True),
+            (t.samples("w1"), False),
+            (t.episodes("w1"), False),
+            (t.heartbeat("w1"), False),
+            (t.command("quicksave"), False),
+        ]
+        for topic, retain in up:
+            assert not worker.pub(topic, b"from the site: " + topic.encode(), retain).is_failure
+        seen = {m.topic for m in on_central.until(lambda m: m.topic == t.command("quicksave"), 10)}
+        assert {t.worker_state("w1"), t.samples("w1"), t.heartbeat("w1"), t.command("quicksave")} <= seen, seen
+        assert not learner.pub(t.reply("r1"), b"saved").is_failure
+        assert worker.until(lambda m: m.topic == t.reply("r1"))[-1].payload == b"saved"
+        # the site broker holds the live-forwarded weights retained (try_private keeps the flag)
+        late = Client(site_broker.port, None).sub(t.weights)
+        clients.append(late)
+        first = late.until(lambda m: m.topic == t.weights)[-1]
+        assert first.payload == b"weights-2" and first.retain
+        # one bridge connection, never closed (central closes it at the first denied publish,
+        # e.g. the link-state notification): the site connected once and says the link is up
+        link_state = Client(site_broker.port, None).sub(f"$SYS/broker/connection/mqttrl-bridge-{site}/state")
+        clients.append(link_state)
+        time.sleep(1.5)
+        states = []
+        while not link_state.messages.empty():
+            states.append(link_state.messages.get_nowait().payload)
+        assert states == [b"1"], states
+        assert site_broker.log_text().count("Connecting bridge (step 1)") == 1, site_broker.log_text()[-3000:]
+    finally:
+        for c in clients:
+            c.close()
+        site_broker.stop()
+        central.stop()
 
 
 def retained_weights_version(port: int, run: str, timeout: float = 5) -> int:
