@@ -6,6 +6,9 @@ path filled in. Mid-run the link between the brokers is cut (a TCP forwarder in 
 drops every connection with a reset and refuses new ones), then restored. The audit
 ledgers (``MQTTRL_LEDGER_DIR``) must show every batch the worker sent accepted by the
 learner exactly once, and training must go on after the cut.
+
+Also: every kind of topics.TABLE is placed (bridged up, down, or local), and the template's
+TLS/password lines with broker/bridge/acl-site work against the shipped production broker.
 """
 
 from __future__ import annotations
@@ -255,7 +258,7 @@ def test_a_site_bridges_to_the_production_broker_over_tls_under_its_acl_block(tm
     site_broker = SiteMosquitto(
         tmp_path / "site",
         f"127.0.0.1:{central.tls_port}",
-        run,
+        "+",  # every run (the other test bridges one run)
         site,
         tls=(broker_pki["cafile"], users[f"bridge-{site}"]),
     )
