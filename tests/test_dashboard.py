@@ -28,7 +28,9 @@ STEP = 10
 def doc_schema() -> dict[str, set[str]]:
     """measurement -> field names, from the table in docs/telemetry.md."""
     schema = {}
-    for line in (REPO / "docs" / "telemetry.md").read_text().splitlines():
+    text = (REPO / "docs" / "telemetry.md").read_text()
+    section = text.split("\n## Measurements", 1)[1].split("\n## ", 1)[0]  # its table, not the storages'
+    for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             fields = re.sub(r"\([^)]*\)", "", cells[2])  # drop remarks such as "(... `window` episodes)"
