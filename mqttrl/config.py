@@ -108,6 +108,12 @@ class LearnerConfig:
     #: include the replay buffer in checkpoints (bigger, but resumes exactly)
     checkpoint_replay: bool = True
     metrics_interval_s: float = attrs.field(default=1.0, validator=positive)
+    #: rows of the per-worker table in one metrics message: a bigger fleet takes turns, workers
+    #: whose state changed first (the totals always count every worker)
+    metrics_workers: int = attrs.field(default=100, validator=positive)
+    #: a worker offline for this long is forgotten: its metrics row and sequence numbers (a
+    #: fleet whose processes come and go under new names would otherwise grow the learner for ever)
+    forget_offline_s: float = attrs.field(default=3600.0, validator=positive)
     #: a worker with no heartbeat for this long is marked offline
     worker_timeout_s: float = attrs.field(default=10.0, validator=positive)
     #: reject samples from workers that never published a birth message

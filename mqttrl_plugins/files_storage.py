@@ -4,7 +4,8 @@
 (a redraw takes ~0.3 s, longer than telemetry's loop may wait), and once more on ``close``.
 
 Options: ``dir`` (default ``telemetry``), ``plot_every_s`` (default 15),
-``plot_every_episodes`` (default 50). Writes ``<measurement>.csv`` and
+``plot_every_episodes`` (default 50: redraw sooner after that many episodes),
+``plot_min_interval_s`` (default 5: but never sooner than this). Writes ``<measurement>.csv`` and
 ``returns.png`` (episode returns, moving average, evaluations) and
 ``throughput.png`` (env steps/s, samples/s, updates/s).
 """
@@ -25,6 +26,10 @@ from mqttrl.storage import Point, Storage
 log = logging.getLogger("mqttrl.storage.files")
 
 
+#: dots of the returns scatter drawn at most (a long run of a fast game has 10^5 episodes)
+MAX_SCATTER = 20_000
+
+
 class FilesStorage:
     """A :class:`mqttrl.storage.Storage` writing CSV files and PNG curves."""
 
@@ -33,6 +38,9 @@ class FilesStorage:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.plot_every_s = float(settings.get("plot_every_s", 15))
         self.plot_every_episodes = int(settings.get("plot_every_episodes", 50))
+        #: never redraw sooner than this: a fast game finishes 50 episodes every second, and a
+        #: redraw a second took ~15% of a core from the learner on a 2-core machine
+        self.plot_min_interval_s = float(settings.get("plot_min_interval_s", 5))
         self._files: dict[str, tuple] = {}
         self._warned: set[str] = set()  # one-time warnings already given
         self._t0: float | None = None
@@ -96,8 +104,11 @@ class FilesStorage:
                 self._remember(p)
             for f, _, _ in self._files.values():
                 f.flush()
-        if self._since_plot and (
-            self._since_plot >= self.plot_every_episodes or time.monotonic() - self._last_plot > self.plot_every_s
+        waited = time.monotonic() - self._last_plot
+        if (
+            self._since_plot
+            and waited >= self.plot_min_interval_s
+            and (self._since_plot >= self.plot_every_episodes or waited > self.plot_every_s)
         ):
             self._plot_wanted.set()
 
@@ -151,7 +162,13 @@ class FilesStorage:
             self._last_plot = time.monotonic()
         fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
         if episodes:
-            ax.scatter([e[0] for e in episodes], [e[1] for e in episodes], s=4, alpha=0.3, label="episode return")
+            shown = episodes[:: -(-len(episodes) // MAX_SCATTER)]  # every k-th: at most MAX_SCATTER dots to draw
+            label = (
+                "episode return"
+                if len(shown) == len(episodes)
+                else f"episode return (every {len(episodes) // len(shown)}th)"
+            )
+            ax.scatter([e[0] for e in shown], [e[1] for e in shown], s=4, alpha=0.3, label=label)
         if avg:
             ax.plot([a[0] for a in avg], [a[1] for a in avg], color="C1", lw=2, label="moving average")
         if evals:

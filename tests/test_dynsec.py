@@ -297,6 +297,46 @@ def test_remove_run_disconnects_and_locks_out_its_clients(dynsec_broker, capsys)
 
 
 @needs_plugin
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_refused_subscription_is_made_again_until_granted(dynsec_broker, protocol):
+    """A SUBACK with a failure code is not the end of it: MqttNode subscribes again (with a
+    backoff) until the broker grants it, and then gets the retained message. Here mosquitto's
+    dynamic security refuses the subscription until the admin grants the right; NATS's MQTT
+    refuses QoS 1 subscriptions while its cluster is missing a node (tests/test_nats_cluster.py)."""
+    from mqttrl.transport.client import MqttNode
+
+    b = dynsec_broker
+    a_creds, b_creds = dynsec.add_run(b.admin, "A"), dynsec.add_run(b.admin, "B")
+    ta, tb = Topics("A"), Topics("B")
+    learner_b = _peer(b, b_creds, "learner")
+    learner_b.publish(tb.weights, b"weights of B", retain=True)
+    user, password = a_creds["worker"]
+    settings = BrokerSettings(url=b.url, username=user, password=password, protocol=protocol)
+    node = MqttNode(settings, "sub-retry", subscriptions=[(ta.config, 1), (tb.weights, 1)]).start()
+    try:
+        deadline = time.monotonic() + 5
+        while node.subs_refused < 2 and time.monotonic() < deadline:  # the first try and one more
+            time.sleep(0.05)
+        assert node.subs_refused >= 2, "the subscription to another run's weights was refused and tried again"
+        assert node.inbox.empty()
+        with dynsec.DynsecAdmin(b.admin) as admin:  # now the worker of A may read B's weights
+            admin.send(
+                [
+                    {"command": "addRoleACL", "rolename": user, "acltype": acltype, "topic": tb.weights, "allow": True}
+                    for acltype in ("subscribeLiteral", "publishClientReceive")
+                ]
+            )
+        msg = node.inbox.get(timeout=10)  # the next try (within 8 s) is granted
+        assert (msg.topic, msg.payload, msg.retain) == (tb.weights, b"weights of B", True)
+        refused = node.subs_refused
+        time.sleep(1.5)
+        assert node.subs_refused == refused, "a granted subscription is not made again"
+    finally:
+        node.stop()
+        learner_b.close()
+
+
+@needs_plugin
 def test_a_wrong_admin_password_is_one_line(dynsec_broker):
     s = BrokerSettings(url=dynsec_broker.url, username="admin", password="wrong")
     with pytest.raises(dynsec.DynsecError, match="refused the admin"):

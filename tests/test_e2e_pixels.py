@@ -152,7 +152,8 @@ def test_bool_grids_train_ppo_end_to_end(tmp_path, mosquitto):
 
 
 def test_minatar_breakout_smoke(tmp_path):
-    """`mqttrl train` on the shipped MinAtar config, briefly: the env plugin, the CNN and the frames path."""
+    """`mqttrl train` on the shipped MinAtar config, briefly: the env plugin, the CNN and the frames
+    path, with the rainbow preset (C51, noisy nets, priorities computed by the actor from frames)."""
     pytest.importorskip("minatar")
     run_dir = tmp_path / "run"
     out = subprocess.run(
@@ -171,6 +172,12 @@ def test_minatar_breakout_smoke(tmp_path):
             "train.eval_every_s=10",
             "--set",
             "algorithm.learning_starts=1000",
+            "--set",
+            'algorithm.preset="rainbow"',
+            "--set",
+            "algorithm.v_min=0",
+            "--set",
+            "algorithm.v_max=20",
         ],
         cwd=TESTS.parent,
         env=node_env(),
@@ -180,6 +187,6 @@ def test_minatar_breakout_smoke(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]  # target_return = "none": the budget is the end
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] > 1000, summary
+    assert summary["env_steps"] > 1000 and summary["updates"] > 0, summary
     evals = (run_dir / "evaluations.csv").read_text().splitlines()
     assert len(evals) >= 2, evals  # a header and at least one greedy evaluation

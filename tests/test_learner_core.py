@@ -853,3 +853,63 @@ def test_decoded_batches_are_admitted_like_payloads():
     batch = decode_batch(payload("w0", 0, 0))
     core.admit("w0", batch, 0.0)
     assert reason(core.admit, "w0", batch, 0.0) == "duplicate" and learner.added == [batch]
+
+
+def test_metrics_table_of_a_big_fleet_takes_turns_and_reports_changes_first():
+    """Past rules.metrics_workers, each snapshot holds that many worker rows: a worker whose
+    state changed comes first, the others in turn, so every worker is shown within a few
+    messages; the totals count every worker."""
+    core, _ = make(metrics_workers=10)
+    for i in range(35):
+        birth(core, f"w{i:02d}")
+    seen: set[str] = set()
+    for _ in range(4):  # 35 workers, 10 rows each: all shown in 4 messages
+        snap = core.snapshot(1.0)
+        assert len(snap["workers"]) == 10 and snap["workers_online"] == 35 and snap["workers_known"] == 35
+        seen |= set(snap["workers"])
+    assert seen == {f"w{i:02d}" for i in range(35)}
+    # the next turn is w05..w14; w33 goes offline and jumps the queue
+    last_will(core, "w33", 2.0)
+    snap = core.snapshot(2.0)
+    assert len(snap["workers"]) == 10 and snap["workers"]["w33"]["online"] is False
+    assert snap["workers_online"] == 34 and "w14" not in snap["workers"]
+
+
+def test_metrics_table_of_a_small_fleet_holds_every_worker():
+    core, _ = make(metrics_workers=10)
+    for i in range(10):
+        birth(core, f"w{i}")
+    assert [len(core.snapshot(1.0)["workers"]) for _ in range(3)] == [10, 10, 10]
+
+
+def test_a_worker_offline_for_longer_than_forget_offline_s_is_forgotten():
+    """Fleets whose processes come and go under new names: an offline worker's row and sequence
+    numbers go after rules.forget_offline_s; one offline for less, or online, stays."""
+    core, _ = make(forget_offline_s=100.0)
+    for name in ("gone", "recent", "alive"):
+        birth(core, name, 0.0, incarnation="a")
+        core.admit(name, decode_batch(payload(name, 0, 0, incarnation="a")), 0.0)
+    last_will(core, "gone", 10.0)
+    last_will(core, "recent", 60.0)
+    heartbeat(core, "alive", 105.0)
+    assert core.check_liveness(105.0) == [] and set(core.workers) == {"gone", "recent", "alive"}
+    core.check_liveness(111.0)
+    assert set(core.workers) == {"recent", "alive"} and "gone" not in core.last_seqs()
+    snap = core.snapshot(111.0)
+    assert snap["workers_known"] == 2 and set(snap["workers"]) == {"recent", "alive"}
+    # a worker marked offline by silence counts from then; one that comes back is kept
+    core.check_liveness(200.0)  # "alive" silent for 95 s > worker_timeout_s: offline since 200
+    assert set(core.workers) == {"alive"}
+    heartbeat(core, "alive", 250.0)
+    core.check_liveness(400.0)  # offline again at 400 (silent 150 s), not forgotten yet
+    assert set(core.workers) == {"alive"} and not core.workers["alive"].online
+    core.check_liveness(501.0)
+    assert core.workers == {}
+
+
+def test_workers_restored_from_a_checkpoint_are_forgotten_if_they_never_come_back():
+    core, _ = make(forget_offline_s=100.0)
+    core.restore(5, 0, 0, {"old": {"a": 7}, "back": {"b": 3}}, now=1000.0)
+    birth(core, "back", 1050.0, incarnation="b")
+    core.check_liveness(1101.0)
+    assert set(core.workers) == {"back"} and core.last_seqs() == {"back": {"b": 3}}

@@ -709,3 +709,43 @@ def test_distributional_heads_learn_the_return_distribution(dist):
         theta0 = np.where(taus < 0.5, taus / (1 - taus), 2 - (1 - taus) / taus)
         np.testing.assert_allclose(theta0, [1 / 7, 0.6, 1.4, 2 - 1 / 7], atol=1e-6)
         np.testing.assert_allclose(out, [theta0, [0.5] * 4], atol=0.08)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Box(0, 1, (10, 10, 4), np.bool_),  # MinAtar: one frame is the whole observation
+        gym.spaces.Box(0, 255, (4, 12, 12), np.uint8),  # a stack of 4 frames along axis 0
+    ],
+    ids=["whole-frame", "stacked"],
+)
+def test_actor_priorities_of_image_observations_sent_as_frames_equal_those_of_arrays(space):
+    """Image observations travel as frames (serials into a pool): the actor's priorities bootstrap
+    from next observations rebuilt from the pool, and must equal those of the same transitions
+    kept as arrays (frames="off"). A whole-observation frame used to be rebuilt with an extra
+    stack axis, and the worker died at its first batch."""
+    network = "minatar_cnn" if space.shape[-1] == 4 else "mlp"
+    got = {}
+    for frames in ("auto", "off"):
+        p = params(prioritized=True, initial_priority="actor", n_step=3, network=network, frames=frames)
+        forward = make_forward(p, space, ACT, "numpy", seed=5)
+        actor = DQNActor(p, space, ACT, ActorContext(num_envs=3, seed=0), forward)
+        rng = np.random.default_rng(2)
+
+        def draw(rng=rng):
+            if space.dtype == np.bool_:
+                return rng.random((3, *space.shape)) < 0.3
+            return rng.integers(0, 256, (3, *space.shape), dtype=np.uint8)
+
+        obs = draw()
+        for _ in range(12):
+            actions, extras = actor.act(obs)
+            next_obs = draw()
+            term = rng.random(3) < 0.15
+            actor.record(obs, actions, extras, rng.normal(size=3), next_obs, term, np.zeros(3, bool))
+            obs = next_obs
+        batch = actor.take()
+        assert ("frames" in batch) == (frames == "auto")
+        got[frames] = batch["priority"]
+    assert len(got["auto"]) > 20 and np.ptp(got["auto"]) > 0
+    np.testing.assert_allclose(got["auto"], got["off"], rtol=1e-5)

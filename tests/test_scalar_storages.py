@@ -400,6 +400,12 @@ def test_telemetry_node_feeds_tensorboard_and_wandb_the_run_and_its_config(tmp_p
     thread.start()
     try:
         assert node.node.wait_connected(15)
+        # connected means its SUBSCRIBEs are sent, not yet granted: the retained config arriving says
+        # the broker has them (one connection's packets are handled in order), the pause covers the rest
+        deadline = time.monotonic() + 15
+        while node.config != config and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
         for i in range(10):
             episode = {"return": float(i), "length": i + 1, "model_version": 1, "env_steps": 10 * (i + 1)}
             pub.publish(tp.episodes("w0"), encode_json(episode), qos=1).wait_for_publish(5)

@@ -114,7 +114,7 @@ def _wait(pred, timeout, what):
 def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, victoria):
     run = "tele-vm"
     tp = Topics(run)
-    files = FilesStorage({"dir": str(tmp_path / "files"), "plot_every_episodes": 10})
+    files = FilesStorage({"dir": str(tmp_path / "files"), "plot_every_episodes": 10, "plot_min_interval_s": 0})
     influx = InfluxStorage({"url": victoria.url, "token": "", "org": "", "bucket": "mqttrl", "flush_interval_s": 0.2})
     node, thread = _start_telemetry(mosquitto, run, [influx, files], window=5, quicksave_best=False)
     pub = _publisher(mosquitto.port)
@@ -297,7 +297,7 @@ def test_files_storage_draws_curves_off_the_writing_thread(tmp_path, monkeypatch
         release.wait(10)
 
     monkeypatch.setattr(FilesStorage, "plot", slow_plot)
-    st = FilesStorage({"dir": str(tmp_path), "plot_every_episodes": 2})
+    st = FilesStorage({"dir": str(tmp_path), "plot_every_episodes": 2, "plot_min_interval_s": 0})
     episodes = [Point("episode", {"worker": "w0"}, {"return": float(i), "length": 10}, time.time()) for i in range(3)]
     st.write(episodes)  # a redraw is due now; with the plot blocked, a synchronous write would hang here
     assert drawing.wait(5), "no redraw was started after plot_every_episodes episodes"

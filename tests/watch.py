@@ -13,7 +13,14 @@ from mqttrl.wire import decode_batch, decode_episodes, decode_weights
 
 
 class Watcher:
-    def __init__(self, url_port: int, run: str, username: str | None = None, password: str | None = None):
+    def __init__(
+        self,
+        url_port: int,
+        run: str,
+        username: str | None = None,
+        password: str | None = None,
+        protocol: int = mqtt.MQTTv5,
+    ):
         self.topics = Topics(run)
         self.weights_versions: list[int] = []
         self.metrics: list[dict] = []
@@ -29,7 +36,7 @@ class Watcher:
         self.episodes: list[dict] = []
         self._lock = threading.Lock()
         self.c = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{run}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5
+            mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{run}-{time.monotonic_ns()}", protocol=protocol
         )
         if username:
             self.c.username_pw_set(username, password)

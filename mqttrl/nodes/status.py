@@ -113,9 +113,7 @@ class FleetView:
             str(version if version is not None else "-"),
             "-",
             "-",
-            str(sum(w.get("env_restarts", 0) for w in self.metrics["workers"].values()))
-            if isinstance(self.metrics.get("workers"), dict)
-            else "-",
+            str(self.metrics["env_restarts"]) if isinstance(self.metrics.get("env_restarts"), int) else "-",
         )
         now = time.time()
         for name in sorted(self.workers):

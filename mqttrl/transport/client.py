@@ -7,6 +7,9 @@ Rules this module enforces for every node:
 * the outbox is bounded and counts what it drops, per topic kind;
 * reconnects use paho's backoff; on every (re)connect the publisher thread
   re-subscribes and re-publishes the node's birth messages;
+* a subscription the broker refuses (a failure code in its SUBACK) is made again, after
+  0.5 s doubling up to 8 s, until granted: NATS's MQTT refuses a QoS 1 subscription when
+  creating its JetStream consumer times out, as it does on a cluster that lost a node;
 * with several broker URLs (``mqtt://a:1883,mqtt://b:1883``) a failed connect attempt
   moves to the next broker of the list (a dropped connection first gets one retry on
   the same broker); paho's own reconnect loop does the work, so the unacknowledged QoS 1
@@ -170,6 +173,18 @@ class Outgoing:
     kind: str = "other"
     #: returned by ``MqttNode.take_acked`` once the broker acknowledged the message (QoS 1)
     tag: object = None
+    #: MQTT 5 message expiry (seconds): the broker forgets the message, a retained one
+    #: included, after this long (None: never). Ignored over MQTT 3.1.1, which has no expiry
+    expiry_s: int | None = None
+
+
+def _expiry(msg: Outgoing, protocol: int, packet: int = PacketTypes.PUBLISH) -> Properties | None:
+    """The PUBLISH (or will) properties that carry ``msg``'s expiry, if it has one and MQTT 5 is spoken."""
+    if msg.expiry_s is None or protocol != mqtt.MQTTv5:
+        return None
+    props = Properties(packet)
+    props.MessageExpiryInterval = int(msg.expiry_s)
+    return props
 
 
 _PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
@@ -342,6 +357,14 @@ class MqttNode:
         self._tag_lock = threading.Lock()
         #: tags of tagged messages the full outbox dropped (see :meth:`take_dropped`)
         self._dropped_tags: collections.deque[object] = collections.deque()
+        #: subscriptions of this connection: paho's mid -> (filter, qos) of a SUBSCRIBE awaiting
+        #: its SUBACK, the reason codes of the SUBACKs (paho's thread), the refused ones' next try
+        self._sub_lock = threading.Lock()
+        self._sub_sent: dict[int, tuple[str, int]] = {}
+        self._sub_acks: dict[int, list] = {}
+        self._sub_retry: dict[tuple[str, int], tuple[float, int]] = {}
+        #: SUBSCRIBEs the broker refused (each is tried again until granted)
+        self.subs_refused = 0
         self.protocol, self._index = negotiate(settings)
         #: one BrokerSettings per broker of the failover list, in order
         self._brokers = [settings.at(i) for i in range(len(settings.urls))]
@@ -370,12 +393,19 @@ class MqttNode:
         c.max_inflight_messages_set(inflight)
         c.max_queued_messages_set(inflight * 4)
         if self.will is not None:
-            c.will_set(self.will.topic, self.will.payload, qos=self.will.qos, retain=self.will.retain)
+            c.will_set(
+                self.will.topic,
+                self.will.payload,
+                qos=self.will.qos,
+                retain=self.will.retain,
+                properties=_expiry(self.will, self.protocol, PacketTypes.WILLMESSAGE),
+            )
         c.on_pre_connect = self._on_pre_connect
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
         c.on_publish = self._on_publish
+        c.on_subscribe = self._on_subscribe
         return c
 
     def start(self, wait: float | None = 10.0) -> MqttNode:
@@ -461,6 +491,12 @@ class MqttNode:
                     reason_code,
                     self.refused,
                 )
+
+    def _on_subscribe(self, client, userdata, mid, reason_code_list, properties):
+        with self._sub_lock:
+            self._sub_acks[mid] = list(reason_code_list)
+        with self._cv:
+            self._cv.notify_all()
 
     def _on_message(self, client, userdata, msg):
         try:
@@ -557,36 +593,102 @@ class MqttNode:
 
     def _setup(self) -> None:
         """Runs on the publisher thread after each connect: subscribe, then birth messages."""
+        with self._sub_lock:  # a new connection: every subscription is made again below
+            self._sub_sent.clear()
+            self._sub_acks.clear()
+            self._sub_retry.clear()
         for topic, qos in self.subscriptions:
-            self._client.subscribe(topic, qos)
+            self._subscribe(topic, qos)
         for m in self.birth():
-            self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain)
+            self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol))
         self._connected.set()
         log.info("%s: connected to %s", self.client_id, self.broker)
+
+    def _subscribe(self, topic: str, qos: int) -> None:
+        with self._sub_lock:  # held while paho sends, so the SUBACK finds its mid registered
+            rc, mid = self._client.subscribe(topic, qos)
+            if rc == mqtt.MQTT_ERR_SUCCESS:
+                self._sub_sent[mid] = (topic, qos)
+
+    def _subscriptions_due(self) -> bool:
+        """A SUBACK to check or a refused subscription to try again (publisher thread)."""
+        if not self._connected.is_set():
+            return False
+        with self._sub_lock:
+            if self._sub_acks.keys() & self._sub_sent.keys():
+                return True
+            now = time.monotonic()
+            return any(due <= now for due, _ in self._sub_retry.values())
+
+    def _check_subscriptions(self) -> None:
+        """Schedule a refused subscription again (0.5 s doubling up to 8 s); make the due ones."""
+        now = time.monotonic()
+        due = []
+        with self._sub_lock:
+            for mid in list(self._sub_acks.keys() & self._sub_sent.keys()):
+                topic, qos = self._sub_sent.pop(mid)
+                codes = self._sub_acks.pop(mid)
+                failed = [rc for rc in codes if getattr(rc, "is_failure", False) or rc == 0x80]
+                if not failed:
+                    self._sub_retry.pop((topic, qos), None)
+                    continue
+                tries = self._sub_retry.get((topic, qos), (0.0, 0))[1] + 1
+                delay = min(8.0, 0.5 * 2 ** (tries - 1))
+                self._sub_retry[(topic, qos)] = (now + delay, tries)
+                self.subs_refused += 1
+                if tries <= 3 or tries % 10 == 0:
+                    log.warning(
+                        "%s: broker %s refused the subscription to %s (%s, try %d); trying again in %.1fs",
+                        self.client_id,
+                        self.broker,
+                        topic,
+                        failed[0],
+                        tries,
+                        delay,
+                    )
+            for key, (when, tries) in list(self._sub_retry.items()):
+                if when <= now:
+                    due.append(key)
+                    self._sub_retry[key] = (float("inf"), tries)  # until its SUBACK comes
+        for topic, qos in due:
+            self._subscribe(topic, qos)
 
     def _publisher(self) -> None:
         while True:
             with self._cv:
                 while (
-                    not self._stopping and not self._need_setup and (not self._outbox or not self._connected.is_set())
+                    not self._stopping
+                    and not self._need_setup
+                    and not self._subscriptions_due()
+                    and (not self._outbox or not self._connected.is_set())
                 ):
                     self._cv.wait(0.2)
                 if self._stopping and (not self._outbox or not self._connected.is_set()):
                     return
                 setup = self._need_setup
                 self._need_setup = False
-                msg = None if setup else self._outbox.popleft()
+                subs = not setup and self._subscriptions_due()
+                msg = None if setup or subs or not self._outbox else self._outbox.popleft()
             if setup:
                 try:
                     self._setup()
                 except Exception:  # never let the publisher die
                     log.exception("%s: setup after connect failed", self.client_id)
                 continue
-            self._send(msg)
+            if subs:
+                try:
+                    self._check_subscriptions()
+                except Exception:
+                    log.exception("%s: re-subscribing failed", self.client_id)
+                continue
+            if msg is not None:
+                self._send(msg)
 
     def _send(self, msg: Outgoing) -> None:
         while True:
-            info = self._client.publish(msg.topic, msg.payload, qos=msg.qos, retain=msg.retain)
+            info = self._client.publish(
+                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=_expiry(msg, self.protocol)
+            )
             if info.rc == mqtt.MQTT_ERR_SUCCESS:
                 if msg.tag is not None and msg.qos > 0:
                     with self._tag_lock:
@@ -597,8 +699,15 @@ class MqttNode:
                 continue
             if info.rc == mqtt.MQTT_ERR_NO_CONN and msg.qos > 0:
                 # the connection dropped just before on_disconnect ran: paho has kept this
-                # QoS>0 message and resends it after the reconnect, so re-queueing it here
-                # would deliver it twice
+                # QoS>0 message and resends it after the reconnect (re-queueing it here would
+                # deliver it twice), and its info is marked published when that resend is
+                # acknowledged, so the tag is tracked like any other
+                if msg.tag is not None:
+                    # paho left the error code of this call on the info; it flags the info published
+                    # once the resend is acknowledged, but is_published() raises while rc says failed
+                    info.rc = mqtt.MQTT_ERR_SUCCESS
+                    with self._tag_lock:
+                        self._tagged.append((info, msg.tag))
                 self._connected.clear()
                 return
             # not connected: put it back at the front and wait for the reconnect
@@ -618,7 +727,11 @@ class MqttNode:
         infos = []
         if self.connected:
             for m in final:
-                infos.append(self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain))
+                infos.append(
+                    self._client.publish(
+                        m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol)
+                    )
+                )
         for info in infos:
             try:
                 info.wait_for_publish(max(0.1, deadline - time.monotonic()))

@@ -117,6 +117,8 @@ class FrameObs:
         self.k = layout.k
         self.key_shape, self.key_dtype = (layout.k,), np.dtype(np.int64)
         self.stack_shape = (layout.k, *layout.frame_shape)
+        #: an observation's shape: a stack of k frames, or one frame that is the whole observation
+        self.obs_shape = self.stack_shape if layout.stacked else tuple(layout.frame_shape)
         #: serial -> frame (a copy: the env may reuse its arrays)
         self.pool: dict[int, np.ndarray] = {}
         self.next_serial = 0
@@ -197,10 +199,11 @@ class FrameObs:
         }
 
     def arrays(self, keys: np.ndarray) -> np.ndarray:
-        """The observations that rows of serials stand for (frames still in the pool)."""
+        """The observations that rows of serials stand for (frames still in the pool), shaped as
+        the env gives them (a whole-observation frame loses the stack axis of its one serial)."""
         serials, inverse = np.unique(keys, return_inverse=True)
         frames = np.stack([self.pool[int(s)] for s in serials])
-        return frames[inverse.reshape(keys.shape)].reshape(len(keys), *self.stack_shape)
+        return frames[inverse.reshape(keys.shape)].reshape(len(keys), *self.obs_shape)
 
     def empty(self) -> Tensors:
         return {

@@ -47,6 +47,11 @@ class Rules:
     #: async mode: a new model version every this many updates
     publish_every: int = 50
     max_payload_bytes: int = 64 * 1024 * 1024
+    #: rows of the per-worker table in one metrics message (a fleet of more takes turns)
+    metrics_workers: int = 100
+    #: a worker offline for this long is forgotten (its row, its sequence numbers): a fleet
+    #: whose processes come and go under new names would otherwise grow the learner for ever
+    forget_offline_s: float = 3600.0
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Rules:
@@ -58,6 +63,8 @@ class Rules:
             worker_timeout_s=lc.worker_timeout_s,
             round_timeout_s=lc.round_timeout_s,
             publish_every=lc.publish_every,
+            metrics_workers=lc.metrics_workers,
+            forget_offline_s=lc.forget_offline_s,
             max_payload_bytes=int(lc.max_payload_mb * 1024 * 1024),
         )
 
@@ -69,6 +76,8 @@ class WorkerStatus:
     name: str
     online: bool = True
     last_seen: float | None = None
+    #: when the learner marked it offline (None: online, or restored from a checkpoint unseen)
+    offline_since: float | None = None
     announced_at: float | None = None
     model_version: int = -1
     env_steps: int = 0
@@ -323,6 +332,10 @@ class LearnerCore:
         self.batches_total = 0
         self.paused = False
         self.train_metrics: dict = {}
+        #: per worker, what its last metrics row said (online, restarts, missing): a change is reported first
+        self._reported: dict[str, tuple] = {}
+        #: where the next turn of the per-worker table starts, for fleets bigger than one message holds
+        self._table_cursor = 0
 
     @classmethod
     def create(cls, rules: Rules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
@@ -333,10 +346,16 @@ class LearnerCore:
 
     # ---- versions ----------------------------------------------------------------
     def restore(
-        self, version: int, samples_total: int, batches_total: int, last_seq: Mapping[str, int | Mapping[str, int]]
+        self,
+        version: int,
+        samples_total: int,
+        batches_total: int,
+        last_seq: Mapping[str, int | Mapping[str, int]],
+        now: float | None = None,
     ) -> None:
-        """Resume from a checkpoint: workers come back offline, with their last sequence numbers
-        per incarnation (an int: a checkpoint from before incarnations, under incarnation "")."""
+        """Resume from a checkpoint: workers come back offline (since ``now``), with their last
+        sequence numbers per incarnation (an int: a checkpoint from before incarnations, under
+        incarnation "")."""
         self.version = int(version)
         self.samples_total = int(samples_total)
         self.batches_total = int(batches_total)
@@ -346,6 +365,7 @@ class LearnerCore:
             self.workers[name] = WorkerStatus(
                 name=name,
                 online=False,
+                offline_since=now,
                 incarnation=newest,
                 seqs=per_incarnation,
             )
@@ -403,6 +423,7 @@ class LearnerCore:
         status.samples += batch.count
         status.last_seen = now
         status.online = True
+        status.offline_since = None
         self.samples_total += batch.count
         self.batches_total += 1
 
@@ -413,6 +434,7 @@ class LearnerCore:
             raise Rejected("unknown_sender", f"heartbeat from {worker!r}, which never announced itself")
         status.last_seen = now
         status.online = True
+        status.offline_since = None
         status.model_version = hb["model_version"]
         status.env_steps = hb["env_steps"]
         status.episodes = int(hb.get("episodes", status.episodes))
@@ -430,6 +452,7 @@ class LearnerCore:
             if isinstance(st.get("incarnation"), str):
                 status.switch_to(st["incarnation"])
             status.online = True
+            status.offline_since = None
             status.announced_at = now
             status.last_seen = now
             status.info = {k: st[k] for k in ("host", "pid", "num_envs") if k in st}
@@ -437,19 +460,30 @@ class LearnerCore:
         else:
             if status.online:
                 log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
+            if status.online or status.offline_since is None:
+                status.offline_since = now
             status.online = False
             self.mode.drop(worker)
 
     # ---- time --------------------------------------------------------------------
     def check_liveness(self, now: float) -> list[str]:
-        """Mark workers silent for longer than the timeout offline; returns their names."""
-        gone = []
+        """Mark workers silent for longer than the timeout offline; returns their names. Forget
+        workers offline for longer than ``rules.forget_offline_s``."""
+        gone, forget = [], []
         for w in self.workers.values():
             if w.online and w.last_seen is not None and now - w.last_seen > self.rules.worker_timeout_s:
                 w.online = False
+                w.offline_since = now
                 self.mode.drop(w.name)
                 log.warning("worker %s silent for %.0fs; marked offline", w.name, now - w.last_seen)
                 gone.append(w.name)
+            elif not w.online and w.offline_since is not None and now - w.offline_since > self.rules.forget_offline_s:
+                forget.append(w.name)
+        for name in forget:
+            del self.workers[name]
+            self._reported.pop(name, None)
+        if forget:
+            log.info("forgot %d workers offline for over %.0fs", len(forget), self.rules.forget_offline_s)
         return gone
 
     def step(self, now: float) -> Step:
@@ -490,6 +524,31 @@ class LearnerCore:
                 out[w.name] = seqs
         return out
 
+    def _table_rows(self, workers: list[WorkerStatus]) -> list[WorkerStatus]:
+        """The workers of this metrics message's per-worker table: all of them up to
+        ``rules.metrics_workers``; past that, those whose state changed since their last row
+        (online, restarts, missing batches) first, then the others in turn. A fleet of a
+        thousand would otherwise put ~200 kB into every metrics message; the totals above the
+        table always count every worker."""
+        limit = self.rules.metrics_workers
+        if len(workers) <= limit:
+            rows = workers
+        else:
+            changed = [w for w in workers if self._reported.get(w.name) != (w.online, w.restarts, w.missing)]
+            rows = changed[:limit]
+            taken = {w.name for w in rows}
+            start = self._table_cursor % len(workers)
+            for k in range(len(workers)):
+                if len(rows) >= limit:
+                    break
+                w = workers[(start + k) % len(workers)]
+                self._table_cursor = start + k + 1
+                if w.name not in taken:
+                    rows.append(w)
+        for w in rows:
+            self._reported[w.name] = (w.online, w.restarts, w.missing)
+        return rows
+
     def snapshot(self, now: float) -> dict:
         """The core's part of the learner metrics."""
         workers = list(self.workers.values())
@@ -504,6 +563,7 @@ class LearnerCore:
             "epoch": self.epoch,
             "old_epoch_batches": self.old_epoch_batches,
             "workers_online": sum(w.online for w in workers),
+            "workers_known": len(workers),
             "workers": {
                 w.name: {
                     "online": w.online,
@@ -519,7 +579,7 @@ class LearnerCore:
                     "first_seq": w.first_seq,
                     "last_seq": w.last_seq,
                 }
-                for w in workers
+                for w in self._table_rows(workers)
             },
             "train": self.train_metrics,
             "round": self.mode.snapshot(now),

@@ -110,6 +110,8 @@ class LearnerNode:
         self.resumed_from: str | None = None
         #: the last published weights by version, so a best-model save can write the exact model that was judged
         self._recent_weights: OrderedDict[int, bytes] = OrderedDict()
+        #: the newest published weights, re-published by the birth after a (re)connect
+        self._last_weights: bytes | None = None
         if resume:
             self._resume()
         write_resolved(config, self.run_dir / "config.json")
@@ -153,7 +155,9 @@ class LearnerNode:
         algo_tensors = {k[len("algo/") :]: v for k, v in tensors.items() if k.startswith("algo/")}
         self.algo.load_state_dict(algo_tensors, meta["algo"])
         node = meta["node"]
-        self.core.restore(node["version"], node["samples_total"], node["batches_total"], node.get("last_seq", {}))
+        self.core.restore(
+            node["version"], node["samples_total"], node["batches_total"], node.get("last_seq", {}), now=clock()
+        )
         self.core.epoch = max(self.core.epoch, int(node.get("epoch", 0)) + 1)
         restore_rng(meta.get("rng", {}), tensors)
         self._last_ckpt_update = self.algo.updates
@@ -211,11 +215,18 @@ class LearnerNode:
         )
 
     def _birth(self) -> list[Outgoing]:
-        return [
+        """Published (retained) on every connect. With the newest weights too: after a failover
+        to a broker that holds none of this run's retained messages, a worker that joins there
+        must find a model at once (a learner with no samples coming would publish none)."""
+        birth = [
             Outgoing(self.topics.config, encode_json(self.config.to_dict()), 1, True, "config"),
             Outgoing(self.topics.learner_state, self._state_payload("online"), 1, True, "state"),
             Outgoing(self.topics.flow, self._flow_payload(), 1, True, "flow"),
         ]
+        weights = self._last_weights  # one read: the main thread may swap in newer ones meanwhile
+        if weights is not None:
+            birth.append(Outgoing(self.topics.weights, weights, 1, True, "weights"))
+        return birth
 
     def _flow_payload(self) -> bytes:
         return encode_json({"pause": self.core.paused, "model_version": self.version, "time": time.time()})
@@ -228,6 +239,7 @@ class LearnerNode:
             self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time(), epoch=self.core.epoch
         )
         self._recent_weights[self.version] = payload
+        self._last_weights = payload
         while len(self._recent_weights) > 32:
             self._recent_weights.popitem(last=False)
         self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")

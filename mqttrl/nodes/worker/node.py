@@ -44,6 +44,12 @@ from mqttrl.wire import Rejected, RejectionCounter, encode_batch, encode_json
 log = logging.getLogger("mqttrl.worker")
 
 
+#: a worker's retained offline state (its last will, or its clean exit) expires after a day
+#: (MQTT 5): processes that come and go under new names (the default ``<host>-<pid>``) leave
+#: no pile of dead names on the broker for learners, status and telemetry to read at start
+OFFLINE_STATE_EXPIRY_S = 24 * 3600
+
+
 class SyncTimeout(TimeoutError):
     """Sync mode: the learner published no new model version in time."""
 
@@ -104,9 +110,7 @@ class WorkerNode:
             client_id=f"mqttrl-worker-{run}-{self.name}",
             persistent=False,
             subscriptions=[self.topics.subscription(kind) for kind in self.dispatch.handlers],
-            will=Outgoing(
-                self.topics.worker_state(self.name), self._state("offline", "connection lost"), 1, True, "state"
-            ),
+            will=self._offline_state("connection lost"),
             birth=lambda: [Outgoing(self.topics.worker_state(self.name), self._state("online"), 1, True, "state")],
             inbox_limit=1000,
             outbox_limit=2000,
@@ -348,6 +352,17 @@ class WorkerNode:
         )
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
+    def _offline_state(self, reason: str) -> Outgoing:
+        """The retained offline state, as the last will and on a clean exit; it expires (MQTT 5)."""
+        return Outgoing(
+            self.topics.worker_state(self.name),
+            self._state("offline", reason),
+            1,
+            True,
+            "state",
+            expiry_s=OFFLINE_STATE_EXPIRY_S,
+        )
+
     def _state(self, status: str, reason: str = "") -> bytes:
         return encode_json(
             {
@@ -453,9 +468,7 @@ class WorkerNode:
         return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, self.backend, seed)
 
     def _shutdown(self, reason: str = "stopped") -> None:
-        self.node.stop(
-            final=[Outgoing(self.topics.worker_state(self.name), self._state("offline", reason), 1, True, "state")]
-        )
+        self.node.stop(final=[self._offline_state(reason)])
         self._note_acks()
         if self.ledger is not None:
             self.ledger.close()
