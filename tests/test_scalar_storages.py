@@ -270,6 +270,8 @@ def read_wandb_records(path: Path) -> list:
         if kind == 0 and length == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):  # a record still being written
+            break
         buf += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL, LAST
@@ -280,12 +282,21 @@ def read_wandb_records(path: Path) -> list:
     return records
 
 
-def wandb_run(wandb_dir: Path) -> dict:
-    """What an offline run holds: its name, project, config and history rows."""
+def wandb_run(wandb_dir: Path, timeout: float = 30.0) -> dict:
+    """What an offline run holds: its name, project, config and history rows.
+
+    ``run.finish()`` can return before wandb's service process has written the file out (seen on a
+    loaded machine: only the header there), so this waits, within ``timeout``, for the run's closing
+    ``exit`` record."""
     (run_dir,) = (wandb_dir / "wandb").glob("offline-run-*")
     (file,) = run_dir.glob("*.wandb")
+    deadline = time.monotonic() + timeout
+    records = read_wandb_records(file)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        records = read_wandb_records(file)
     out: dict = {"name": None, "project": None, "config": {}, "history": []}
-    for r in read_wandb_records(file):
+    for r in records:
         kind = r.WhichOneof("record_type")
         if kind == "run":
             out["name"], out["project"] = r.run.display_name, r.run.project
