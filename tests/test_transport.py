@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import subprocess
 import sys
 import textwrap
@@ -676,3 +677,87 @@ def test_a_tagged_message_published_while_paho_has_no_connection_is_reported_ack
     assert acked == [7]
     assert [m.payload for m in take(sub, 1)] == [b"kept by paho"]
     assert nothing_more(sub, 0.5) == []
+
+
+class SlowSubscribeLink:
+    """A TCP forwarder to a broker that holds each client's SUBSCRIBE for ``delay`` seconds
+    (and what follows it, keeping the order): a broker slow to take subscriptions, made
+    deterministic."""
+
+    def __init__(self, target_port: int, delay: float):
+        self.target_port, self.delay, self.port = target_port, delay, free_port()
+        self.subscribes = 0
+        self._srv = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._srv.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._client_to_broker, args=(down, up), daemon=True).start()
+            threading.Thread(target=self._raw, args=(up, down), daemon=True).start()
+
+    @staticmethod
+    def _raw(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(1 << 16):
+                b.sendall(data)
+        except OSError:
+            pass
+
+    @staticmethod
+    def _packet_end(buf: bytes) -> int | None:
+        """Where the first whole MQTT packet in ``buf`` ends (fixed header, varint length, body)."""
+        length, shift = 0, 0
+        for i in range(1, min(len(buf), 5)):
+            length |= (buf[i] & 0x7F) << shift
+            shift += 7
+            if not buf[i] & 0x80:
+                end = i + 1 + length
+                return end if len(buf) >= end else None
+        return None
+
+    def _client_to_broker(self, a: socket.socket, b: socket.socket) -> None:
+        buf = b""
+        try:
+            while data := a.recv(1 << 16):
+                buf += data
+                while (end := self._packet_end(buf)) is not None:
+                    packet, buf = buf[:end], buf[end:]
+                    if packet[0] >> 4 == 8:  # SUBSCRIBE
+                        self.subscribes += 1
+                        time.sleep(self.delay)
+                    b.sendall(packet)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._srv.close()
+
+
+def test_start_returns_once_the_broker_has_taken_the_subscriptions(shared_mosquitto, nodes, prefix):
+    """A node that says it is connected gets what is published to its topics from then on:
+    start() (and wait_connected) wait for the SUBACKs, not only for the SUBSCRIBEs to be sent.
+    (Telemetry used to lose the first episodes a learner published right after it started.)"""
+    topic = f"{prefix}/episodes"
+    link = SlowSubscribeLink(shared_mosquitto.port, delay=1.0)
+    try:
+        node = MqttNode(
+            BrokerSettings(url=f"mqtt://127.0.0.1:{link.port}"),
+            f"slow-{uuid.uuid4().hex[:8]}",
+            subscriptions=[(topic, 1), (f"{prefix}/other", 1)],
+        )
+        t0 = time.monotonic()
+        node.start(wait=10)
+        try:
+            assert link.subscribes == 2 and time.monotonic() - t0 >= 1.0
+            pub = nodes(shared_mosquitto)
+            pub.publish(topic, b"first episode", qos=1)
+            assert [m.payload for m in take(node, 1, timeout=5, skip_probes=False)] == [b"first episode"]
+        finally:
+            node.stop(flush_timeout=0.5)
+    finally:
+        link.close()

@@ -363,6 +363,13 @@ class MqttNode:
         self._sub_sent: dict[int, tuple[str, int]] = {}
         self._sub_acks: dict[int, list] = {}
         self._sub_retry: dict[tuple[str, int], tuple[float, int]] = {}
+        #: when the publisher thread next has subscription work (a SUBACK to read, a retry due):
+        #: one float read per message keeps the lock off the publishing hot path
+        self._sub_check_at = float("inf")
+        #: mids of this connection's first SUBSCRIBEs still awaiting their SUBACK
+        self._setup_mids: set[int] = set()
+        #: every subscription of this connection has its SUBACK (granted, or refused and retried)
+        self._subscribed = threading.Event()
         #: SUBSCRIBEs the broker refused (each is tried again until granted)
         self.subs_refused = 0
         self.protocol, self._index = negotiate(settings)
@@ -430,7 +437,7 @@ class MqttNode:
         self._client.loop_start()
         self._thread.start()
         self._started = True
-        if wait and not self._connected.wait(wait):
+        if wait and not self.wait_connected(wait):
             raise BrokerUnavailable(
                 f"{self.client_id}: no connection to {self.settings.shown} after {wait:.0f}s; "
                 "check that the broker runs and accepts this client's credentials"
@@ -476,6 +483,7 @@ class MqttNode:
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
         self._connected.clear()
+        self._subscribed.clear()
         if not self._stopping:
             self.disconnects += 1
             log.warning("%s: disconnected from broker %s (%s); reconnecting", self.client_id, self.broker, reason_code)
@@ -495,6 +503,11 @@ class MqttNode:
     def _on_subscribe(self, client, userdata, mid, reason_code_list, properties):
         with self._sub_lock:
             self._sub_acks[mid] = list(reason_code_list)
+            self._sub_check_at = 0.0
+            if mid in self._setup_mids:
+                self._setup_mids.discard(mid)
+                if not self._setup_mids:
+                    self._subscribed.set()
         with self._cv:
             self._cv.notify_all()
 
@@ -589,7 +602,12 @@ class MqttNode:
         return self._connected.is_set()
 
     def wait_connected(self, timeout: float | None = None) -> bool:
-        return self._connected.wait(timeout)
+        """Wait until connected and the broker answered every subscription (its SUBACKs are in),
+        so that a message published to this node's topics from now on reaches it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._connected.wait(timeout):
+            return False
+        return self._subscribed.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _setup(self) -> None:
         """Runs on the publisher thread after each connect: subscribe, then birth messages."""
@@ -597,28 +615,32 @@ class MqttNode:
             self._sub_sent.clear()
             self._sub_acks.clear()
             self._sub_retry.clear()
-        for topic, qos in self.subscriptions:
-            self._subscribe(topic, qos)
+            self._setup_mids = set()
+            self._subscribed.clear()
+            self._sub_check_at = float("inf")
+        mids = [self._subscribe(topic, qos) for topic, qos in self.subscriptions]
+        with self._sub_lock:  # SUBACKs that already came are in _sub_acks
+            self._setup_mids = {m for m in mids if m is not None and m not in self._sub_acks}
+            if not self._setup_mids:
+                self._subscribed.set()
         for m in self.birth():
             self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol))
         self._connected.set()
         log.info("%s: connected to %s", self.client_id, self.broker)
 
-    def _subscribe(self, topic: str, qos: int) -> None:
+    def _subscribe(self, topic: str, qos: int) -> int | None:
+        """Send a SUBSCRIBE; its mid, or None when the connection is gone (the next connect
+        subscribes again)."""
         with self._sub_lock:  # held while paho sends, so the SUBACK finds its mid registered
             rc, mid = self._client.subscribe(topic, qos)
             if rc == mqtt.MQTT_ERR_SUCCESS:
                 self._sub_sent[mid] = (topic, qos)
+                return mid
+            return None
 
     def _subscriptions_due(self) -> bool:
         """A SUBACK to check or a refused subscription to try again (publisher thread)."""
-        if not self._connected.is_set():
-            return False
-        with self._sub_lock:
-            if self._sub_acks.keys() & self._sub_sent.keys():
-                return True
-            now = time.monotonic()
-            return any(due <= now for due, _ in self._sub_retry.values())
+        return self._connected.is_set() and time.monotonic() >= self._sub_check_at
 
     def _check_subscriptions(self) -> None:
         """Schedule a refused subscription again (0.5 s doubling up to 8 s); make the due ones."""
@@ -650,6 +672,10 @@ class MqttNode:
                 if when <= now:
                     due.append(key)
                     self._sub_retry[key] = (float("inf"), tries)  # until its SUBACK comes
+            # the next look: a SUBACK in meanwhile (on_subscribe sets 0), else the next retry due
+            pending_acks = bool(self._sub_acks.keys() & self._sub_sent.keys())
+            next_retry = min((when for when, _ in self._sub_retry.values()), default=float("inf"))
+            self._sub_check_at = 0.0 if pending_acks else next_retry
         for topic, qos in due:
             self._subscribe(topic, qos)
 
