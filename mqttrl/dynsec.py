@@ -7,7 +7,10 @@ MQTT (``$CONTROL/dynamic-security/v1``) by an admin client; :func:`init_files` w
 plugin's first JSON file (with that admin) and a mosquitto config that loads it.
 
 Names: the role and the client of kind K in run R are both called ``R-K`` (kinds contain no
-``-``, so two runs never share a name). See broker/README.md ("Run isolation").
+``-``, so two runs never share a name). A worker may also get an identity of its own,
+``R-worker@NAME`` (``add-run --workers``, ``add-workers``): its role lets it publish only under
+its own name, so workers of one run cannot speak for each other (``@`` is in no mqttrl name:
+no other run or kind ends up with such a name). See broker/README.md ("Run isolation").
 """
 
 from __future__ import annotations
@@ -128,20 +131,53 @@ def name(run: str, kind: str) -> str:
     return f"{check_name('run', run)}-{kind}"
 
 
-def role_acls(run: str, kind: str) -> list[dict]:
-    """The ACL list of ``kind``'s role in ``run``: publish and read rights on that run's topics only."""
+#: the worker topics whose ``{name}`` is the worker's own name: a worker with an identity of its
+#: own publishes (and reads its inference replies) only under its name
+OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REPLY})
+
+
+def worker_name(run: str, worker: str) -> str:
+    """The role and client name of worker ``worker``'s own identity in ``run``."""
+    return f"{name(run, 'worker')}@{check_name('worker name', worker)}"
+
+
+def worker_names(spec: str) -> list[str]:
+    """``--workers``: a count N (the names ``mqttrl train`` gives: w0 .. wN-1) or comma-separated
+    names; ValueError with one line otherwise."""
+    spec = spec.strip()
+    if spec.isdigit():
+        if not 1 <= int(spec) <= 10000:
+            raise ValueError(f"--workers {spec}: a count from 1 to 10000, or names")
+        return [f"w{i}" for i in range(int(spec))]
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--workers: give a count or comma-separated worker names")
+    for n in names:
+        check_name("worker", n)
+    if len(set(names)) != len(names):
+        raise ValueError(f"--workers {spec}: a name is given twice")
+    return names
+
+
+def _acl(acltype: str, topic: str) -> dict:
+    return {"acltype": acltype, "topic": topic, "priority": 0, "allow": True}
+
+
+def role_acls(run: str, kind: str, worker: str | None = None) -> list[dict]:
+    """The ACL list of ``kind``'s role in ``run``: publish and read rights on that run's topics only.
+    With ``worker`` (kind ``worker``): that worker's own role, its named topics narrowed to its name."""
     topics = Topics(run)
     publish, read = RIGHTS[kind]
     acls = []
     for k in Kind:
-        f = topics.filter(k)
+        f = topics.topic(k, worker) if worker is not None and k in OWN_NAME_KINDS else topics.filter(k)
         if k in publish:
-            acls.append({"acltype": "publishClientSend", "topic": f, "priority": 0, "allow": True})
+            acls.append(_acl("publishClientSend", f))
         if k in read:
-            acls.append({"acltype": "subscribePattern", "topic": f, "priority": 0, "allow": True})
-            acls.append({"acltype": "publishClientReceive", "topic": f, "priority": 0, "allow": True})
+            acls.append(_acl("subscribePattern", f))
+            acls.append(_acl("publishClientReceive", f))
             if k == Kind.INFER_REQUEST:  # the pool of servers consumes through a shared subscription
-                acls.append({"acltype": "subscribePattern", "topic": f"$share/+/{f}", "priority": 0, "allow": True})
+                acls.append(_acl("subscribePattern", f"$share/+/{f}"))
     return acls
 
 
@@ -172,6 +208,27 @@ def add_run_commands(run: str, passwords: dict[str, str]) -> list[dict]:
     return cmds
 
 
+def add_workers_commands(run: str, passwords: dict[str, str]) -> list[dict]:
+    """createRole and createClient of each worker's own identity (worker name -> password)."""
+    roles, clients = [], []
+    for worker, password in passwords.items():
+        n = worker_name(run, worker)
+        text = f"mqttrl worker {worker} of run {run}"
+        roles.append(
+            {"command": "createRole", "rolename": n, "textname": text, "acls": role_acls(run, "worker", worker)}
+        )
+        clients.append(
+            {
+                "command": "createClient",
+                "username": n,
+                "password": password,
+                "textname": text,
+                "roles": [{"rolename": n, "priority": 0}],
+            }
+        )
+    return roles + clients
+
+
 def remove_run_commands(run: str) -> list[dict]:
     """deleteClient (the plugin disconnects a deleted client) and deleteRole for every node kind of ``run``."""
     return [{"command": "deleteClient", "username": name(run, k)} for k in NODE_KINDS] + [
@@ -192,10 +249,15 @@ def write_private(path: Path, text: str) -> None:
 
 
 def credentials_doc(broker: str | None, clients: dict[str, tuple[str, str]], run: str | None = None) -> dict:
+    """A credentials file: ``clients`` by node kind; workers' own identities (``worker@NAME``
+    keys) under ``workers`` by worker name."""
     doc: dict = {"run": run} if run else {}
     if broker:
         doc["broker"] = broker
-    doc["clients"] = {k: {"username": u, "password": p} for k, (u, p) in clients.items()}
+    doc["clients"] = {k: {"username": u, "password": p} for k, (u, p) in clients.items() if "@" not in k}
+    workers = {k.split("@", 1)[1]: {"username": u, "password": p} for k, (u, p) in clients.items() if "@" in k}
+    if workers:
+        doc["workers"] = workers
     return doc
 
 
@@ -203,18 +265,20 @@ def read_credentials(path: str | Path) -> dict:
     """A credentials file of ``mqttrl broker init`` / ``add-run``; ValueError with one line if it is not one."""
     try:
         doc = json.loads(Path(path).read_text())
-        clients = doc["clients"]
-        for kind, c in clients.items():
+        entries = [("client", k, c) for k, c in doc["clients"].items()]
+        entries += [("worker", k, c) for k, c in doc.get("workers", {}).items()]
+        for what, key, c in entries:
             if not (isinstance(c.get("username"), str) and isinstance(c.get("password"), str)):
-                raise ValueError(f"client {kind!r} has no username/password")
+                raise ValueError(f"{what} {key!r} has no username/password")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not an mqttrl credentials file ({e})") from None
     return doc
 
 
 def run_credentials(path: str | Path, run: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
-    """The broker URL and node kind -> (user, password) of an ``add-run`` file for ``run``;
-    ValueError with one line if the file is of another run or lacks a node kind."""
+    """The broker URL and node kind -> (user, password) of an ``add-run`` file for ``run``, with
+    ``worker@NAME`` -> (user, password) for each worker with an identity of its own; ValueError
+    with one line if the file is of another run or lacks a node kind."""
     doc = read_credentials(path)
     if doc.get("run") != run:
         raise ValueError(
@@ -224,7 +288,9 @@ def run_credentials(path: str | Path, run: str) -> tuple[str | None, dict[str, t
     missing = [k for k in NODE_KINDS if k not in doc["clients"]]
     if missing:
         raise ValueError(f"{path} has no client for {', '.join(missing)}")
-    return doc.get("broker"), {k: (doc["clients"][k]["username"], doc["clients"][k]["password"]) for k in NODE_KINDS}
+    clients = {k: (doc["clients"][k]["username"], doc["clients"][k]["password"]) for k in NODE_KINDS}
+    clients |= {f"worker@{w}": (c["username"], c["password"]) for w, c in doc.get("workers", {}).items()}
+    return doc.get("broker"), clients
 
 
 # ---- init: the plugin's first file and a mosquitto config --------------------------------------
@@ -474,38 +540,81 @@ class DynsecAdmin:
         return out
 
 
-def add_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> dict[str, tuple[str, str]]:
-    """Create ``run``'s roles and clients; returns node kind -> (username, password).
+def _create_all_or_nothing(admin: DynsecAdmin, cmds: list[dict], what: str, hint: str) -> None:
+    """Send create commands; if the plugin refuses one (e.g. a name exists), remove what this
+    call created and raise DynsecError naming the first refusal."""
+    responses = admin.send(cmds, check=False)
+    failed = [(c, r) for c, r in zip(cmds, responses) if r.get("error")]
+    if not failed:
+        return
+    undo = []
+    for c, r in zip(cmds, responses):
+        if not r.get("error"):
+            if c["command"] == "createClient":
+                undo.append({"command": "deleteClient", "username": c["username"]})
+            else:
+                undo.append({"command": "deleteRole", "rolename": c["rolename"]})
+    if undo:
+        admin.send(undo[::-1], check=False)
+    c, r = failed[0]
+    raise DynsecError(
+        f"{what} not added: {c['command']} {c.get('username') or c.get('rolename')}: {r['error']}"
+        + (f" ({hint})" if "exist" in str(r["error"]).lower() else "")
+    )
+
+
+def add_run(
+    settings: BrokerSettings, run: str, timeout: float = 10.0, workers: list[str] = ()
+) -> dict[str, tuple[str, str]]:
+    """Create ``run``'s roles and clients, and an own identity for each of ``workers``; returns
+    node kind -> (username, password), and ``worker@NAME`` -> (username, password) per worker.
     All or nothing: if the plugin refuses one (e.g. the run exists), what this call created is removed."""
     check_name("run", run)
     passwords = {k: new_password() for k in NODE_KINDS}
-    cmds = add_run_commands(run, passwords)
+    worker_passwords = {w: new_password() for w in workers}
+    cmds = add_run_commands(run, passwords) + add_workers_commands(run, worker_passwords)
     with DynsecAdmin(settings, timeout) as admin:
-        responses = admin.send(cmds, check=False)
-        failed = [(c, r) for c, r in zip(cmds, responses) if r.get("error")]
-        if failed:
-            undo = []
-            for c, r in zip(cmds, responses):
-                if not r.get("error"):
-                    if c["command"] == "createClient":
-                        undo.append({"command": "deleteClient", "username": c["username"]})
-                    else:
-                        undo.append({"command": "deleteRole", "rolename": c["rolename"]})
-            if undo:
-                admin.send(undo[::-1], check=False)
-            c, r = failed[0]
-            raise DynsecError(
-                f"run {run!r} not added: {c['command']} {c.get('username') or c.get('rolename')}: {r['error']}"
-                + (" (remove it first: mqttrl broker remove-run)" if "exist" in str(r["error"]).lower() else "")
-            )
-    return {k: (name(run, k), passwords[k]) for k in NODE_KINDS}
+        _create_all_or_nothing(admin, cmds, f"run {run!r}", "remove it first: mqttrl broker remove-run")
+    return {k: (name(run, k), passwords[k]) for k in NODE_KINDS} | {
+        f"worker@{w}": (worker_name(run, w), p) for w, p in worker_passwords.items()
+    }
 
 
-def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> list[str]:
-    """Delete ``run``'s clients (disconnecting them) and roles; returns what was not there."""
+def add_workers(
+    settings: BrokerSettings, run: str, workers: list[str], timeout: float = 10.0
+) -> dict[str, tuple[str, str]]:
+    """Give each of ``workers`` of an existing ``run`` an identity of its own; returns
+    ``worker@NAME`` -> (username, password). All or nothing, as :func:`add_run`."""
     check_name("run", run)
-    cmds = remove_run_commands(run)
+    passwords = {w: new_password() for w in workers}
     with DynsecAdmin(settings, timeout) as admin:
+        _create_all_or_nothing(
+            admin, add_workers_commands(run, passwords), f"workers of run {run!r}", "a worker of that name exists"
+        )
+    return {f"worker@{w}": (worker_name(run, w), p) for w, p in passwords.items()}
+
+
+def _own_worker_names(admin: DynsecAdmin, run: str) -> tuple[list[str], list[str]]:
+    """The clients and roles of ``run``'s workers with an identity of their own."""
+    prefix = name(run, "worker") + "@"
+    clients, roles = admin.send([{"command": "listClients"}, {"command": "listRoles"}])
+    return (
+        [u for u in clients.get("data", {}).get("clients", []) if isinstance(u, str) and u.startswith(prefix)],
+        [r for r in roles.get("data", {}).get("roles", []) if isinstance(r, str) and r.startswith(prefix)],
+    )
+
+
+def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> tuple[list[str], list[str]]:
+    """Delete ``run``'s clients (disconnecting them) and roles, its workers' own ones included;
+    returns the run's kind names that were not there, and the workers' own names deleted."""
+    check_name("run", run)
+    with DynsecAdmin(settings, timeout) as admin:
+        clients, roles = _own_worker_names(admin, run)
+        own = [{"command": "deleteClient", "username": u} for u in clients]
+        own += [{"command": "deleteRole", "rolename": r} for r in roles]
+        if own:
+            admin.send(own)
+        cmds = remove_run_commands(run)
         responses = admin.send(cmds, check=False)
     missing = []
     for c, r in zip(cmds, responses):
@@ -514,18 +623,23 @@ def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> lis
             raise DynsecError(f"{c['command']} {c.get('username') or c.get('rolename')}: {err}")
         if err:
             missing.append(c.get("username") or c.get("rolename"))
-    return missing
+    return missing, sorted(set(clients) | set(roles))
 
 
 def markdown_table() -> str:
     """The rights of every node kind as broker/README.md shows them (a test keeps the doc equal to this)."""
     from mqttrl.transport.topics import TABLE
 
-    def topics(kinds: frozenset[Kind]) -> str:
-        return ", ".join(f"`{s.pattern.replace('{name}', '+')}`" for s in TABLE if s.kind in kinds)
+    def topics(kinds: frozenset[Kind], own: bool = False) -> str:
+        def shown(s) -> str:
+            return s.pattern.replace("{name}", "<name>" if own and s.kind in OWN_NAME_KINDS else "+")
+
+        return ", ".join(f"`{shown(s)}`" for s in TABLE if s.kind in kinds)
 
     rows = ["| client and role | may publish | may read |", "|---|---|---|"]
     for kind in NODE_KINDS:
         publish, read = RIGHTS[kind]
         rows.append(f"| `<run>-{kind}` | {topics(publish)} | {topics(read)} |")
+        if kind == "worker":
+            rows.append(f"| `<run>-worker@<name>` | {topics(publish, True)} | {topics(read, True)} |")
     return "\n".join(rows)

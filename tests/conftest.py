@@ -17,6 +17,28 @@ from mqttrl.local.broker import _wait_port, free_port, mosquitto_config
 REPO = Path(__file__).resolve().parent.parent
 
 
+def cartpole_dqn_toml(run: str, **sections: dict) -> str:
+    """A small CartPole DQN run config for end-to-end tests: two envs, learning from 200 steps, a
+    learner that keeps up on a busy 2-core machine and publishes its metrics twice a second.
+    ``sections`` override or add keys per section, e.g. ``learner={"worker_timeout_s": 15.0}``; a
+    value of None leaves the key out (the default applies)."""
+    config: dict[str, dict] = {
+        "env": {"id": "CartPole-v1", "num_envs": 2},
+        "algorithm": {"name": "dqn", "learning_starts": 200, "replay_ratio": 1.0},
+        "worker": {"batch_size": 32},
+        "learner": {"publish_every": 10, "checkpoint_every": 1000, "metrics_interval_s": 0.5},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    lines = [f"run = {run!r}"]
+    for name, values in config.items():
+        lines.append(f"[{name}]")
+        lines += [
+            f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in values.items() if v is not None
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def stop_server(proc: subprocess.Popen | None, log, timeout: float = 10.0) -> None:
     """SIGTERM a test server (SIGKILL if it does not go in ``timeout``) and close its log."""
     if proc is None:

@@ -30,6 +30,7 @@ from conftest import (
     Mosquitto,
     Proc,
     ProductionMosquitto,
+    cartpole_dqn_toml,
     create_users,
     node_env,
     script,
@@ -332,27 +333,6 @@ def retained_weights_version(port: int, run: str, timeout: float = 5) -> int:
     return got[0]
 
 
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 2
-[algorithm]
-name = "dqn"
-learning_starts = 200
-# a learner that keeps up on a busy test machine: the worker is not paused, so it
-# keeps sending while the link is cut
-replay_ratio = 1.0
-[worker]
-batch_size = 32
-[learner]
-publish_every = 10
-checkpoint_every = 1000
-metrics_interval_s = 0.5
-worker_timeout_s = 10.0
-"""
-
-
 @pytest.mark.e2e
 def test_a_worker_behind_a_bridge_loses_no_batch_when_the_link_is_cut(tmp_path):
     run, site = "e2e-bridge", "site-a"
@@ -365,7 +345,7 @@ def test_a_worker_behind_a_bridge_loses_no_batch_when_the_link_is_cut(tmp_path):
     site_broker.workdir.mkdir()
     site_broker.start()
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(run=run))
+    cfg.write_text(cartpole_dqn_toml(run, learner={"worker_timeout_s": 10.0}))
     ledgers = tmp_path / "ledgers"
     env = node_env(MQTTRL_LEDGER_DIR=str(ledgers))
     watch = Watcher(central.port, run)  # the learner's metrics, on central

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import BROKER_KIT, BROKER_USERS, Proc, ProductionMosquitto, create_users, script
+from conftest import BROKER_KIT, BROKER_USERS, Proc, ProductionMosquitto, cartpole_dqn_toml, create_users, script
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -481,20 +481,6 @@ def test_compose_mounts_match_the_production_config():
 
 # ---- the real nodes under the ACL ------------------------------------------------------------
 
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 2
-[algorithm]
-name = "dqn"
-learning_starts = 200
-[learner]
-publish_every = 20
-metrics_interval_s = 0.5
-worker_timeout_s = 4.0
-"""
-
 
 @pytest.mark.e2e
 def test_real_learner_and_worker_under_the_acl_survive_a_broker_restart(tmp_path, broker, broker_pki):
@@ -506,7 +492,9 @@ def test_real_learner_and_worker_under_the_acl_survive_a_broker_restart(tmp_path
 
     run = "kit-e2e"
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(run=run))
+    cfg.write_text(
+        cartpole_dqn_toml(run, algorithm={"replay_ratio": None}, learner={"publish_every": 20, "worker_timeout_s": 4.0})
+    )
     watch = Watcher(broker.port, run, "telemetry", BROKER_USERS["telemetry"])
     learner = Proc(
         [

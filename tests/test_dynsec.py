@@ -280,6 +280,83 @@ def test_wrong_password_and_anonymous_are_refused(dynsec_broker, protocol):
     ok.close()
 
 
+def test_worker_names_from_a_count_or_a_list():
+    assert dynsec.worker_names("3") == ["w0", "w1", "w2"]  # the names mqttrl train gives
+    assert dynsec.worker_names("gamepc1, gamepc2") == ["gamepc1", "gamepc2"]
+    for bad, says in (("0", "count"), ("a,a", "twice"), ("a/b", "invalid worker name"), (" , ", "give a count")):
+        with pytest.raises(ValueError, match=says):
+            dynsec.worker_names(bad)
+    assert dynsec.worker_name("A", "w0") == "A-worker@w0"
+    own = {a["topic"] for a in dynsec.role_acls("A", "worker", "w0") if a["acltype"] == "publishClientSend"}
+    assert own == {
+        "mqttrl/A/samples/w0",
+        "mqttrl/A/episodes/w0",
+        "mqttrl/A/heartbeat/w0",
+        "mqttrl/A/state/workers/w0",
+        "mqttrl/A/infer/+/request",
+    }
+
+
+@needs_plugin
+def test_a_worker_with_its_own_identity_cannot_speak_for_another(dynsec_broker, tmp_path, capsys):
+    """add-run --workers: each worker publishes only under its own name and reads only its own
+    inference replies; the shared worker client still works; remove-run deletes them all."""
+    b = dynsec_broker
+    out = tmp_path / "A.json"
+    admin = ["--admin-credentials", str(b.admin_file)]
+    cli.main(["broker", "add-run", "A", "--workers", "2", *admin, "-o", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["workers"] == {
+        w: {"username": f"A-worker@{w}", "password": doc["workers"][w]["password"]} for w in ("w0", "w1")
+    }
+    creds = {k: (c["username"], c["password"]) for k, c in doc["clients"].items()}
+    creds |= {f"worker@{w}": (c["username"], c["password"]) for w, c in doc["workers"].items()}
+    t = Topics("A")
+    peers = []
+    try:
+        learner = _peer(b, creds, "learner")
+        peers.append(learner)
+        assert learner.subscribe(t.all_samples)
+        learner.publish(t.weights, b"weights of A", retain=True)
+        w0 = _peer(b, creds, "worker@w0")
+        peers.append(w0)
+        w0.publish(t.samples("w1"), b"w0 posing as w1")  # refused: may drop w0's connection
+        w0 = _peer(b, creds, "worker@w0")
+        peers.append(w0)
+        w0.publish(t.samples("w0"), b"w0 as itself")
+        assert learner.wait_for(t.samples("w0")) == [b"w0 as itself"]
+        assert w0.subscribe(t.weights) and w0.wait_for(t.weights) == [b"weights of A"]
+        assert w0.subscribe(t.infer_reply("w0")) and not w0.subscribe(t.infer_reply("w1"))
+        shared = _peer(b, creds, "worker")  # the run's shared worker client is still there
+        peers.append(shared)
+        shared.publish(t.samples("w1"), b"shared as w1")
+        assert learner.wait_for(t.samples("w1")) == [b"shared as w1"]
+        assert b"w0 posing as w1" not in [p for _, p in learner.received]
+
+        # add-workers later: a new game PC gets its identity, merged into the same file
+        cli.main(["broker", "add-workers", "A", "gamepc3", *admin, "-o", str(out)])
+        assert "gamepc3" in capsys.readouterr().out
+        doc = json.loads(out.read_text())
+        assert set(doc["workers"]) == {"w0", "w1", "gamepc3"} and set(doc["clients"]) == set(dynsec.NODE_KINDS)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        pc3 = _peer(b, {"x": tuple(doc["workers"]["gamepc3"].values())}, "x")
+        peers.append(pc3)
+        pc3.publish(t.samples("gamepc3"), b"from gamepc3")
+        assert learner.wait_for(t.samples("gamepc3")) == [b"from gamepc3"]
+        with pytest.raises(SystemExit, match="exists"):
+            cli.main(["broker", "add-workers", "A", "w1", *admin, "-o", str(out)])
+        assert set(json.loads(out.read_text())["workers"]) == {"w0", "w1", "gamepc3"}
+
+        cli.main(["broker", "remove-run", "A", *admin])
+        assert "A-worker@gamepc3" in capsys.readouterr().out
+        for kind in ("worker@w0", "worker@w1"):
+            assert not Peer(b.port, *creds[kind]).accepted
+        assert not Peer(b.port, *doc["workers"]["gamepc3"].values()).accepted
+    finally:
+        for p in peers:
+            p.close()
+
+
 @needs_plugin
 def test_remove_run_disconnects_and_locks_out_its_clients(dynsec_broker, capsys):
     creds = dynsec.add_run(dynsec_broker.admin, "A")
@@ -355,13 +432,14 @@ def test_kinds_cover_the_table():
 @pytest.mark.e2e
 def test_train_with_per_node_credentials_trains_on_the_dynsec_broker(dynsec_broker, tmp_path):
     """`mqttrl train --credentials FILE` (what add-run wrote): every child logs in as its own client of
-    the run, the parent as its operator, and the run trains, evaluates and keeps telemetry."""
+    the run, the parent as its operator, and the run trains, evaluates and keeps telemetry. Worker w0
+    has an identity of its own (add-run --workers w0) and logs in with it; w1 uses the shared one."""
     creds = tmp_path / "cartpole.json"
     admin = ["--admin-credentials", str(dynsec_broker.admin_file)]
-    cli.main(["broker", "add-run", "cartpole-dqn", "-o", str(creds), "--quiet", *admin])
+    cli.main(["broker", "add-run", "cartpole-dqn", "-o", str(creds), "--quiet", "--workers", "w0", *admin])
     run_dir = tmp_path / "run"
     argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir)]
-    argv += ["--credentials", str(creds), "--no-progress", "--workers", "1", "--set", "train.max_seconds=15"]
+    argv += ["--credentials", str(creds), "--no-progress", "--workers", "2", "--set", "train.max_seconds=15"]
     argv += ["--set", "train.eval_every_s=2", "--set", "train.target_return=10000"]
     argv += ["--set", "algorithm.learning_starts=200", "--set", "train.eval_episodes=2"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=node_env())
@@ -369,11 +447,11 @@ def test_train_with_per_node_credentials_trains_on_the_dynsec_broker(dynsec_brok
     assert out.returncode == 3, logs  # the budget ran out, as asked
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] > 0 and summary["updates"] and summary["evaluations"] >= 1, summary
-    assert summary["rejected"] == {}, summary
+    assert summary["rejected"] == {} and summary["workers"] == 2, summary
     assert "-operator" not in json.dumps(summary)
     dynsec_broker.stop()
     broker_log = (dynsec_broker.dir / "mosquitto.log").read_text()
-    for kind in ("learner", "worker", "telemetry", "operator"):
+    for kind in ("learner", "worker@w0", "worker", "telemetry", "operator"):
         assert f"u'cartpole-dqn-{kind}'" in broker_log, kind  # each logged in as its own client
     assert "not authorised" not in broker_log.lower() and "denied" not in broker_log.lower(), broker_log
     for name in ("episode", "eval", "worker", "learner"):  # telemetry read the run's episodes, evaluations ...

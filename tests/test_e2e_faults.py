@@ -13,30 +13,13 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import Proc, node_env, script
+from conftest import Proc, cartpole_dqn_toml, node_env, script
 from watch import Watcher
 
 from mqttrl.ledger import read as read_ledger
 from mqttrl.transport.topics import Topics
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 2
-[algorithm]
-name = "dqn"
-learning_starts = 300
-[worker]
-batch_size = 64
-[learner]
-publish_every = 20
-checkpoint_every = 100
-metrics_interval_s = 0.5
-worker_timeout_s = 4.0
-"""
 
 
 def start_learner(tmp_path: Path, cfg: Path, url: str, run_dir: Path, env: dict, *extra: str) -> Proc:
@@ -51,7 +34,14 @@ def start_worker(tmp_path: Path, url: str, run: str, name: str, env: dict) -> Pr
 
 def setup(tmp_path: Path, run: str) -> tuple[Path, dict, Path]:
     cfg = tmp_path / f"{run}.toml"
-    cfg.write_text(CONFIG.format(run=run))
+    cfg.write_text(
+        cartpole_dqn_toml(
+            run,
+            algorithm={"learning_starts": 300, "replay_ratio": None},
+            worker={"batch_size": 64},
+            learner={"publish_every": 20, "checkpoint_every": 100, "worker_timeout_s": 4.0},
+        )
+    )
     ledgers = tmp_path / "ledgers"
     return cfg, node_env(MQTTRL_LEDGER_DIR=str(ledgers)), ledgers
 

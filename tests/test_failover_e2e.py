@@ -6,25 +6,8 @@ from __future__ import annotations
 import signal
 
 import pytest
-from conftest import Mosquitto, Proc, node_env, script
+from conftest import Mosquitto, Proc, cartpole_dqn_toml, node_env, script
 from watch import Watcher
-
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 2
-[algorithm]
-name = "dqn"
-learning_starts = 200
-replay_ratio = 1.0
-[worker]
-batch_size = 32
-[learner]
-publish_every = 10
-checkpoint_every = 1000
-metrics_interval_s = 0.5
-"""
 
 
 @pytest.mark.e2e
@@ -38,7 +21,7 @@ def test_a_learner_that_fails_over_brings_config_and_weights_to_the_new_broker(t
         m.workdir.mkdir()
         m.start()
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(run=run))
+    cfg.write_text(cartpole_dqn_toml(run))
     env = node_env()
     on_a = Watcher(a.port, run)
     on_b = Watcher(b.port, run)

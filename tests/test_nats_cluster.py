@@ -25,7 +25,7 @@ from collections import Counter
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import NatsCluster, Proc, node_env, script
+from conftest import NatsCluster, Proc, cartpole_dqn_toml, node_env, script
 from watch import Watcher
 
 from mqttrl.ledger import read as read_ledger
@@ -34,24 +34,6 @@ from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 2
-[algorithm]
-name = "dqn"
-learning_starts = 200
-replay_ratio = 1.0
-[worker]
-batch_size = 32
-[learner]
-publish_every = 10
-checkpoint_every = 1000
-metrics_interval_s = 0.5
-worker_timeout_s = 15.0
-"""
 
 
 def retained(url: str, run: str, timeout: float = 20) -> dict[str, object]:
@@ -81,7 +63,7 @@ def test_training_survives_losing_a_node_of_the_nats_cluster(tmp_path, nats_clus
     run = "e2e-nats"
     n1, n2, n3 = nats_cluster.nodes
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.format(run=run))
+    cfg.write_text(cartpole_dqn_toml(run, learner={"worker_timeout_s": 15.0}))
     ledgers = tmp_path / "ledgers"
     env = node_env(MQTTRL_LEDGER_DIR=str(ledgers))
     watch = Watcher(n1.mqtt_port, run, protocol=mqtt.MQTTv311)  # on node 1, with the learner

@@ -1,4 +1,4 @@
-"""``mqttrl broker init|add-run|remove-run``: isolated runs on a shared mosquitto (dynamic security plugin)."""
+"""``mqttrl broker init|add-run|add-workers|remove-run``: isolated runs on a shared mosquitto (dynamic security plugin)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ EPILOG = """examples:
   mosquitto -c /etc/mosquitto/mqttrl/mosquitto.conf
   mqttrl broker add-run cartpole --admin-credentials /etc/mosquitto/mqttrl/admin.json   # -> cartpole.credentials.json
   mqttrl train configs/cartpole_dqn.toml --credentials cartpole.credentials.json
+  mqttrl broker add-run cartpole --workers 4 ...     # and w0..w3 each get an identity of their own
+  mqttrl broker add-workers cartpole gamepc5 ... -o cartpole.credentials.json   # one more, merged into the file
   mqttrl broker remove-run cartpole --admin-credentials /etc/mosquitto/mqttrl/admin.json
 (broker/README.md, "Run isolation")
 """
@@ -67,7 +69,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("-o", "--output", help="credentials file to write (default: RUN.credentials.json)")
     a.add_argument("--force", action="store_true", help="overwrite an existing credentials file")
     a.add_argument("--quiet", action="store_true", help="do not print the passwords (only the file has them)")
+    a.add_argument(
+        "--workers",
+        metavar="N|NAMES",
+        help="also give these workers an identity of their own, RUN-worker@NAME, that may publish only under its "
+        "own name: a count N (w0 .. wN-1, the names `mqttrl train` gives) or comma-separated names "
+        "(default: none; all workers use the shared RUN-worker)",
+    )
     _admin_args(a)
+    w = sub.add_parser(
+        "add-workers",
+        help="give workers of an added run identities of their own (RUN-worker@NAME)",
+        description="Create a role and a client RUN-worker@NAME per worker NAME of a run made by add-run: like "
+        "RUN-worker, but it may publish samples, episodes, heartbeats and its state only under its own name "
+        "and read only its own inference replies, so workers of the run cannot speak for each other. The "
+        "passwords are merged into the credentials file (created if missing, mode 0600).",
+        **kw,
+    )
+    w.add_argument("run", help="run name")
+    w.add_argument("names", nargs="+", metavar="NAME", help="worker names (the workers' --name)")
+    w.add_argument("-o", "--output", help="credentials file to merge into (default: RUN.credentials.json)")
+    w.add_argument("--quiet", action="store_true", help="do not print the passwords (only the file has them)")
+    _admin_args(w)
     r = sub.add_parser(
         "remove-run",
         help="delete a run's clients (disconnecting them) and roles",
@@ -113,10 +136,12 @@ def run(args: argparse.Namespace) -> None:
             _init(args)
         elif args.broker_command == "add-run":
             _add_run(args)
+        elif args.broker_command == "add-workers":
+            _add_workers(args)
         else:
             s = _admin_settings(args)
-            missing = dynsec.remove_run(s, args.run, args.timeout)
-            gone = [n for n in (dynsec.name(args.run, k) for k in dynsec.NODE_KINDS) if n not in missing]
+            missing, own = dynsec.remove_run(s, args.run, args.timeout)
+            gone = [n for n in (dynsec.name(args.run, k) for k in dynsec.NODE_KINDS) if n not in missing] + own
             if not gone:
                 raise SystemExit(f"run {args.run!r} has no clients or roles on {s.shown}")
             print(f"removed run {args.run} from {s.shown}: clients and roles {', '.join(gone)}")
@@ -144,8 +169,9 @@ def _add_run(args: argparse.Namespace) -> None:
     out = Path(args.output or f"{args.run}.credentials.json")
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; use -o FILE or --force")
+    workers = dynsec.worker_names(args.workers) if args.workers else []
     s = _admin_settings(args)
-    clients = dynsec.add_run(s, args.run, args.timeout)
+    clients = dynsec.add_run(s, args.run, args.timeout, workers)
     try:
         dynsec.write_private(out, json.dumps(dynsec.credentials_doc(s.urls[0], clients, args.run), indent=2) + "\n")
     except OSError as e:  # the run exists now; say so rather than lose the passwords
@@ -154,18 +180,45 @@ def _add_run(args: argparse.Namespace) -> None:
             f"run {args.run} added, but {out} could not be written ({e}); the passwords are above"
         ) from None
     print(f"added run {args.run} on {s.shown}; credentials in {out} (mode 0600)")
-    for kind, (user, password) in clients.items():
-        shown = "(in the file)" if args.quiet else f"MQTTRL_PASSWORD={shlex.quote(password)}"
-        print(f"  {kind:<10} MQTTRL_USERNAME={user} {shown}")
+    _show(clients, args.quiet)
     print(
         f"train with: mqttrl train CONFIG --credentials {shlex.quote(str(out))}   (the config's run must be {args.run})"
     )
 
 
+def _show(clients: dict[str, tuple[str, str]], quiet: bool) -> None:
+    for kind, (user, password) in clients.items():
+        shown = "(in the file)" if quiet else f"MQTTRL_PASSWORD={shlex.quote(password)}"
+        print(f"  {kind:<10} MQTTRL_USERNAME={shlex.quote(user)} {shown}")
+
+
+def _add_workers(args: argparse.Namespace) -> None:
+    from mqttrl import dynsec
+
+    out = Path(args.output or f"{args.run}.credentials.json")
+    doc = dynsec.read_credentials(out) if out.exists() else None  # a file that is not one: refused before any change
+    if doc is not None and doc.get("run") != args.run:
+        raise ValueError(f"{out} is for run {doc.get('run')!r}, not {args.run!r}; give -o FILE")
+    workers = dynsec.worker_names(",".join(args.names))
+    s = _admin_settings(args)
+    clients = dynsec.add_workers(s, args.run, workers, args.timeout)
+    doc = doc or dynsec.credentials_doc(s.urls[0], {}, args.run)
+    doc.setdefault("workers", {}).update(
+        {k.split("@", 1)[1]: {"username": u, "password": p} for k, (u, p) in clients.items()}
+    )
+    try:
+        dynsec.write_private(out, json.dumps(doc, indent=2) + "\n")
+    except OSError as e:
+        print(json.dumps(doc, indent=2))
+        raise SystemExit(f"workers added, but {out} could not be written ({e}); the passwords are above") from None
+    print(f"added workers {', '.join(workers)} to run {args.run} on {s.shown}; credentials in {out} (mode 0600)")
+    _show(clients, args.quiet)
+
+
 COMMAND = Command(
     help="isolated runs on a shared mosquitto: dynamic security roles and clients per run",
     description="Set up mosquitto's dynamic security plugin (init) and give every run its own clients and "
-    "roles (add-run, remove-run): a run's worker can publish only into its run and read only its run's "
+    "roles (add-run, add-workers, remove-run): a run's worker can publish only into its run and read only its run's "
     "model. The plugin is changed over MQTT ($CONTROL/dynamic-security/v1) by its admin client.",
     epilog=EPILOG,
     raw=True,

@@ -178,11 +178,12 @@ def train(
             user, password = credentials["operator"]
             broker = attrs.evolve(broker, username=user, password=password)
 
-        def env_of(kind: str) -> dict:
-            """A child's environment: its own user and password when each node kind has one."""
+        def env_of(kind: str, worker: str | None = None) -> dict:
+            """A child's environment: its own user and password when each node kind has one (a
+            worker's own identity, ``worker@NAME``, where the credentials give it one)."""
             if credentials is None:
                 return base_env
-            user, password = credentials[kind]
+            user, password = (worker is not None and credentials.get(f"worker@{worker}")) or credentials[kind]
             return {**base_env, "MQTTRL_USERNAME": user, "MQTTRL_PASSWORD": password}
 
         py = [sys.executable, "-m", "mqttrl"]
@@ -198,7 +199,7 @@ def train(
                 f"w{i}",
                 py + ["worker", "--run", config.run, "--name", f"w{i}", "--index", str(i)] + conn,
                 logs / f"worker-w{i}.log",
-                env_of("worker"),
+                env_of("worker", f"w{i}"),
             )
             for i in range(tc.workers)
         ]
