@@ -527,6 +527,7 @@ class Monitor:
             "episodes": self.episodes,
             "updates": self.metrics.get("updates"),
             "model_version": self.latest_version,
+            "workers": len(self.worker_status),  # workers that announced themselves during the run
             "rejected": self.metrics.get("rejected", {}),
         }
 
