@@ -22,6 +22,7 @@ import os
 import secrets
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -453,6 +454,7 @@ class DynsecAdmin:
         self._cond = threading.Condition()
         self._responses: dict[str, dict] = {}
         self._connected: object = None
+        self.progress: Callable[[int, int], None] | None = None
         self.client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id=f"mqttrl-dynsec-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv311
         )
@@ -508,10 +510,28 @@ class DynsecAdmin:
         self.client.disconnect()
         self.client.loop_stop()
 
+    #: commands per message: the plugin rewrites its whole file after each change, so a run with a
+    #: thousand worker identities takes about a minute; each chunk is answered within ``timeout``
+    CHUNK = 50
+
     def send(self, commands: list[dict], check: bool = True, settle: bool = False) -> list[dict]:
-        """Send ``commands`` in one message; the responses in order. ``check``: raise DynsecError
-        naming the first refused command. ``settle``: resend until answered (the first message may
-        go out before the response subscription is in place)."""
+        """Send ``commands`` (in messages of :attr:`CHUNK`); the responses in order. ``check``: raise
+        DynsecError naming the first refused command. ``settle``: resend until answered (the first
+        message may go out before the response subscription is in place). ``progress(done, total)``,
+        when set, hears of each chunk of a longer list."""
+        out: list[dict] = []
+        for start in range(0, len(commands), self.CHUNK):
+            out += self._send_one(commands[start : start + self.CHUNK], settle, done=start, total=len(commands))
+            if self.progress is not None and len(commands) > self.CHUNK:
+                self.progress(len(out), len(commands))
+        if check:
+            for c, r in zip(commands, out):
+                if r.get("error"):
+                    what = c.get("username") or c.get("rolename") or ""
+                    raise DynsecError(f"{c['command']} {what}: {r['error']}")
+        return out
+
+    def _send_one(self, commands: list[dict], settle: bool, done: int, total: int) -> list[dict]:
         ids = []
         for c in commands:
             c["correlationData"] = uuid.uuid4().hex
@@ -527,17 +547,16 @@ class DynsecAdmin:
             if ok:
                 break
         else:
+            if done:
+                raise DynsecError(
+                    f"{self.settings.shown} stopped answering after {done} of {total} commands (no answer in "
+                    f"{self.timeout:.0f}s); the plugin may still be working: give it a larger --timeout"
+                )
             raise DynsecError(
                 f"no answer on {RESPONSE} from {self.settings.shown}: is the dynamic security plugin loaded "
                 f"(plugin line in mosquitto.conf), and is {self.settings.user!r} its admin?"
             )
-        out = [self._responses.pop(i) for i in ids]
-        if check:
-            for c, r in zip(commands, out):
-                if r.get("error"):
-                    what = c.get("username") or c.get("rolename") or ""
-                    raise DynsecError(f"{c['command']} {what}: {r['error']}")
-        return out
+        return [self._responses.pop(i) for i in ids]
 
 
 def _create_all_or_nothing(admin: DynsecAdmin, cmds: list[dict], what: str, hint: str) -> None:
@@ -563,8 +582,11 @@ def _create_all_or_nothing(admin: DynsecAdmin, cmds: list[dict], what: str, hint
     )
 
 
+Progress = Callable[[int, int], None] | None
+
+
 def add_run(
-    settings: BrokerSettings, run: str, timeout: float = 10.0, workers: list[str] = ()
+    settings: BrokerSettings, run: str, timeout: float = 10.0, workers: list[str] = (), progress: Progress = None
 ) -> dict[str, tuple[str, str]]:
     """Create ``run``'s roles and clients, and an own identity for each of ``workers``; returns
     node kind -> (username, password), and ``worker@NAME`` -> (username, password) per worker.
@@ -574,6 +596,7 @@ def add_run(
     worker_passwords = {w: new_password() for w in workers}
     cmds = add_run_commands(run, passwords) + add_workers_commands(run, worker_passwords)
     with DynsecAdmin(settings, timeout) as admin:
+        admin.progress = progress
         _create_all_or_nothing(admin, cmds, f"run {run!r}", "remove it first: mqttrl broker remove-run")
     return {k: (name(run, k), passwords[k]) for k in NODE_KINDS} | {
         f"worker@{w}": (worker_name(run, w), p) for w, p in worker_passwords.items()
@@ -581,13 +604,14 @@ def add_run(
 
 
 def add_workers(
-    settings: BrokerSettings, run: str, workers: list[str], timeout: float = 10.0
+    settings: BrokerSettings, run: str, workers: list[str], timeout: float = 10.0, progress: Progress = None
 ) -> dict[str, tuple[str, str]]:
     """Give each of ``workers`` of an existing ``run`` an identity of its own; returns
     ``worker@NAME`` -> (username, password). All or nothing, as :func:`add_run`."""
     check_name("run", run)
     passwords = {w: new_password() for w in workers}
     with DynsecAdmin(settings, timeout) as admin:
+        admin.progress = progress
         _create_all_or_nothing(
             admin, add_workers_commands(run, passwords), f"workers of run {run!r}", "a worker of that name exists"
         )
@@ -604,11 +628,14 @@ def _own_worker_names(admin: DynsecAdmin, run: str) -> tuple[list[str], list[str
     )
 
 
-def remove_run(settings: BrokerSettings, run: str, timeout: float = 10.0) -> tuple[list[str], list[str]]:
+def remove_run(
+    settings: BrokerSettings, run: str, timeout: float = 10.0, progress: Progress = None
+) -> tuple[list[str], list[str]]:
     """Delete ``run``'s clients (disconnecting them) and roles, its workers' own ones included;
     returns the run's kind names that were not there, and the workers' own names deleted."""
     check_name("run", run)
     with DynsecAdmin(settings, timeout) as admin:
+        admin.progress = progress
         clients, roles = _own_worker_names(admin, run)
         own = [{"command": "deleteClient", "username": u} for u in clients]
         own += [{"command": "deleteRole", "rolename": r} for r in roles]

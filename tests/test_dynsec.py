@@ -298,13 +298,16 @@ def test_worker_names_from_a_count_or_a_list():
 
 
 @needs_plugin
-def test_a_worker_with_its_own_identity_cannot_speak_for_another(dynsec_broker, tmp_path, capsys):
+def test_a_worker_with_its_own_identity_cannot_speak_for_another(dynsec_broker, tmp_path, capsys, monkeypatch):
     """add-run --workers: each worker publishes only under its own name and reads only its own
-    inference replies; the shared worker client still works; remove-run deletes them all."""
+    inference replies; the shared worker client still works; remove-run deletes them all. The
+    plugin gets the commands in chunks (4 here, to have several), with progress on stderr."""
     b = dynsec_broker
+    monkeypatch.setattr(dynsec.DynsecAdmin, "CHUNK", 4)
     out = tmp_path / "A.json"
     admin = ["--admin-credentials", str(b.admin_file)]
     cli.main(["broker", "add-run", "A", "--workers", "2", *admin, "-o", str(out)])
+    assert "14/14 plugin commands done" in capsys.readouterr().err  # 7 roles and 7 clients
     doc = json.loads(out.read_text())
     assert doc["workers"] == {
         w: {"username": f"A-worker@{w}", "password": doc["workers"][w]["password"]} for w in ("w0", "w1")
@@ -343,9 +346,17 @@ def test_a_worker_with_its_own_identity_cannot_speak_for_another(dynsec_broker, 
         peers.append(pc3)
         pc3.publish(t.samples("gamepc3"), b"from gamepc3")
         assert learner.wait_for(t.samples("gamepc3")) == [b"from gamepc3"]
+        # all or nothing across chunks: w1 exists, so new1 and new2 are not left behind either
         with pytest.raises(SystemExit, match="exists"):
-            cli.main(["broker", "add-workers", "A", "w1", *admin, "-o", str(out)])
+            cli.main(["broker", "add-workers", "A", "new1", "new2", "w1", *admin, "-o", str(out)])
         assert set(json.loads(out.read_text())["workers"]) == {"w0", "w1", "gamepc3"}
+        with dynsec.DynsecAdmin(b.admin) as a:
+            (listed,) = a.send([{"command": "listClients"}])
+        assert sorted(u for u in listed["data"]["clients"] if "@" in u) == [
+            "A-worker@gamepc3",
+            "A-worker@w0",
+            "A-worker@w1",
+        ]
 
         cli.main(["broker", "remove-run", "A", *admin])
         assert "A-worker@gamepc3" in capsys.readouterr().out

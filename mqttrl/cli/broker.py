@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
+import time
 from pathlib import Path
 
 from mqttrl.cli.common import DEFAULT_BROKER, Command, DefaultsFormatter, broker_args, settings
@@ -140,11 +142,12 @@ def run(args: argparse.Namespace) -> None:
             _add_workers(args)
         else:
             s = _admin_settings(args)
-            missing, own = dynsec.remove_run(s, args.run, args.timeout)
-            gone = [n for n in (dynsec.name(args.run, k) for k in dynsec.NODE_KINDS) if n not in missing] + own
-            if not gone:
+            missing, own = dynsec.remove_run(s, args.run, args.timeout, _progress)
+            gone = [n for n in (dynsec.name(args.run, k) for k in dynsec.NODE_KINDS) if n not in missing]
+            if not gone and not own:
                 raise SystemExit(f"run {args.run!r} has no clients or roles on {s.shown}")
-            print(f"removed run {args.run} from {s.shown}: clients and roles {', '.join(gone)}")
+            shown = own if len(own) <= 10 else [*own[:5], f"... ({len(own)} worker identities in all)"]
+            print(f"removed run {args.run} from {s.shown}: clients and roles {', '.join(gone + shown)}")
     except (dynsec.DynsecError, FileExistsError, FileNotFoundError, ValueError) as e:
         raise SystemExit(f"mqttrl broker {args.broker_command}: {e}") from None
 
@@ -171,7 +174,7 @@ def _add_run(args: argparse.Namespace) -> None:
         raise FileExistsError(f"{out} exists; use -o FILE or --force")
     workers = dynsec.worker_names(args.workers) if args.workers else []
     s = _admin_settings(args)
-    clients = dynsec.add_run(s, args.run, args.timeout, workers)
+    clients = dynsec.add_run(s, args.run, args.timeout, workers, _progress)
     try:
         dynsec.write_private(out, json.dumps(dynsec.credentials_doc(s.urls[0], clients, args.run), indent=2) + "\n")
     except OSError as e:  # the run exists now; say so rather than lose the passwords
@@ -184,6 +187,18 @@ def _add_run(args: argparse.Namespace) -> None:
     print(
         f"train with: mqttrl train CONFIG --credentials {shlex.quote(str(out))}   (the config's run must be {args.run})"
     )
+
+
+_last_progress = [0.0]
+
+
+def _progress(done: int, total: int) -> None:
+    """Long lists (hundreds of worker identities) take a while, the plugin saving its file after
+    every command: a line every 2 s and at the end."""
+    now = time.monotonic()
+    if done == total or now - _last_progress[0] >= 2.0:
+        _last_progress[0] = now
+        print(f"  {done}/{total} plugin commands done", file=sys.stderr, flush=True)
 
 
 def _show(clients: dict[str, tuple[str, str]], quiet: bool) -> None:
@@ -201,7 +216,7 @@ def _add_workers(args: argparse.Namespace) -> None:
         raise ValueError(f"{out} is for run {doc.get('run')!r}, not {args.run!r}; give -o FILE")
     workers = dynsec.worker_names(",".join(args.names))
     s = _admin_settings(args)
-    clients = dynsec.add_workers(s, args.run, workers, args.timeout)
+    clients = dynsec.add_workers(s, args.run, workers, args.timeout, _progress)
     doc = doc or dynsec.credentials_doc(s.urls[0], {}, args.run)
     doc.setdefault("workers", {}).update(
         {k.split("@", 1)[1]: {"username": u, "password": p} for k, (u, p) in clients.items()}
