@@ -161,6 +161,9 @@ class TrainConfig:
     #: budget; 0 means unlimited
     max_seconds: float = attrs.field(default=600.0, validator=non_negative)
     max_env_steps: int = attrs.field(default=0, validator=non_negative)
+    #: when a budget ends the run, evaluate the newest model if no evaluation has seen it yet
+    #: (``final_eval_mean`` in summary.json; it counts like any evaluation for best/ and the target)
+    final_eval: bool = True
     #: run a telemetry process (CSV + PNG curves in <run dir>/telemetry, best-model quicksaves)
     telemetry: bool = True
     #: storage plugins telemetry writes to (influxdb reads INFLUXDB_URL/TOKEN/ORG/BUCKET)

@@ -48,6 +48,9 @@ def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
     assert summary["solved"] is False
     assert summary["env_steps"] > 5000 and summary["updates"] > 100
     assert summary["evaluations"] >= 2
+    # the budget ended the run: the model at the stop was evaluated (train.final_eval)
+    assert summary["final_model_version"] == summary["model_version"] and summary["final_eval_mean"] is not None
+    assert "final model (version" in out.stdout
     config = json.loads((run_dir / "config.json").read_text())
     assert config["train"]["max_seconds"] == 45.0 and config["algorithm"]["name"] == "dqn"
     with open(run_dir / "episodes.csv") as f:

@@ -69,6 +69,33 @@ class Evaluator(threading.Thread):
             self.count += 1
             self.on_result(w.version, returns, time.monotonic() - t0, payload)
 
+    def final(self, weights_payload: bytes, timeout: float) -> bool:
+        """Evaluate ``weights_payload`` after what is under way, then end the thread; False when
+        that did not finish within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.requests.put(weights_payload, timeout=timeout)
+        except queue.Full:
+            return False
+        return self.finish(deadline - time.monotonic())
+
+    def finish(self, timeout: float) -> bool:
+        """End the thread once what is queued is evaluated; False if not within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.requests.put(None, timeout=max(0.0, timeout))
+        except queue.Full:
+            return False
+        self.join(max(0.0, deadline - time.monotonic()))
+        return not self.is_alive()
+
+    def stop(self) -> None:
+        """End the thread after what it is doing (the queue may already hold the end)."""
+        try:
+            self.requests.put_nowait(None)
+        except queue.Full:
+            pass
+
 
 def _python_env() -> dict:
     env = dict(os.environ)
@@ -238,7 +265,7 @@ def train(
         undo.append(monitor.stop)
         evaluator = Evaluator(config, run_dir, monitor.on_eval)
         evaluator.start()
-        undo.append(lambda: evaluator.requests.put(None))
+        undo.append(evaluator.stop)
         undo.append(learner.stop)
         learner.start()
         undo.append(supervisor.stop)
@@ -287,12 +314,14 @@ def train(
                 learner.argv = learner.argv + (["--resume"] if "--resume" not in learner.argv else [])
                 learner.start()
             supervisor.check()
+        if tc.final_eval and stop_reason in ("time budget", "env step budget"):
+            _final_evaluation(monitor, evaluator, display, t_start)
     finally:
         restore_signals()
         display.close()
         supervisor.stop()
         learner.stop(timeout=60)
-        evaluator.requests.put(None)
+        evaluator.stop()
         monitor.stop()
         if embedded_broker is not None:
             embedded_broker.stop()
@@ -304,6 +333,25 @@ def train(
     if print_summary:
         _print_summary(summary)
     return summary
+
+
+def _final_evaluation(monitor: Monitor, evaluator: Evaluator, display: Progress, t_start: float) -> None:
+    """The budget ran out: evaluate the newest model unless an evaluation has it (letting one
+    under way finish). The workers go on meanwhile; the model is the one at the stop."""
+    payload, version = monitor.latest_weights, monitor.latest_version
+    if payload is None:
+        return
+    timeout = 60.0 + 4 * max((e["eval_s"] for e in monitor.evals), default=60.0)
+    if version > monitor.evaluated_version:
+        log.info("budget reached: evaluating the final model (version %d)", version)
+        monitor.evaluated_version = version
+        done = evaluator.final(payload, timeout)
+    else:
+        done = evaluator.finish(timeout)
+    if not done:
+        log.warning("the final evaluation did not end within %.0fs; summary.json has the earlier ones", timeout)
+    monitor.final_eval = next((e for e in reversed(monitor.evals) if e["model_version"] == version), None)
+    display.update(monitor.snapshot(time.monotonic() - t_start))
 
 
 def _print_summary(s: dict) -> None:
@@ -318,6 +366,10 @@ def _print_summary(s: dict) -> None:
         lines.append(f"best greedy evaluation mean {s['best_eval_mean']:.1f} (no target: trained for the budget)")
     elif s["best_eval_mean"] is not None:
         lines.append(f"not solved: best greedy evaluation mean {s['best_eval_mean']:.1f} (target {s['target_return']})")
+    if s.get("final_eval_mean") is not None:
+        lines.append(
+            f"final model (version {s['final_model_version']}): greedy evaluation mean {s['final_eval_mean']:.1f}"
+        )
     lines.append(f"run directory: {s['run_dir']}")
     print("\n".join(lines), flush=True)
 
@@ -359,6 +411,8 @@ class Monitor:
         self.latest_version = -1
         self.first_published_at: float | None = None  # the learner's first model of this run
         self.evaluated_version = -1
+        #: the evaluation of the model at the end of the budget (train.final_eval)
+        self.final_eval: dict | None = None
         self.evals: list[dict] = []
         self.best_eval: float | None = None
         self.solved_at: dict | None = None
@@ -522,6 +576,8 @@ class Monitor:
             "solve_eval_mean": s["mean"] if s else None,
             "solve_model_version": s["model_version"] if s else None,
             "best_eval_mean": self.best_eval,
+            "final_eval_mean": self.final_eval["mean"] if self.final_eval else None,
+            "final_model_version": self.final_eval["model_version"] if self.final_eval else None,
             "evaluations": len(self.evals),
             "env_steps": self.env_steps,
             "episodes": self.episodes,
