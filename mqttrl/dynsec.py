@@ -142,6 +142,13 @@ def worker_name(run: str, worker: str) -> str:
     return f"{name(run, 'worker')}@{check_name('worker name', worker)}"
 
 
+def own_worker_name(run: str, username: str | None) -> str | None:
+    """The worker name a user ``RUN-worker@NAME`` (a worker's own identity in ``run``) stands
+    for, else None."""
+    prefix = f"{run}-worker@"
+    return username[len(prefix) :] if username and username.startswith(prefix) else None
+
+
 def worker_names(spec: str) -> list[str]:
     """``--workers``: a count N (the names ``mqttrl train`` gives: w0 .. wN-1) or comma-separated
     names; ValueError with one line otherwise."""

@@ -492,6 +492,24 @@ def test_children_get_their_own_user_not_the_parents():
     assert _without_username(argv) == ["--broker", "mqtt://h:1883", "--tls-ca", "ca", "--mqtt-protocol", "5"]
 
 
+def test_a_worker_logged_in_as_its_own_identity_takes_its_name(capsys):
+    """RUN-worker@NAME may publish only as NAME: --name defaults to it, and another --name is one
+    line before any connection (not a worker whose every batch is refused)."""
+    import argparse
+
+    from mqttrl.cli.worker import add_arguments, worker_name
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    base = ["--run", "A", "--broker", "mqtt://127.0.0.1:1"]
+    assert worker_name(p.parse_args([*base, "--username", "A-worker@gamepc1"])) == "gamepc1"
+    assert worker_name(p.parse_args([*base, "--username", "A-worker@gamepc1", "--name", "gamepc1"])) == "gamepc1"
+    assert worker_name(p.parse_args([*base, "--username", "A-worker", "--name", "w3"])) == "w3"  # the shared client
+    assert worker_name(p.parse_args([*base, "--username", "B-worker@x"])) is None  # another run's: no default
+    with pytest.raises(SystemExit, match="may publish only as worker 'w0', not as --name 'w3'"):
+        cli.main(["worker", *base, "--username", "A-worker@w0", "--name", "w3"])
+
+
 def test_broker_readme_shows_the_rights_table():
     assert dynsec.markdown_table() in (REPO / "broker" / "README.md").read_text()
 

@@ -9,7 +9,11 @@ from mqttrl.cli.common import Command, broker_args, settings, setup_logging, ver
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
-    p.add_argument("--name", help="worker name, unique in the run (default <host>-<pid>)")
+    p.add_argument(
+        "--name",
+        help="worker name, unique in the run (default: <host>-<pid>; logged in as a worker's own identity "
+        "RUN-worker@NAME, that NAME)",
+    )
     p.add_argument(
         "--index",
         type=int,
@@ -23,16 +27,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     broker_args(p, required=True)
 
 
+def worker_name(args: argparse.Namespace) -> str | None:
+    """--name, checked against a worker's own identity (``RUN-worker@NAME`` may publish only as
+    NAME: under another name every batch would be refused and the connection dropped)."""
+    from mqttrl.dynsec import own_worker_name
+
+    own = own_worker_name(args.run, args.username)
+    if own is not None and args.name is not None and args.name != own:
+        raise SystemExit(
+            f"mqttrl-worker: user {args.username} may publish only as worker {own!r}, not as --name {args.name!r}: "
+            f"start it with --name {own} (or without --name)"
+        )
+    return args.name or own
+
+
 def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
     from mqttrl.envs.rollout import EnvFailing
     from mqttrl.nodes.worker.node import run_worker
 
+    name = worker_name(args)
     try:
         run_worker(
             settings(args),
             args.run,
-            name=args.name,
+            name=name,
             index=args.index,
             num_envs=args.num_envs,
             seed=args.seed,
