@@ -69,25 +69,32 @@ class Evaluator(threading.Thread):
             self.count += 1
             self.on_result(w.version, returns, time.monotonic() - t0, payload)
 
-    def final(self, weights_payload: bytes, timeout: float) -> bool:
+    def final(self, weights_payload: bytes, timeout: float, cancel: threading.Event | None = None) -> bool:
         """Evaluate ``weights_payload`` after what is under way, then end the thread; False when
-        that did not finish within ``timeout`` seconds."""
+        that did not finish within ``timeout`` seconds or ``cancel`` was set (Ctrl-C) first."""
         deadline = time.monotonic() + timeout
-        try:
-            self.requests.put(weights_payload, timeout=timeout)
-        except queue.Full:
+        if not self._put(weights_payload, deadline, cancel):
             return False
-        return self.finish(deadline - time.monotonic())
+        return self.finish(deadline - time.monotonic(), cancel)
 
-    def finish(self, timeout: float) -> bool:
-        """End the thread once what is queued is evaluated; False if not within ``timeout`` s."""
+    def finish(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """End the thread once what is queued is evaluated; False if not within ``timeout`` s or
+        ``cancel`` was set first."""
         deadline = time.monotonic() + timeout
-        try:
-            self.requests.put(None, timeout=max(0.0, timeout))
-        except queue.Full:
+        if not self._put(None, deadline, cancel):
             return False
-        self.join(max(0.0, deadline - time.monotonic()))
+        while self.is_alive() and time.monotonic() < deadline and not (cancel and cancel.is_set()):
+            self.join(min(0.25, max(0.0, deadline - time.monotonic())))
         return not self.is_alive()
+
+    def _put(self, item: bytes | None, deadline: float, cancel: threading.Event | None) -> bool:
+        while True:
+            try:
+                self.requests.put(item, timeout=min(0.25, max(0.0, deadline - time.monotonic())))
+                return True
+            except queue.Full:
+                if time.monotonic() >= deadline or (cancel and cancel.is_set()):
+                    return False
 
     def stop(self) -> None:
         """End the thread after what it is doing (the queue may already hold the end)."""
@@ -315,7 +322,7 @@ def train(
                 learner.start()
             supervisor.check()
         if tc.final_eval and stop_reason in ("time budget", "env step budget"):
-            _final_evaluation(monitor, evaluator, display, t_start)
+            _final_evaluation(monitor, evaluator, display, t_start, interrupted)
     finally:
         restore_signals()
         display.close()
@@ -335,9 +342,12 @@ def train(
     return summary
 
 
-def _final_evaluation(monitor: Monitor, evaluator: Evaluator, display: Progress, t_start: float) -> None:
+def _final_evaluation(
+    monitor: Monitor, evaluator: Evaluator, display: Progress, t_start: float, cancel: threading.Event
+) -> None:
     """The budget ran out: evaluate the newest model unless an evaluation has it (letting one
-    under way finish). The workers go on meanwhile; the model is the one at the stop."""
+    under way finish). The workers go on meanwhile; the model is the one at the stop. Ctrl-C
+    (``cancel``) ends the wait."""
     payload, version = monitor.latest_weights, monitor.latest_version
     if payload is None:
         return
@@ -345,11 +355,12 @@ def _final_evaluation(monitor: Monitor, evaluator: Evaluator, display: Progress,
     if version > monitor.evaluated_version:
         log.info("budget reached: evaluating the final model (version %d)", version)
         monitor.evaluated_version = version
-        done = evaluator.final(payload, timeout)
+        done = evaluator.final(payload, timeout, cancel)
     else:
-        done = evaluator.finish(timeout)
+        done = evaluator.finish(timeout, cancel)
     if not done:
-        log.warning("the final evaluation did not end within %.0fs; summary.json has the earlier ones", timeout)
+        why = "was interrupted" if cancel.is_set() else f"did not end within {timeout:.0f}s"
+        log.warning("the final evaluation %s; summary.json has the earlier ones", why)
     monitor.final_eval = next((e for e in reversed(monitor.evals) if e["model_version"] == version), None)
     display.update(monitor.snapshot(time.monotonic() - t_start))
 
