@@ -137,15 +137,20 @@ def name(run: str, kind: str) -> str:
 OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REPLY})
 
 
+def _own_prefix(run: str) -> str:
+    """What the names of ``run``'s workers' own identities start with (``run`` not checked)."""
+    return f"{run}-worker@"
+
+
 def worker_name(run: str, worker: str) -> str:
     """The role and client name of worker ``worker``'s own identity in ``run``."""
-    return f"{name(run, 'worker')}@{check_name('worker name', worker)}"
+    return _own_prefix(check_name("run", run)) + check_name("worker", worker)
 
 
 def own_worker_name(run: str, username: str | None) -> str | None:
     """The worker name a user ``RUN-worker@NAME`` (a worker's own identity in ``run``) stands
     for, else None."""
-    prefix = f"{run}-worker@"
+    prefix = _own_prefix(run)
     return username[len(prefix) :] if username and username.startswith(prefix) else None
 
 
@@ -627,7 +632,7 @@ def add_workers(
 
 def _own_worker_names(admin: DynsecAdmin, run: str) -> tuple[list[str], list[str]]:
     """The clients and roles of ``run``'s workers with an identity of their own."""
-    prefix = name(run, "worker") + "@"
+    prefix = _own_prefix(run)
     clients, roles = admin.send([{"command": "listClients"}, {"command": "listRoles"}])
     return (
         [u for u in clients.get("data", {}).get("clients", []) if isinstance(u, str) and u.startswith(prefix)],

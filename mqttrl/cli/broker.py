@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mqttrl.cli.common import DEFAULT_BROKER, Command, DefaultsFormatter, broker_args, settings
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> None:
             _add_workers(args)
         else:
             s = _admin_settings(args)
-            missing, own = dynsec.remove_run(s, args.run, args.timeout, _progress)
+            missing, own = dynsec.remove_run(s, args.run, args.timeout, _progress())
             gone = [n for n in (dynsec.name(args.run, k) for k in dynsec.NODE_KINDS) if n not in missing]
             if not gone and not own:
                 raise SystemExit(f"run {args.run!r} has no clients or roles on {s.shown}")
@@ -174,7 +175,7 @@ def _add_run(args: argparse.Namespace) -> None:
         raise FileExistsError(f"{out} exists; use -o FILE or --force")
     workers = dynsec.worker_names(args.workers) if args.workers else []
     s = _admin_settings(args)
-    clients = dynsec.add_run(s, args.run, args.timeout, workers, _progress)
+    clients = dynsec.add_run(s, args.run, args.timeout, workers, _progress())
     try:
         dynsec.write_private(out, json.dumps(dynsec.credentials_doc(s.urls[0], clients, args.run), indent=2) + "\n")
     except OSError as e:  # the run exists now; say so rather than lose the passwords
@@ -189,16 +190,19 @@ def _add_run(args: argparse.Namespace) -> None:
     )
 
 
-_last_progress = [0.0]
-
-
-def _progress(done: int, total: int) -> None:
+def _progress() -> Callable[[int, int], None]:
     """Long lists (hundreds of worker identities) take a while, the plugin saving its file after
-    every command: a line every 2 s and at the end."""
-    now = time.monotonic()
-    if done == total or now - _last_progress[0] >= 2.0:
-        _last_progress[0] = now
-        print(f"  {done}/{total} plugin commands done", file=sys.stderr, flush=True)
+    every command: a line on stderr every 2 s and at the end."""
+    last = 0.0
+
+    def show(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if done == total or now - last >= 2.0:
+            last = now
+            print(f"  {done}/{total} plugin commands done", file=sys.stderr, flush=True)
+
+    return show
 
 
 def _show(clients: dict[str, tuple[str, str]], quiet: bool) -> None:
@@ -216,11 +220,9 @@ def _add_workers(args: argparse.Namespace) -> None:
         raise ValueError(f"{out} is for run {doc.get('run')!r}, not {args.run!r}; give -o FILE")
     workers = dynsec.worker_names(",".join(args.names))
     s = _admin_settings(args)
-    clients = dynsec.add_workers(s, args.run, workers, args.timeout, _progress)
+    clients = dynsec.add_workers(s, args.run, workers, args.timeout, _progress())
     doc = doc or dynsec.credentials_doc(s.urls[0], {}, args.run)
-    doc.setdefault("workers", {}).update(
-        {k.split("@", 1)[1]: {"username": u, "password": p} for k, (u, p) in clients.items()}
-    )
+    doc.setdefault("workers", {}).update(dynsec.credentials_doc(None, clients)["workers"])
     try:
         dynsec.write_private(out, json.dumps(doc, indent=2) + "\n")
     except OSError as e:

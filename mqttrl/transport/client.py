@@ -624,9 +624,15 @@ class MqttNode:
             if not self._setup_mids:
                 self._subscribed.set()
         for m in self.birth():
-            self._client.publish(m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol))
+            self._paho_publish(m)
         self._connected.set()
         log.info("%s: connected to %s", self.client_id, self.broker)
+
+    def _paho_publish(self, m: Outgoing) -> mqtt.MQTTMessageInfo:
+        """Hand ``m`` to paho, with its MQTT 5 expiry where it has one."""
+        return self._client.publish(
+            m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol)
+        )
 
     def _subscribe(self, topic: str, qos: int) -> int | None:
         """Send a SUBSCRIBE; its mid, or None when the connection is gone (the next connect
@@ -712,9 +718,7 @@ class MqttNode:
 
     def _send(self, msg: Outgoing) -> None:
         while True:
-            info = self._client.publish(
-                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=_expiry(msg, self.protocol)
-            )
+            info = self._paho_publish(msg)
             if info.rc == mqtt.MQTT_ERR_SUCCESS:
                 if msg.tag is not None and msg.qos > 0:
                     with self._tag_lock:
@@ -753,11 +757,7 @@ class MqttNode:
         infos = []
         if self.connected:
             for m in final:
-                infos.append(
-                    self._client.publish(
-                        m.topic, m.payload, qos=m.qos, retain=m.retain, properties=_expiry(m, self.protocol)
-                    )
-                )
+                infos.append(self._paho_publish(m))
         for info in infos:
             try:
                 info.wait_for_publish(max(0.1, deadline - time.monotonic()))

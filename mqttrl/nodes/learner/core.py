@@ -102,6 +102,19 @@ class WorkerStatus:
     holes: dict[str, set[int]] = attrs.Factory(dict)
     info: dict = attrs.Factory(dict)
 
+    def seen_online(self, now: float) -> None:
+        """It spoke (a batch, a heartbeat, a birth): online, seen ``now``."""
+        self.online = True
+        self.last_seen = now
+        self.offline_since = None
+
+    def went_offline(self, now: float) -> None:
+        """Its last will, clean exit or silence: offline since ``now``, unless it already was
+        (a repeated offline state does not restart the clock that forgets it)."""
+        if self.online or self.offline_since is None:
+            self.offline_since = now
+        self.online = False
+
     def switch_to(self, incarnation: str) -> None:
         """A new process runs under this name: its numbering starts afresh."""
         if incarnation == self.incarnation:
@@ -421,9 +434,7 @@ class LearnerCore:
         self.mode.take(batch)
         self.old_epoch_batches += old_epoch
         status.samples += batch.count
-        status.last_seen = now
-        status.online = True
-        status.offline_since = None
+        status.seen_online(now)
         self.samples_total += batch.count
         self.batches_total += 1
 
@@ -432,9 +443,7 @@ class LearnerCore:
         status = self.workers.get(worker)
         if status is None:
             raise Rejected("unknown_sender", f"heartbeat from {worker!r}, which never announced itself")
-        status.last_seen = now
-        status.online = True
-        status.offline_since = None
+        status.seen_online(now)
         status.model_version = hb["model_version"]
         status.env_steps = hb["env_steps"]
         status.episodes = int(hb.get("episodes", status.episodes))
@@ -451,18 +460,14 @@ class LearnerCore:
         if st["status"] == "online":
             if isinstance(st.get("incarnation"), str):
                 status.switch_to(st["incarnation"])
-            status.online = True
-            status.offline_since = None
+            status.seen_online(now)
             status.announced_at = now
-            status.last_seen = now
             status.info = {k: st[k] for k in ("host", "pid", "num_envs") if k in st}
             log.info("worker %s online (%s)", worker, status.info)
         else:
             if status.online:
                 log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
-            if status.online or status.offline_since is None:
-                status.offline_since = now
-            status.online = False
+            status.went_offline(now)
             self.mode.drop(worker)
 
     # ---- time --------------------------------------------------------------------
@@ -472,8 +477,7 @@ class LearnerCore:
         gone, forget = [], []
         for w in self.workers.values():
             if w.online and w.last_seen is not None and now - w.last_seen > self.rules.worker_timeout_s:
-                w.online = False
-                w.offline_since = now
+                w.went_offline(now)
                 self.mode.drop(w.name)
                 log.warning("worker %s silent for %.0fs; marked offline", w.name, now - w.last_seen)
                 gone.append(w.name)
