@@ -38,7 +38,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minatar import _fmt, _median, _median_time, run_mqttrl, stats
+from bench_minatar import _fmt, _median, _median_time, run_mqttrl, save_figure, stats
 
 from mqttrl_plugins.dqn.common import PRESETS
 
@@ -116,11 +116,7 @@ def plot(res: dict, path: Path) -> None:
     ax.set_title(f"{res['env']}: ablation, seeds {res['seeds']}, {res['cores']} cores")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {path}")
+    save_figure(fig, path)
 
 
 def main() -> None:

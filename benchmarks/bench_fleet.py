@@ -69,6 +69,9 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import decode_batch, encode_batch, encode_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_minatar import save_figure
+
 DQN_SETS = [
     # ingest and membership only: no gradient step, one model version
     "algorithm.learning_starts=1000000000",
@@ -579,11 +582,7 @@ def plot(res: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"one learner, one mosquitto, N workers ({res['cores']} cores)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {path}")
+    save_figure(fig, path)
 
 
 def main() -> None:

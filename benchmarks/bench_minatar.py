@@ -51,6 +51,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write (creating its folder) and close a benchmark's figure; say where it went."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {path}")
+
+
 #: Stable-Baselines3 DQN on MinAtar (documented in the module docstring)
 SB3_DQN = dict(
     buffer_size=100_000,
@@ -433,11 +445,7 @@ def plot(results: list[dict], path: Path, threshold: float) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {path}")
+    save_figure(fig, path)
 
 
 def main() -> None:
