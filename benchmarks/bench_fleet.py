@@ -62,8 +62,8 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import from_dict
-from mqttrl.local.broker import EmbeddedBroker
 from mqttrl.nodes.worker.core import Rules, WorkerCore
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.topics import Kind, Topics

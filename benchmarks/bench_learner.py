@@ -29,10 +29,10 @@ import attrs
 import numpy as np
 
 import mqttrl  # noqa: F401  (first: one BLAS thread per process)
-from mqttrl.algorithm import ActorContext
 from mqttrl.config import load_config
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.wire import decode_batch, encode_batch
 

@@ -184,9 +184,9 @@ VARIANTS = ("raw", "loop", "encode", "publish", "full")
 
 
 def _make_actor_envs(num_envs: int, seed: int):
-    from mqttrl.algorithm import ActorContext
     from mqttrl.envs.make import make_env
     from mqttrl.envs.rollout import EnvSet
+    from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
@@ -714,7 +714,7 @@ def part_weights(args) -> dict:
     import gymnasium as gym
     import torch
 
-    from mqttrl.algorithm import ActorContext
+    from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
     from mqttrl.wire import decode_weights, encode_weights
 
@@ -931,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
 
-    from mqttrl.local.broker import EmbeddedBroker
+    from mqttrl.broker.embedded import EmbeddedBroker
     from mqttrl.transport.client import BrokerSettings
 
     res: dict = {"machine": machine_info(), "args": vars(args)}

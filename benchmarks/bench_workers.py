@@ -55,12 +55,12 @@ import attrs
 import numpy as np
 
 import mqttrl  # noqa: F401  (first: sets one BLAS thread per process before numpy loads)
-from mqttrl.algorithm import ActorContext
+from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import load_config
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet, obs_dtype
-from mqttrl.local.broker import EmbeddedBroker
 from mqttrl.nodes.worker.remote_forward import RemoteForward
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.topics import Topics

@@ -47,9 +47,9 @@ import paho.mqtt.client as mqtt
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mqttrl.broker.embedded import free_port, mosquitto_config  # noqa: E402
 from mqttrl.config import load_config  # noqa: E402
 from mqttrl.ledger import read as read_ledger  # noqa: E402
-from mqttrl.local.broker import free_port, mosquitto_config  # noqa: E402
 from mqttrl.plugin.manager import get_registry  # noqa: E402
 from mqttrl.transport.topics import Topics  # noqa: E402
 from mqttrl.wire import Rejected, decode_weights  # noqa: E402

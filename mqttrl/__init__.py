@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 PROTOCOL_VERSION = 1
 
 # Plugin authors write ``from mqttrl import hookimpl`` (pluggy imports no numpy, so the thread defaults above hold).
-from mqttrl.plugin.spec import hookimpl  # noqa: E402
+from mqttrl.plugin.hookspecs import hookimpl  # noqa: E402
 
 __all__ = ["PROTOCOL_VERSION", "Policy", "Result", "__version__", "hookimpl", "load_policy", "train"]
 
@@ -32,18 +32,23 @@ _LAZY = {
     "Result": "mqttrl.api",
 }
 
+#: documented modules reachable as attributes of a bare ``import mqttrl`` (docs/python-api.md)
+_SUBMODULES = ("api", "config", "policy", "plugin", "export")
+
 
 def __getattr__(name: str):
     """``mqttrl.load_policy``, ``mqttrl.Policy`` (mqttrl/policy.py), ``mqttrl.train`` and
     ``mqttrl.Result`` (mqttrl/api.py), imported when first used, so that ``import mqttrl`` stays
     cheap for the nodes."""
+    import importlib
+
     module = _LAZY.get(name)
     if module is not None:
-        import importlib
-
         return getattr(importlib.import_module(module), name)
+    if name in _SUBMODULES:  # ``mqttrl.api.make_config`` after a bare ``import mqttrl``
+        return importlib.import_module(f"mqttrl.{name}")
     raise AttributeError(f"module 'mqttrl' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])

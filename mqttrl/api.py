@@ -7,14 +7,15 @@
     result = mqttrl.train("configs/cartpole_dqn.toml", seed=1, max_seconds=120)
     print(result.solved, result.best_eval_mean, result.run_dir)
 
-It does what ``mqttrl train CONFIG`` does (an embedded broker, the learner, the workers and
-telemetry as child processes, greedy evaluations, ``summary.json``) and returns a :class:`Result`
+It does what ``mqttrl train CONFIG`` does (an embedded broker, the learner and the workers as
+child processes, the telemetry and evaluator nodes as threads, ``summary.json``) and returns a :class:`Result`
 instead of an exit code. docs/python-api.md has the details and more examples.
 """
 
 from __future__ import annotations
 
 import copy
+import csv
 import difflib
 import json
 import threading
@@ -86,6 +87,10 @@ class Result:
     config: RunConfig = attrs.field(repr=False)
     #: everything ``summary.json`` holds (env steps at solve, restarts, rejections by reason ...)
     summary: dict = attrs.field(repr=False)
+    #: the learning curve: one (env_steps, wall_s, greedy mean) per evaluation (evaluations.csv)
+    curve: list[tuple[int, float, float]] = attrs.field(factory=list, repr=False)
+    #: every episode's (env_steps, return): all workers' env steps when it ended (episodes.csv)
+    episode_returns: list[tuple[int, float]] = attrs.field(factory=list, repr=False)
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], config: RunConfig) -> Result:
@@ -104,6 +109,8 @@ class Result:
             updates=summary.get("updates"),
             config=config,
             summary=dict(summary),
+            curve=read_curve(run_dir / "evaluations.csv"),
+            episode_returns=read_episode_returns(run_dir / "episodes.csv"),
         )
 
     @classmethod
@@ -124,6 +131,30 @@ class Result:
         return load_policy(self.run_dir, **kwargs)
 
 
+def _csv_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_curve(path: Path) -> list[tuple[int, float, float]]:
+    """(env_steps, wall_s, mean) of each evaluation in a run's ``evaluations.csv``."""
+    return [(int(r["env_steps"]), float(r["wall_s"]), float(r["mean"])) for r in _csv_rows(path)]
+
+
+def read_episode_returns(path: Path) -> list[tuple[int, float]]:
+    """(env_steps, return) of each episode in a run's ``episodes.csv``: its env steps are those of
+    every worker together when it ended (each worker's own count as its episodes report it)."""
+    by_worker: dict[str, int] = {}
+    out = []
+    for r in _csv_rows(path):
+        if r.get("worker_env_steps"):
+            by_worker[r["worker"]] = max(by_worker.get(r["worker"], 0), int(r["worker_env_steps"]))
+        out.append((sum(by_worker.values()), float(r["return"])))
+    return out
+
+
 def train(
     config: str | Path | Mapping[str, Any] | RunConfig | None = None,
     /,
@@ -135,6 +166,9 @@ def train(
     progress: bool = True,
     stop: threading.Event | None = None,
     credentials: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    init_from: str | Path | None = None,
     **settings: Any,
 ) -> Result:
     """Train on this machine, as ``mqttrl train`` does, and return a :class:`Result`.
@@ -159,23 +193,55 @@ def train(
     ``run_dir``: default ``runs/<run>-<timestamp>``. ``broker``: an MQTT URL or
     :class:`~mqttrl.transport.client.BrokerSettings` to run on (default: an embedded broker of kind
     ``embedded_broker``: ``auto``, ``mosquitto`` or ``amqtt``). ``progress``: the live display
-    (plain lines on stderr when not on a terminal) and the closing summary lines. ``credentials``:
+    (plain lines on stderr when not on a terminal) and the closing summary lines; False prints
+    nothing at all (every log line goes to ``<run dir>/logs``). ``credentials``:
     the file ``mqttrl broker add-run RUN`` wrote (a shared broker with per-run clients): each node
     logs in as its own client of the run, on the file's broker unless ``broker`` is given.
+
+    ``resume=True``: continue the run in ``run_dir`` from its newest checkpoint; ``overwrite=True``:
+    start again in a ``run_dir`` that holds a run (moved aside, never deleted); without either a
+    ``run_dir`` with checkpoints raises :class:`~mqttrl.state.run_dir.RunDirInUse` (a ValueError)
+    before anything starts. ``init_from``: a run directory or model file to start training from.
 
     Works from any thread. In the main thread Ctrl-C (SIGINT) and SIGTERM stop the run cleanly and
     the previous handlers are put back afterwards; in another thread no handler is touched, and
     setting ``stop`` (a :class:`threading.Event`) stops the run. Either way the run shuts down its
     processes and returns a Result (``stop_reason="interrupted"``).
+
+    (Long because this docstring is the Python API's reference; the body is twenty lines.)
     """
-    from mqttrl.local.train import train as run_training
+    from mqttrl.trainer.run import train as run_training
 
     cfg = make_config(config, overrides, **settings)
+    chosen, per_node = _broker_of(broker, credentials, cfg.run)
+    summary = run_training(
+        cfg,
+        broker=chosen,
+        broker_args=_broker_args(chosen) if chosen is not None else None,
+        run_dir=Path(run_dir) if run_dir is not None else None,
+        embedded=embedded_broker,
+        progress=progress,
+        stop=stop,
+        print_summary=progress,
+        credentials=per_node,
+        resume=resume,
+        overwrite=overwrite,
+        init_from=Path(init_from) if init_from is not None else None,
+        quiet=not progress,
+    )
+    return Result.from_summary(summary, cfg)
+
+
+def _broker_of(
+    broker: str | BrokerSettings | None, credentials: str | Path | None, run: str
+) -> tuple[BrokerSettings | None, dict | None]:
+    """The broker to run on (None: an embedded one) and, from a credentials file, each node kind's
+    login; a bad URL or file fails here, with one line, before anything starts."""
     per_node = None
     if credentials is not None:
-        from mqttrl.dynsec import run_credentials
+        from mqttrl.broker.dynsec import run_credentials
 
-        url, per_node = run_credentials(credentials, cfg.run)
+        url, per_node = run_credentials(credentials, run)
         if broker is None:
             if url is None:
                 raise ValueError(f"{credentials} names no broker; pass broker=")
@@ -183,19 +249,8 @@ def train(
     if isinstance(broker, str):
         broker = BrokerSettings(url=broker)
     if broker is not None:
-        broker.parsed  # noqa: B018 -- a bad URL fails here, with one line, before anything starts
-    summary = run_training(
-        cfg,
-        broker=broker,
-        broker_args=_broker_args(broker) if broker is not None else None,
-        run_dir=Path(run_dir) if run_dir is not None else None,
-        embedded=embedded_broker,
-        progress=progress,
-        stop=stop,
-        print_summary=progress,
-        credentials=per_node,
-    )
-    return Result.from_summary(summary, cfg)
+        broker.parsed  # noqa: B018 -- a bad URL fails here
+    return broker, per_node
 
 
 def make_config(

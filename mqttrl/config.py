@@ -1,51 +1,37 @@
-"""Run configuration: attrs classes with defaults, a TOML file over them, ``--set`` over that.
+"""Run configuration: the sections' settings, a TOML file over their defaults, ``--set`` over that.
 
-Unknown keys and bad values fail with the key, the value and what is allowed.
-The algorithm's own hyperparameters are an attrs class supplied by its plugin,
-so ``algorithm.lr`` is checked just like ``learner.publish_every``.
+Every setting is declared once, below, with :func:`~mqttrl.settings.setting` (type, default,
+unit, doc, validation); the loader, ``mqttrl settings``, ``--help``, the reference tables of
+docs/configuration.md (:mod:`mqttrl.config_reference`) and the nodes' rules read that one
+declaration. Values are converted to the declared types by cattrs (:mod:`mqttrl.config_convert`).
+Unknown keys and bad values fail with one line naming the key, the value and what is allowed
+(a misspelled key gets "did you mean ...?"). The algorithm's own hyperparameters are an attrs
+class supplied by its plugin, so ``algorithm.lr`` is checked just like ``learner.publish_every``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from mqttrl import PROTOCOL_VERSION
+from mqttrl.config_convert import structure
 
-
-class ConfigError(ValueError):
-    """A config key or value is wrong; the message says which and what is allowed."""
-
-
-# attrs validators for config classes, plugins' hyperparameters included: each error names
-# the key, the bad value and what is allowed.
-def positive(inst, attribute, value):
-    if value <= 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0")
-
-
-def non_negative(inst, attribute, value):
-    if value < 0:
-        raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
-
-
-def unit_interval(inst, attribute, value):
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be between 0 and 1")
-
-
-def unit_positive(inst, attribute, value):
-    if not 0 < value <= 1:
-        raise ConfigError(f"{attribute.name}={value!r}: must be > 0 and <= 1")
-
+# the declaration vocabulary lives in mqttrl.settings; plugins import it from here as well
+from mqttrl.settings import ConfigError as ConfigError
+from mqttrl.settings import non_negative as non_negative
+from mqttrl.settings import one_of as one_of
+from mqttrl.settings import positive as positive
+from mqttrl.settings import setting as setting
+from mqttrl.settings import unit_interval as unit_interval
+from mqttrl.settings import unit_positive as unit_positive
 
 #: what learner.device accepts: "auto" (CUDA when torch sees it, else CPU), "cpu", "cuda", "cuda:N", "mps"
 TORCH_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
@@ -58,128 +44,215 @@ def torch_device(inst, attribute, value):
         )
 
 
+torch_device.allowed = '"auto" | "cpu" | "cuda" | "cuda:N" | "mps"'
+
+
 def layer_sizes(inst, attribute, value):
     if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
         raise ConfigError(f"{attribute.name}={value!r}: must be a list of positive integers, e.g. [256, 256]")
 
 
+layer_sizes.allowed = "positive integers"
+
+# Each setting below is declared once: type, default, unit, doc and validation. The doc is what
+# docs/configuration.md, `mqttrl settings` and --help show (markdown: `code` is kept in the docs).
+
+
 @attrs.define
 class EnvConfig:
-    #: gymnasium id ("CartPole-v1"), "module:Env-v0", or a name an env plugin registers
-    id: str = "CartPole-v1"
-    #: keyword arguments for the env constructor
-    kwargs: dict = attrs.field(factory=dict)
-    #: environments stepped in one worker process, their policy calls batched
-    num_envs: int = attrs.field(default=4, validator=positive)
+    id: str = setting(
+        "CartPole-v1", doc='gymnasium id, `"module:Env-v0"`, or a name/namespace registered by an env plugin'
+    )
+    kwargs: dict = setting(factory=dict, doc="constructor keyword arguments")  # noqa: RUF009 (an attrs field)
+    num_envs: int = setting(4, doc="envs per worker process; their policy calls are batched", validator=positive)
 
 
 @attrs.define
 class WorkerConfig:
-    #: transitions per sample message (more = fewer, bigger messages)
-    batch_size: int = attrs.field(default=128, validator=positive)
-    #: longest time a partial batch waits before it is sent
-    max_batch_delay_s: float = attrs.field(default=0.5, validator=positive)
-    heartbeat_interval_s: float = attrs.field(default=2.0, validator=positive)
-    #: sample messages held while the broker is unreachable; the oldest go first
-    outbox_limit: int = attrs.field(default=2000, validator=positive)
-    torch_threads: int = attrs.field(default=1, validator=positive)
-    #: sync mode: how long a worker waits for the next model version before raising a timeout error
-    sync_timeout_s: float = attrs.field(default=60.0, validator=positive)
-    #: where the policy runs: "auto" (numpy if the algorithm has a numpy forward, else torch),
-    #: "torch", "numpy", or "remote" (central inference servers, see [inference])
-    inference: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy", "remote"]))
-    #: compression of a sample batch's array data: "auto" (zstd for batches of at least 64 KiB of
-    #: arrays, i.e. pixel observations; none for small vector batches, where it costs more than it
-    #: saves), "none", "zstd" or "lz4" (pip install 'mqttrl[lz4]' on the learner and the workers)
-    compression: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "none", "zstd", "lz4"]))
+    batch_size: int = setting(
+        128, doc="transitions per sample message (more = fewer, bigger messages)", validator=positive
+    )
+    max_batch_delay_s: float = setting(0.5, unit="s", doc="a partial batch is sent after this long", validator=positive)
+    heartbeat_interval_s: float = setting(2.0, unit="s", doc="time between a worker's heartbeats", validator=positive)
+    outbox_limit: int = setting(
+        2000,
+        doc="messages held while the broker is unreachable; oldest samples dropped first, and counted",
+        validator=positive,
+    )
+    torch_threads: int = setting(1, doc="torch threads of a worker process", validator=positive)
+    ack_timeout_s: float = setting(
+        60.0,
+        unit="s",
+        doc="a sample batch unacknowledged by the broker for this long means a frozen link: the worker "
+        "reconnects and sends it again (0: never)",
+        validator=non_negative,
+    )
+    sync_timeout_s: float = setting(
+        60.0,
+        unit="s",
+        doc="sync mode (PPO): how long a worker waits for the next model version before it raises a timeout error",
+        validator=positive,
+    )
+    inference: str = setting(
+        "auto",
+        doc='where the policy runs: `"auto"` (numpy if the algorithm has a numpy forward, else torch), `"torch"`, '
+        '`"numpy"`, or `"remote"` (central inference servers, see `[inference]`)',
+        validator=one_of("auto", "torch", "numpy", "remote"),
+    )
+    compression: str = setting(
+        "auto",
+        doc='compression of each sample batch\'s array data (the header stays plain): `"auto"` (zstd when the '
+        "arrays are at least 64 KiB, i.e. pixel observations; none for small vector batches, where compressing "
+        'costs more than it saves), `"none"`, `"zstd"` (level 1) or `"lz4"` (needs `pip install -e \'.[lz4]\'` '
+        "on the learner and every worker; the learner refuses to start without it). Data that does not shrink is "
+        "sent raw. The learner caps what a batch may decompress to at `learner.max_payload_mb`",
+        validator=one_of("auto", "none", "zstd", "lz4"),
+    )
 
 
 @attrs.define
 class LearnerConfig:
-    #: publish weights (a new model version) every this many updates
-    publish_every: int = attrs.field(default=50, validator=positive)
-    #: async mode: accept a batch made with a model at most this many versions older than the
-    #: current one (N+1 versions: v, v-1 ... v-N; 0 accepts only the current version)
-    max_staleness: int = attrs.field(default=3, validator=non_negative)
-    #: write a checkpoint every this many updates (0: only on quicksave and exit)
-    checkpoint_every: int = attrs.field(default=2000, validator=non_negative)
-    #: checkpoints kept (the best/ and quicksave ones are not counted)
-    keep_checkpoints: int = attrs.field(default=3, validator=positive)
-    #: include the replay buffer in checkpoints (bigger, but resumes exactly)
-    checkpoint_replay: bool = True
-    metrics_interval_s: float = attrs.field(default=1.0, validator=positive)
-    #: rows of the per-worker table in one metrics message: a bigger fleet takes turns, workers
-    #: whose state changed first (the totals always count every worker)
-    metrics_workers: int = attrs.field(default=100, validator=positive)
-    #: a worker offline for this long is forgotten: its metrics row and sequence numbers (a
-    #: fleet whose processes come and go under new names would otherwise grow the learner for ever)
-    forget_offline_s: float = attrs.field(default=3600.0, validator=positive)
-    #: a worker with no heartbeat for this long is marked offline
-    worker_timeout_s: float = attrs.field(default=10.0, validator=positive)
-    #: reject samples from workers that never published a birth message
-    require_announce: bool = True
-    #: torch device: "auto" (CUDA when torch.cuda.is_available(), else CPU), "cpu", "cuda", "cuda:N" or "mps"
-    device: str = attrs.field(default="auto", validator=torch_device)
-    torch_threads: int = attrs.field(default=1, validator=positive)
-    max_payload_mb: float = attrs.field(default=64.0, validator=positive)
-    #: sync mode: a round waits this long for every live worker's share, then trains without the missing ones
-    round_timeout_s: float = attrs.field(default=30.0, validator=positive)
+    publish_every: int = setting(50, doc="updates per published model version", validator=positive)
+    max_staleness: int = setting(
+        3,
+        doc="async mode: accept a batch made with a model at most N versions older than the current one, so N+1 "
+        "versions (v, v−1 … v−N); 0 accepts only the current version. A batch of a previous learner epoch is "
+        "admitted whatever its version (see docs/workers.md)",
+        validator=non_negative,
+    )
+    checkpoint_every: int = setting(
+        2000, doc="updates between checkpoints (0: only at exit and on quicksave)", validator=non_negative
+    )
+    keep_checkpoints: int = setting(
+        3, doc="periodic checkpoints kept (the `best/` and quicksave ones are not counted)", validator=positive
+    )
+    checkpoint_replay: bool = setting(
+        True, doc="include the replay buffer in checkpoints (bigger, but resumes exactly)"
+    )
+    metrics_interval_s: float = setting(
+        1.0, unit="s", doc="time between the learner's metrics messages", validator=positive
+    )
+    metrics_workers: int = setting(
+        100,
+        doc="rows of the per-worker table (`workers`) in one metrics message; a bigger fleet takes turns, workers "
+        "whose state changed (online, restarts, missing batches) first. The totals (`workers_online`, "
+        "`workers_known`, `missing_batches`, ...) always count every worker",
+        validator=positive,
+    )
+    forget_offline_s: float = setting(
+        3600.0,
+        unit="s",
+        doc="a worker offline for this long is forgotten: its row in the metrics and its sequence numbers (also in "
+        "checkpoints). A fleet whose processes come and go under new names (the default name is `<host>-<pid>`) "
+        "would otherwise grow the learner for ever",
+        validator=positive,
+    )
+    worker_timeout_s: float = setting(
+        10.0, unit="s", doc="no heartbeat for this long → worker offline", validator=positive
+    )
+    require_announce: bool = setting(True, doc="reject samples from workers without a birth message")
+    device: str = setting(
+        "auto",
+        doc='torch device of the learner: `"auto"` (CUDA when `torch.cuda.is_available()`, else the CPU), `"cpu"`, '
+        '`"cuda"`, `"cuda:N"` or `"mps"`. Checked at learner start: a device torch cannot use (`"cuda"` with a '
+        'CPU-only torch, `"cuda:3"` on a 2-GPU box) stops the learner with one line that says so; the log names '
+        "the device used",
+        validator=torch_device,
+    )
+    torch_threads: int = setting(1, doc="torch threads of the learner process", validator=positive)
+    max_payload_mb: float = setting(
+        64.0, unit="MB", doc="larger sample messages are rejected as oversize", validator=positive
+    )
+    round_timeout_s: float = setting(
+        30.0,
+        unit="s",
+        doc="sync mode (PPO): a round waits this long for every live worker's share, then trains without the "
+        "missing ones",
+        validator=positive,
+    )
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """``max_payload_mb`` in bytes (MiB): what the learner's admission compares a message with."""
+        return int(self.max_payload_mb * 1024 * 1024)
 
 
 @attrs.define
 class InferenceConfig:
     """Central inference (SEED style): servers batch observations from many workers."""
 
-    #: inference servers `mqttrl train` starts (workers then use them when worker.inference = "remote")
-    servers: int = attrs.field(default=0, validator=non_negative)
-    #: a server runs at most this many observations in one forward
-    batch_size: int = attrs.field(default=256, validator=positive)
-    #: how long a server waits for more requests to fill a batch. 0 (greedy): it serves what is queued
-    #: at once, and requests that arrive during a forward form the next batch, so batches grow with load
-    #: without adding latency when the load is light
-    max_delay_ms: float = attrs.field(default=0.0, validator=non_negative)
-    #: "auto", "torch" or "numpy"
-    backend: str = attrs.field(default="auto", validator=attrs.validators.in_(["auto", "torch", "numpy"]))
-    #: a worker resends a request that got no answer in this long, to another server where it can
-    timeout_s: float = attrs.field(default=2.0, validator=positive)
-    retries: int = attrs.field(default=5, validator=non_negative)
-    #: use MQTT 5 shared subscriptions to spread requests (falls back to per-server topics without them)
-    shared: bool = True
+    servers: int = setting(0, doc="inference servers `mqttrl train` starts", validator=non_negative)
+    batch_size: int = setting(
+        256, doc="a server runs at most this many observations in one forward", validator=positive
+    )
+    max_delay_ms: float = setting(
+        0.0,
+        unit="ms",
+        doc="how long a server waits for more requests to fill a batch. 0 (greedy): it serves what is queued at "
+        "once, and requests that arrive during a forward form the next batch, so batches grow with load without "
+        "adding latency when the load is light",
+        validator=non_negative,
+    )
+    backend: str = setting("auto", doc='`"auto"`, `"torch"` or `"numpy"`', validator=one_of("auto", "torch", "numpy"))
+    timeout_s: float = setting(
+        2.0,
+        unit="s",
+        doc="a worker resends a request that got no answer in this long, to another server where it can",
+        validator=positive,
+    )
+    retries: int = setting(
+        5,
+        doc="resends of an unanswered request; after them the worker fails with an error that says what to check",
+        validator=non_negative,
+    )
+    shared: bool = setting(
+        True,
+        doc="spread requests with MQTT 5 shared subscriptions (falls back to per-server topics without them)",
+    )
 
 
 @attrs.define
 class TrainConfig:
     """Settings of ``mqttrl train`` (single-machine mode) and of evaluation."""
 
-    workers: int = attrs.field(default=2, validator=positive)
-    seed: int = 0
-    #: stop when the greedy evaluation mean reaches this ("none": never; train for the whole budget)
-    target_return: float | None = 475.0
-    eval_episodes: int = attrs.field(default=20, validator=positive)
-    #: seconds between greedy evaluations
-    eval_every_s: float = attrs.field(default=10.0, validator=positive)
-    #: budget; 0 means unlimited
-    max_seconds: float = attrs.field(default=600.0, validator=non_negative)
-    max_env_steps: int = attrs.field(default=0, validator=non_negative)
-    #: when a budget ends the run, evaluate the newest model if no evaluation has seen it yet
-    #: (``final_eval_mean`` in summary.json; it counts like any evaluation for best/ and the target)
-    final_eval: bool = True
-    #: run a telemetry process (CSV + PNG curves in <run dir>/telemetry, best-model quicksaves)
-    telemetry: bool = True
-    #: storage plugins telemetry writes to (influxdb reads INFLUXDB_URL/TOKEN/ORG/BUCKET)
-    telemetry_storages: list = attrs.field(factory=lambda: ["files"])
+    workers: int = setting(2, doc="worker processes (`--workers`)", validator=positive)
+    seed: int = setting(0, doc="run seed (`--seed`)")
+    target_return: float | None = setting(
+        475.0,
+        doc='stop when the greedy evaluation mean reaches it; `"none"` (TOML has no null): never, train for the '
+        "whole budget and exit 0",
+    )
+    eval_episodes: int = setting(20, doc="episodes per greedy evaluation", validator=positive)
+    eval_every_s: float = setting(10.0, unit="s", doc="time between greedy evaluations", validator=positive)
+    max_seconds: float = setting(600.0, unit="s", doc="time budget (0: none)", validator=non_negative)
+    max_env_steps: int = setting(0, doc="step budget in env steps (0: none)", validator=non_negative)
+    final_eval: bool = setting(
+        True,
+        doc="when a budget ends the run, evaluate the newest model if no evaluation has seen it yet (after one "
+        "under way; `final_eval_mean` and `final_model_version` in `summary.json`; it counts like any evaluation "
+        "for `best/` and the target)",
+    )
+    telemetry: bool = setting(
+        True,
+        doc="run the telemetry node in the trainer (CSV + PNG curves in `<run dir>/telemetry`, best-model quicksaves)",
+    )
+    telemetry_storages: list = setting(  # noqa: RUF009 (setting() is an attrs field, its factory a fresh list)
+        factory=lambda: ["files"],
+        doc="storage plugins telemetry writes to: `files`, `influxdb` (reads `INFLUXDB_URL`/`TOKEN`/`ORG`/`BUCKET`), "
+        "`tensorboard` (event files in `<run dir>/tensorboard`), `wandb` (docs/telemetry.md)",
+    )
 
 
 @attrs.define
 class AlgorithmSection:
-    name: str = "dqn"
-    #: the plugin's own hyperparameter object (an attrs instance)
+    name: str = setting("dqn", doc="the algorithm, as a plugin registers it (`mqttrl plugins` lists them)")
+    #: the plugin's own hyperparameter object (an attrs instance); not a key: its fields are [algorithm]'s
     params: Any = None
 
 
 @attrs.define
 class RunConfig:
-    run: str = "cartpole"
+    run: str = setting("cartpole", doc="run name: the topic prefix `mqttrl/<run>/` (A-Z a-z 0-9 _ . -)")
     env: EnvConfig = attrs.field(factory=EnvConfig)
     algorithm: AlgorithmSection = attrs.field(factory=AlgorithmSection)
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
@@ -206,55 +279,10 @@ def _allowed(cls) -> str:
     return ", ".join(f.name for f in attrs.fields(cls))
 
 
-def _coerce(path: str, value: Any, typ: Any) -> Any:
-    """Check ``value`` against a field's annotated type; ints may widen to floats."""
-    origin = typing.get_origin(typ)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(typ)
-        # TOML has no null: an optional setting is switched off with the string "none"
-        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() == "none")):
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(path, value, a)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{path}={value!r}: bad value")
-    if typ is Any:
-        return value
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}={value!r}: expected true or false")
-    if typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}={value!r}: expected an integer")
-    if typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{path}={value!r}: expected a number")
-    if typ is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{path}={value!r}: expected a string")
-    if typ in (dict,) or origin is dict:
-        if isinstance(value, dict):
-            return value
-        raise ConfigError(f"{path}={value!r}: expected a table")
-    if origin in (list, tuple) or typ in (list, tuple):
-        if isinstance(value, (list, tuple)):
-            return (origin or typ)(value)
-        raise ConfigError(f"{path}={value!r}: expected a list")
-    if typing.get_origin(typ) is typing.Literal:
-        choices = typing.get_args(typ)
-        if value in choices:
-            return value
-        raise ConfigError(f"{path}={value!r}: allowed values are {', '.join(map(repr, choices))}")
-    return value
+def did_you_mean(key: str, choices: Iterable[str]) -> str:
+    """ " (did you mean X?)" for a misspelled key, else ""."""
+    close = difflib.get_close_matches(key, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def with_preset(cls: type, data: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -276,19 +304,13 @@ def build(cls: type, data: Mapping[str, Any], path: str) -> Any:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a table, got {data!r}")
     data = with_preset(cls, data, path)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in attrs.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in fields:
-            raise ConfigError(f"unknown key {path}.{key}; allowed keys in [{path}]: {_allowed(cls)}")
-        kwargs[key] = _coerce(f"{path}.{key}", value, hints.get(key, Any))
-    try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        raise ConfigError(f"{path}.{e}") from None
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: {e}") from None
+    names = [f.name for f in attrs.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise ConfigError(
+                f"unknown key {path}.{key}{did_you_mean(key, names)}; allowed keys in [{path}]: {_allowed(cls)}"
+            )
+    return structure(cls, data, path)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -302,8 +324,19 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
+        if raw.strip()[:1] in ("[", "{"):  # meant as a list or table: a bare word inside lost its quotes
+            raise ConfigError(
+                f"--set {item!r}: {raw.strip()} is not a TOML value; strings inside a list or table need quotes, "
+                f"e.g. --set '{key.strip()}={_quoted(raw.strip())}'"
+            ) from None
         value = raw
     return parts, value
+
+
+def _quoted(raw: str) -> str:
+    """``[files, wandb]`` as ``["files", "wandb"]``: the bare words of a list quoted (for a hint)."""
+    inner = [w.strip().strip("\"'") for w in raw.strip("[]{}").split(",") if w.strip()]
+    return "[" + ", ".join(f'"{w}"' for w in inner) + "]"
 
 
 def _deep_set(d: dict, parts: list[str], value: Any) -> None:
@@ -367,7 +400,10 @@ def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | Non
     top_allowed = {"run", "algorithm", *_SECTIONS}
     for key in data:
         if key not in top_allowed:
-            raise ConfigError(f"unknown section or key {key!r}; allowed: {', '.join(sorted(top_allowed))}")
+            raise ConfigError(
+                f"unknown section or key {key!r}{did_you_mean(key, top_allowed)}; "
+                f"allowed: {', '.join(sorted(top_allowed))}"
+            )
     run = data.get("run", RunConfig.run if isinstance(RunConfig.run, str) else "cartpole")
     if not isinstance(run, str):
         raise ConfigError(f"run={run!r}: expected a string")

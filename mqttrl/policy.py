@@ -9,13 +9,14 @@ observations in numpy: no broker, no learner, no torch (a game PC's plain instal
     env = policy.make_env()
     obs, _ = env.reset(seed=0)
     action = policy.predict(obs)  # one observation -> one action; a batch -> a batch
+    action, _state = policy.predict(obs, deterministic=True)  # Stable-Baselines3's call shape
 
 ``path`` is one of
 
-* a run directory (``mqttrl train``'s or ``mqttrl-learner --run-dir``'s): its best model, in this
-  order: ``best/weights.safetensors`` (the model with the best greedy evaluation, kept by
-  ``mqttrl train``), ``checkpoints/best/`` (the model telemetry judged best), else the newest
-  checkpoint (``checkpoints/latest``); the ``checkpoints/`` folder itself works the same;
+* a run directory (``mqttrl train``'s or ``mqttrl-learner --run-dir``'s), its ``checkpoints/``
+  folder or its ``checkpoints/latest`` marker: with ``which="auto"``, its best model when a greedy
+  evaluation judged it (``best/score.json``), else its newest checkpoint, since training returns
+  are noisy and include exploration; ``which="best"`` or ``"latest"`` choose (:mod:`mqttrl.policy_source`);
 * a checkpoint directory (``meta.json`` + ``state.safetensors``; ``checkpoints/best/`` gives the
   exact weights of the judged version, its ``weights.safetensors``): the run config is in its
   ``meta.json``; the policy's tensors are taken out of the learner state in numpy (the
@@ -29,7 +30,7 @@ observations in numpy: no broker, no learner, no torch (a game PC's plain instal
 
 The spaces come from the run's env, made once (``make_env(config.env.id, config.env.kwargs)``)
 and closed, unless both are given. Acting goes through the algorithm's own actor over its numpy
-forward (:mod:`mqttrl.algorithm`), so every registered algorithm works the same way: greedy
+forward (:mod:`mqttrl.plugin.algorithm`), so every registered algorithm works the same way: greedy
 actions with ``deterministic=True``; with ``deterministic=False`` the actor's own exploration at
 the end of its schedules (DQN: epsilon-greedy with the first rung of its ladder, ``epsilon_base``,
 or the ``epsilon`` given to :func:`load_policy`; a noisy head samples its noise instead; PPO:
@@ -39,6 +40,7 @@ actions sampled from the policy).
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -48,61 +50,32 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.algorithm import FLEET_PROGRESS_KEY, ActorContext, Tensors
-
-__all__ = ["WEIGHTS_FILE", "Policy", "load_policy"]
-
-#: the file name of exported weights in a run (``best/``) and in ``checkpoints/best/``
-WEIGHTS_FILE = "weights.safetensors"
-EXPECTED = (
-    "a run directory (config.json, checkpoints/), a checkpoint directory (meta.json + state.safetensors) "
-    "or a weights.safetensors file"
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, ActorContext, Tensors
+from mqttrl.policy_source import (
+    EXPECTED,
+    WEIGHTS_FILE,
+    Choice,
+    ModelSource,
+    PolicyLoadError,
+    is_checkpoint,
+    locate,
 )
+
+__all__ = ["WEIGHTS_FILE", "ModelSource", "Policy", "PolicyLoadError", "load_policy"]
+
+log = logging.getLogger(__name__)
+
 #: env steps past any schedule: a loaded policy acts as at the end of its run (DQN's epsilon decay is over)
 _END_OF_SCHEDULES = 2**53
 #: stochastic rows act as the first envs of a run this large: all of them on the first rung of a ladder
 _LADDER_ENVS = 2**40
+#: predict()'s keywords when not given: any given makes it answer as Stable-Baselines3, (actions, None)
+_UNSET: Any = object()
 #: stochastic actors kept, one per batch size
 _MAX_ACTORS = 8
 
 
-# ---- finding and reading the model ---------------------------------------------------------
-def _is_checkpoint(d: Path) -> bool:
-    return (d / "meta.json").is_file() and (d / "state.safetensors").is_file()
-
-
-def _resolve(path: Path) -> tuple[str, Path]:
-    """``("weights", file)`` or ``("checkpoint", directory)``: the model ``path`` names."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or directory; expected {EXPECTED}")
-    if path.is_file():
-        if path.name in ("meta.json", "state.safetensors") and _is_checkpoint(path.parent):
-            return _resolve(path.parent)
-        return "weights", path
-    if _is_checkpoint(path):
-        if (path / WEIGHTS_FILE).is_file():  # checkpoints/best/: the exact weights of the judged version
-            return "weights", path / WEIGHTS_FILE
-        return "checkpoint", path
-    if (path / "best" / WEIGHTS_FILE).is_file():  # `mqttrl train`: the best greedy evaluation
-        return "weights", path / "best" / WEIGHTS_FILE
-    from mqttrl.state.checkpoint import CheckpointStore
-
-    ckpts = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    if _is_checkpoint(ckpts / "best"):
-        return _resolve(ckpts / "best")
-    latest = CheckpointStore(ckpts).latest()
-    if latest is not None and _is_checkpoint(latest):
-        return "checkpoint", latest
-    if (path / WEIGHTS_FILE).is_file():
-        return "weights", path / WEIGHTS_FILE
-    if (path / "config.json").is_file() or (path / "checkpoints").is_dir():
-        raise ValueError(
-            f"{path} is a run directory without a model yet: no best/{WEIGHTS_FILE} and no checkpoint in "
-            f"{path / 'checkpoints'} (a run saves one every learner.checkpoint_every updates and when it stops)"
-        )
-    raise ValueError(f"{path} holds no mqttrl model; expected {EXPECTED}")
-
-
+# ---- reading the model (which one: mqttrl.policy_source) -----------------------------------
 class _LazyTensors(Mapping):
     """The tensors of a checkpoint's ``state.safetensors`` under ``prefix`` (the prefix removed),
     each read from the file when asked for: a policy never reads a checkpoint's replay buffer."""
@@ -149,7 +122,7 @@ def _read_json(file: Path) -> Any:
     try:
         return json.loads(file.read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read {file}: {e}") from None
+        raise PolicyLoadError(f"cannot read {file}: {e}") from None
 
 
 def _read_checkpoint(d: Path) -> _Model:
@@ -157,23 +130,29 @@ def _read_checkpoint(d: Path) -> _Model:
 
     meta = _read_json(d / "meta.json")
     if not (isinstance(meta, dict) and isinstance(meta.get("algo"), dict) and isinstance(meta.get("config"), dict)):
-        raise ValueError(
+        raise PolicyLoadError(
             f"{d / 'meta.json'} is not an mqttrl checkpoint's (it has no algo and config); expected {EXPECTED}"
         )
     try:
         tensors = _LazyTensors(d / "state.safetensors", "algo/")
     except (OSError, SafetensorError) as e:
-        raise ValueError(f"cannot read {d / 'state.safetensors'}: {e}") from None
-    name = meta["config"].get("algorithm", {}).get("name") or meta["algo"].get("algorithm")
-    version = int(meta.get("node", {}).get("version", 0))
-    return _Model({}, {}, str(name), version, meta["config"], d / "meta.json", d, (tensors, meta["algo"]))
+        raise PolicyLoadError(f"cannot read {d / 'state.safetensors'}: {e}") from None
+    algorithm, node = meta["config"].get("algorithm"), meta.get("node", {})
+    name = (algorithm.get("name") if isinstance(algorithm, dict) else None) or meta["algo"].get("algorithm")
+    version = node.get("version", 0) if isinstance(node, dict) else None
+    if not isinstance(name, str) or not isinstance(version, int):
+        raise PolicyLoadError(
+            f"{d / 'meta.json'} names no algorithm or model version (algorithm {name!r}, version {version!r}); "
+            f"expected an mqttrl checkpoint's meta.json"
+        )
+    return _Model({}, {}, name, version, meta["config"], d / "meta.json", d, (tensors, meta["algo"]))
 
 
 def _config_near(file: Path) -> tuple[dict, Path] | None:
     """The run config beside a weights file or up to two folders above: a checkpoint's meta.json, else config.json."""
     for d in (file.parent, file.parent.parent, file.parent.parent.parent):
         meta = d / "meta.json"
-        if _is_checkpoint(d):
+        if is_checkpoint(d):
             data = _read_json(meta)
             if isinstance(data, dict) and isinstance(data.get("config"), dict):
                 return data["config"], meta
@@ -190,17 +169,17 @@ def _read_weights(file: Path) -> _Model:
     try:
         payload = file.read_bytes()
     except OSError as e:
-        raise ValueError(f"cannot read {file}: {e}") from None
+        raise PolicyLoadError(f"cannot read {file}: {e}") from None
     try:
         w = decode_weights(payload)
     except Rejected as r:
-        raise ValueError(f"{file} is not an mqttrl weights file ({r}); expected {EXPECTED}") from None
+        raise PolicyLoadError(f"{file} is not an mqttrl weights file ({r}); expected {EXPECTED}") from None
     found = _config_near(file)
     config, config_path = found if found else (None, None)
     if config is not None:
         algo = config.get("algorithm", {}).get("name") if isinstance(config.get("algorithm"), dict) else None
         if algo != w.algorithm or config.get("run") != w.run:
-            raise ValueError(
+            raise PolicyLoadError(
                 f"{file} holds weights of run {w.run!r} ({w.algorithm}), but the config found at {config_path} is "
                 f"run {config.get('run')!r} ({algo}); put the run's own config.json next to the weights file"
             )
@@ -209,6 +188,8 @@ def _read_weights(file: Path) -> _Model:
 
 def _weights_of_checkpoint(model: _Model, algo_info, params, obs_space, act_space) -> tuple[Tensors, dict]:
     """The policy's weights out of a checkpoint's learner state: the algorithm's numpy hook, or its learner."""
+    from safetensors import SafetensorError
+
     tensors, meta = model.state
     try:
         if algo_info.weights_from_checkpoint is not None:
@@ -216,15 +197,21 @@ def _weights_of_checkpoint(model: _Model, algo_info, params, obs_space, act_spac
         try:  # no hook: the learner itself reads its state (needs torch, for the built-ins' learners)
             learner = algo_info.make_learner(params, obs_space, act_space, "cpu", 0)
         except ImportError as e:
-            raise ValueError(
+            raise PolicyLoadError(
                 f"algorithm {model.algorithm!r} has no weights_from_checkpoint: reading its checkpoint {model.path} "
                 f"builds its learner, which needs {e.name or 'torch'} (pip install 'mqttrl[learner]'); "
                 f"or load a {WEIGHTS_FILE} of the run instead"
             ) from None
         learner.load_state_dict({k: tensors[k] for k in tensors}, meta)
         return learner.export_weights()
-    except (KeyError, TypeError) as e:
-        raise ValueError(f"{model.path}: the checkpoint does not hold a {model.algorithm} policy ({e!r})") from None
+    except PolicyLoadError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise PolicyLoadError(
+            f"{model.path}: the checkpoint does not hold a {model.algorithm} policy ({e!r})"
+        ) from None
+    except (SafetensorError, OSError) as e:  # a state file damaged past its header
+        raise PolicyLoadError(f"cannot read {model.path / 'state.safetensors'}: {e}") from None
 
 
 # ---- the policy ----------------------------------------------------------------------------------
@@ -245,7 +232,7 @@ class Policy:
         info: Mapping[str, Any],
         model_version: int = 0,
         config: Any = None,
-        source: Path | None = None,
+        source: ModelSource | Path | None = None,
         seed: int = 0,
     ):
         from mqttrl.envs.rollout import obs_dtype
@@ -261,8 +248,13 @@ class Policy:
         self.config = config
         #: the model version the weights are (a checkpoint: the learner's version when it was saved)
         self.model_version = int(model_version)
-        #: what was read: a weights file or a checkpoint directory
-        self.source = source
+        #: what was read (``.path``: a weights file or a checkpoint directory), its ``.model_version`` and the
+        #: ``.reason`` it was chosen; ``str(policy.source)`` is the path
+        self.source = (
+            source
+            if source is None or isinstance(source, ModelSource)
+            else ModelSource(Path(source), self.model_version, "the path given")
+        )
         #: the weights in the exported layout (what ``mqttrl export`` builds the torch network from)
         self.weights: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in tensors.items()}
         self.weights_info: dict[str, Any] = dict(info)
@@ -283,7 +275,7 @@ class Policy:
         try:
             actor.load_weights(self.weights, self._load_info)
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(
+            raise PolicyLoadError(
                 f"the weights do not fit a {self.algorithm} network for observations {self.observation_space} "
                 f"and actions {self.action_space}: {e}"
             ) from None
@@ -301,14 +293,34 @@ class Policy:
             f"or a batch of shape (N, {', '.join(map(str, shape))})"
         )
 
-    def predict(self, obs: Any, deterministic: bool = True) -> Any:
+    def predict(
+        self, obs: Any, *, deterministic: Any = _UNSET, state: Any = _UNSET, episode_start: Any = _UNSET
+    ) -> Any:
         """Actions for one observation (gives one action) or a batch (gives a batch of actions).
+
+        ``predict(obs)`` gives the greedy action(s). Called as Stable-Baselines3 calls it, with any of
+        ``deterministic=``, ``state=`` or ``episode_start=``, it gives SB3's pair ``(actions, None)``:
+        ``action, _state = policy.predict(obs, deterministic=True)``. The policy keeps no recurrent
+        state: ``state`` must be None, ``episode_start`` is ignored.
 
         ``deterministic=True``: the greedy action (DQN: argmax Q with a noisy head's mean weights;
         PPO: the most likely action, the Gaussian mean clipped to the bounds). ``False``: as the
         actors explore at the end of their schedules (DQN: epsilon-greedy, see :func:`load_policy`;
         PPO: sampled), each row independently.
         """
+        sb3_call = deterministic is not _UNSET or state is not _UNSET or episode_start is not _UNSET
+        if state is not _UNSET and state is not None:
+            raise ValueError(
+                f"predict(state=...): this {self.algorithm} policy keeps no recurrent state; pass state=None or leave it out"
+            )
+        if deterministic is _UNSET:
+            deterministic = True
+        if not isinstance(deterministic, bool | np.bool_):
+            raise ValueError(f"predict(deterministic={deterministic!r}): expected True (greedy) or False (exploring)")
+        actions = self._act(obs, bool(deterministic))
+        return (actions, None) if sb3_call else actions
+
+    def _act(self, obs: Any, deterministic: bool) -> Any:
         x, single = self._batch(obs)
         if deterministic:
             actions, _ = self._greedy.act(x, greedy=True)
@@ -354,7 +366,7 @@ class Policy:
             obs, _ = env.reset(seed=None if seed is None else seed + i)
             total, steps, done = 0.0, 0, False
             while not done and (max_steps is None or steps < max_steps):
-                action = np.asarray(self.predict(obs, deterministic=deterministic))
+                action = np.asarray(self._act(obs, deterministic))
                 obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
                 total += float(reward)
                 steps += 1
@@ -377,75 +389,50 @@ class Policy:
 def _with_epsilon(params: Any, algorithm: str, epsilon: float) -> Any:
     fields = attrs.fields_dict(type(params)) if attrs.has(type(params)) else {}
     if not {"epsilon_base", "epsilon_alpha", "epsilon_start"} <= set(fields):
-        raise ValueError(f"epsilon= is for algorithms that explore epsilon-greedily (dqn); {algorithm} does not")
+        raise PolicyLoadError(f"epsilon= is for algorithms that explore epsilon-greedily (dqn); {algorithm} does not")
     return attrs.evolve(params, epsilon_base=float(epsilon), epsilon_alpha=0.0, epsilon_start=float(epsilon))
 
 
 def load_policy(
     path: str | Path,
     *,
+    which: str = "auto",
     observation_space: gym.Space | None = None,
     action_space: gym.Space | None = None,
     epsilon: float | None = None,
     seed: int = 0,
 ) -> Policy:
-    """The trained policy ``path`` names (a run directory, a checkpoint directory or a weights file).
+    """The trained policy ``path`` names (a run directory, its checkpoints folder or ``checkpoints/latest``,
+    a checkpoint directory or a weights file); ``policy.source`` says which model and why (also logged).
 
+    ``which``: for a run directory, ``"auto"`` (its best model when a greedy evaluation judged it, else
+    its newest checkpoint), ``"best"`` or ``"latest"`` (see :mod:`mqttrl.policy_source`).
     ``observation_space`` and ``action_space``: the spaces to act in (both, or the run's env is
     made once to read them; a bare weights file without a run config needs them). ``epsilon``:
     DQN's exploration rate for ``predict(..., deterministic=False)`` (default: the run's
     ``epsilon_base``, the first rung of its ladder). ``seed``: the stochastic actors' random streams.
 
-    Raises FileNotFoundError when ``path`` does not exist and ValueError, with one line saying what
-    was expected, when it holds no mqttrl model or one that does not load. Needs no torch.
+    Raises FileNotFoundError when ``path`` does not exist and :class:`PolicyLoadError` (a ValueError),
+    with one line naming the path and what was expected, when it holds no mqttrl model or one that
+    does not load. Needs no torch.
     """
-    from mqttrl.config import ConfigError, from_dict
-    from mqttrl.plugin.manager import UnknownPluginError, get_registry
+    from mqttrl.plugin.manager import get_registry
 
-    path = Path(path)
-    kind, where = _resolve(path)
-    model = _read_weights(where) if kind == "weights" else _read_checkpoint(where)
+    choice = locate(Path(path), which)
+    model = _read_model(choice)
     registry = get_registry()
-    try:
-        algo_info = registry.algorithm(model.algorithm)
-    except UnknownPluginError:
-        known = ", ".join(sorted(registry.algorithms)) or "none"
-        raise ValueError(
-            f"{model.path}: the policy is of algorithm {model.algorithm!r}, which no installed plugin registers "
-            f"(installed: {known})"
-        ) from None
-    config = None
-    if model.config is not None:
-        try:
-            config = from_dict(model.config, lambda name: registry.algorithm(name).params)
-        except (ConfigError, UnknownPluginError) as e:
-            raise ValueError(f"{model.config_path}: the run config does not load ({e})") from None
-        params = config.algorithm.params
-    elif observation_space is None or action_space is None:
-        raise ValueError(
-            f"{model.path}: no run config beside it or up to two folders above (a checkpoint's meta.json or the run's "
-            f"config.json); copy the run's config.json next to it, or pass observation_space= and action_space="
-        )
-    else:
-        params = algo_info.params()
-    if observation_space is None or action_space is None:
-        from mqttrl.envs.make import make_env
-
-        try:
-            env = make_env(config.env.id, config.env.kwargs, registry)
-        except Exception as e:
-            raise ValueError(
-                f"cannot make the run's env {config.env.id!r} to read its spaces ({type(e).__name__}: {e}); "
-                f"install what it needs, or pass observation_space= and action_space="
-            ) from None
-        observation_space = observation_space or env.observation_space
-        action_space = action_space or env.action_space
-        env.close()
+    algo_info = _algorithm_of(model, registry)
+    have_spaces = observation_space is not None and action_space is not None
+    config, params = _config_and_params(model, registry, algo_info, have_spaces)
+    if not have_spaces:
+        observation_space, action_space = _spaces_of_env(config, registry, observation_space, action_space)
     if epsilon is not None:
         params = _with_epsilon(params, model.algorithm, epsilon)
     tensors, info = model.tensors, model.info
     if model.state is not None:
         tensors, info = _weights_of_checkpoint(model, algo_info, params, observation_space, action_space)
+    source = ModelSource(model.path, model.model_version, choice.reason)
+    log.info("loading %s (model version %d, %s)", source.path, source.model_version, source.reason)
     return Policy(
         model.algorithm,
         params,
@@ -455,6 +442,63 @@ def load_policy(
         info,
         model_version=model.model_version,
         config=config,
-        source=model.path,
+        source=source,
         seed=seed,
     )
+
+
+def _read_model(choice: Choice) -> _Model:
+    return _read_weights(choice.path) if choice.kind == "weights" else _read_checkpoint(choice.path)
+
+
+def _algorithm_of(model: _Model, registry: Any) -> Any:
+    """The installed AlgorithmInfo of the model's algorithm; ValueError naming the installed ones if none is."""
+    from mqttrl.plugin.manager import UnknownPluginError
+
+    try:
+        return registry.algorithm(model.algorithm)
+    except UnknownPluginError:
+        known = ", ".join(sorted(registry.algorithms)) or "none"
+        raise PolicyLoadError(
+            f"{model.path}: the policy is of algorithm {model.algorithm!r}, which no installed plugin registers "
+            f"(installed: {known})"
+        ) from None
+
+
+def _config_and_params(model: _Model, registry: Any, algo_info: Any, have_spaces: bool) -> tuple[Any, Any]:
+    """(run config or None, algorithm params): the run's when its config was found, else the
+    algorithm's defaults, which a bare weights file may only use with both spaces given."""
+    from mqttrl.config import ConfigError, from_dict
+    from mqttrl.plugin.manager import UnknownPluginError
+
+    if model.config is not None:
+        try:
+            config = from_dict(model.config, lambda name: registry.algorithm(name).params)
+        except (ConfigError, UnknownPluginError) as e:
+            raise PolicyLoadError(f"{model.config_path}: the run config does not load ({e})") from None
+        return config, config.algorithm.params
+    if not have_spaces:
+        raise PolicyLoadError(
+            f"{model.path}: no run config beside it or up to two folders above (a checkpoint's meta.json or the run's "
+            f"config.json); copy the run's config.json next to it, or pass observation_space= and action_space="
+        )
+    return None, algo_info.params()
+
+
+def _spaces_of_env(
+    config: Any, registry: Any, observation_space: gym.Space | None, action_space: gym.Space | None
+) -> tuple[gym.Space, gym.Space]:
+    """The spaces not given, read from the run's env (made once and closed); one line if it cannot be made."""
+    from mqttrl.envs.make import make_env
+
+    try:
+        env = make_env(config.env.id, config.env.kwargs, registry)
+    except Exception as e:
+        raise PolicyLoadError(
+            f"cannot make the run's env {config.env.id!r} to read its spaces ({type(e).__name__}: {e}); "
+            f"install what it needs, or pass observation_space= and action_space="
+        ) from None
+    observation_space = observation_space or env.observation_space
+    action_space = action_space or env.action_space
+    env.close()
+    return observation_space, action_space

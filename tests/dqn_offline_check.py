@@ -32,8 +32,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.dqn import make_forward
 from mqttrl_plugins.dqn.actor import DQNActor

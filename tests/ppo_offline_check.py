@@ -39,9 +39,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from mqttrl.algorithm import ActorContext
 from mqttrl.config import build
 from mqttrl.envs.rollout import EnvSet, evaluate
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.ppo import make_forward
 from mqttrl_plugins.ppo.actor import PPOActor

@@ -23,22 +23,15 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import (
-    BROKER_KIT,
-    BROKER_USERS,
-    REPO,
-    Mosquitto,
-    Proc,
-    ProductionMosquitto,
-    cartpole_dqn_toml,
-    create_users,
-    node_env,
-    script,
-)
-from watch import Watcher
+from helpers.broker_kit import BROKER_USERS, ProductionMosquitto, create_users
+from helpers.configs import cartpole_dqn_toml
+from helpers.paths import BROKER_KIT, REPO
+from helpers.procs import Proc, node_env, script
+from helpers.servers import Mosquitto
+from helpers.watch import Watcher
 
+from mqttrl.broker.embedded import free_port
 from mqttrl.ledger import read as read_ledger
-from mqttrl.local.broker import free_port
 from mqttrl.transport.topics import TABLE, Kind, Topics
 from mqttrl.wire import decode_weights
 
@@ -246,7 +239,7 @@ def test_a_site_bridges_to_the_production_broker_over_tls_under_its_acl_block(tm
     """The template's TLS and password lines and broker/bridge/acl-site on the shipped production
     broker: everything the bridge carries passes the ACL, in both directions, and the link stays
     up (mosquitto 2.0 would close it at the first denied publish)."""
-    from test_broker_kit import Client
+    from helpers.raw_client import Client
 
     run, site = "kit-bridge", "site-a"
     t = Topics(run)
@@ -334,6 +327,7 @@ def retained_weights_version(port: int, run: str, timeout: float = 5) -> int:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_worker_behind_a_bridge_loses_no_batch_when_the_link_is_cut(tmp_path):
     run, site = "e2e-bridge", "site-a"
     central = Mosquitto(tmp_path / "central")

@@ -15,17 +15,17 @@ of a forbidden message has arrived, the forbidden one can no longer arrive.
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
-import threading
 import time
 
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import BROKER_KIT, BROKER_USERS, Proc, ProductionMosquitto, cartpole_dqn_toml, create_users, script
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from helpers.broker_kit import BROKER_USERS, ProductionMosquitto, create_users
+from helpers.configs import cartpole_dqn_toml
+from helpers.paths import BROKER_KIT, REPO
+from helpers.procs import Proc, script
+from helpers.raw_client import Client
 
 from mqttrl.transport import client as transport
 from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, MqttNode
@@ -41,108 +41,6 @@ NOT_AUTHORIZED = 135
 def ok(reason) -> bool:
     """A successful PUBACK (0 success, 16 "no matching subscribers")."""
     return not reason.is_failure
-
-
-class Client:
-    """A raw paho client that records CONNACK, PUBACK reason codes, messages and disconnects."""
-
-    def __init__(
-        self,
-        port: int,
-        user: str | None,
-        *,
-        password: str | None = None,
-        protocol=mqtt.MQTTv5,
-        client_id: str | None = None,
-        will: tuple[str, bytes, bool] | None = None,
-        session_expiry: int | None = None,
-        connect: bool = True,
-    ):
-        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self.acks: dict[int, object] = {}
-        self.connack = None
-        self._connected = threading.Event()
-        self.disconnected = threading.Event()
-        self._acked = threading.Condition()
-        self._subscribed = threading.Event()
-        self.protocol = protocol
-        self.session_expiry = session_expiry
-        self.port = port
-        self.c = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id or f"{user}-{time.monotonic_ns()}",
-            protocol=protocol,
-            **({"clean_session": True} if protocol == mqtt.MQTTv311 else {}),
-        )
-        if user:
-            self.c.username_pw_set(user, BROKER_USERS.get(user) if password is None else password)
-        if will:
-            self.c.will_set(will[0], will[1], qos=1, retain=will[2])
-        self.c.on_connect = self._on_connect
-        self.c.on_disconnect = self._on_disconnect
-        self.c.on_message = lambda c, u, msg: self.messages.put(msg)
-        self.c.on_publish = self._on_publish
-        self.c.on_subscribe = lambda c, u, mid, rcs, p: self._subscribed.set()
-        if connect:
-            self.connect()
-
-    def connect(self) -> Client:
-        props = None
-        kwargs = {}
-        if self.protocol == mqtt.MQTTv5:
-            kwargs["clean_start"] = self.session_expiry is None
-            if self.session_expiry is not None:
-                props = Properties(PacketTypes.CONNECT)
-                props.SessionExpiryInterval = self.session_expiry
-        self.c.connect("127.0.0.1", self.port, keepalive=10, properties=props, **kwargs)
-        self.c.loop_start()
-        assert self._connected.wait(5), "no CONNACK"
-        return self
-
-    def _on_connect(self, c, u, flags, rc, p):
-        self.connack = rc
-        self._connected.set()
-
-    def _on_disconnect(self, c, u, flags, rc, p):
-        self.disconnected.set()
-        c.disconnect()  # no automatic reconnect: these clients observe a single connection
-
-    def _on_publish(self, c, u, mid, rc, p):
-        with self._acked:
-            self.acks[mid] = rc
-            self._acked.notify_all()
-
-    def sub(self, *topics: str) -> Client:
-        for t in topics:
-            self._subscribed.clear()
-            self.c.subscribe(t, 1)
-            assert self._subscribed.wait(5), f"no SUBACK for {t}"
-        return self
-
-    def pub(self, topic: str, payload: bytes, retain: bool = False, timeout: float = 5):
-        """Publish at QoS 1 and wait for the broker's PUBACK; returns its reason code."""
-        info = self.c.publish(topic, payload, qos=1, retain=retain)
-        with self._acked:
-            assert self._acked.wait_for(lambda: info.mid in self.acks, timeout), f"no PUBACK for {topic}"
-            return self.acks[info.mid]
-
-    def until(self, pred, timeout: float = 5) -> list[mqtt.MQTTMessage]:
-        """Collect messages until one satisfies ``pred``; returns all collected."""
-        got, deadline = [], time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                m = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            got.append(m)
-            if pred(m):
-                return got
-        raise AssertionError(f"timed out; got {[(m.topic, m.payload[:40]) for m in got]}")
-
-    def close(self) -> None:
-        self.c.disconnect()
-        # paho's network thread notices within its 1 s select timeout; don't wait for it
-        threading.Thread(target=self.c.loop_stop, daemon=True).start()
 
 
 @pytest.fixture
@@ -414,10 +312,10 @@ def test_retained_config_weights_and_queued_samples_survive_restart(broker):
 def test_lan_config_still_works(tmp_path):
     """broker/mosquitto.conf (the open LAN config the README starts with) runs as shipped,
     with its port and persistence path substituted, and lifts the queue limits."""
-    from conftest import Mosquitto
+    from helpers.servers import Mosquitto
 
     text = (BROKER_KIT / "mosquitto.conf").read_text()
-    for key in ("max_queued_messages 0", "max_queued_bytes 0", "max_packet_size 268435455", "persistence true"):
+    for key in ("max_queued_messages 0", "max_queued_bytes 0", "max_packet_size 100000000", "persistence true"):
         assert key in text.splitlines(), key
 
     class Lan(Mosquitto):
@@ -483,12 +381,13 @@ def test_compose_mounts_match_the_production_config():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_real_learner_and_worker_under_the_acl_survive_a_broker_restart(tmp_path, broker, broker_pki):
     """mqttrl-learner (user learner, plain) and mqttrl-worker (user w1, TLS) train on the
     production broker: the ACL allows every topic the nodes really use, nothing is rejected,
     no node is disconnected for a denied publish,
     and after a broker restart the worker reconnects and keeps delivering."""
-    from watch import Watcher
+    from helpers.watch import Watcher
 
     run = "kit-e2e"
     cfg = tmp_path / "run.toml"
@@ -560,3 +459,25 @@ def test_real_learner_and_worker_under_the_acl_survive_a_broker_restart(tmp_path
     assert "Bad socket" not in (broker.workdir / "mosquitto.log").read_text(), (
         "a node was disconnected for a denied publish"
     )
+
+
+def test_every_shipped_config_bounds_packets_sanely():
+    """A corrupted length field makes mosquitto wait for (and buffer) up to max_packet_size: every config
+    we ship (and the embedded and dynsec brokers we write) caps it well under the protocol's 256 MB, yet
+    above the learner's default sample cap (learner.max_payload_mb) with room for weights."""
+    import re
+
+    from mqttrl.broker import dynsec, embedded
+    from mqttrl.config import LearnerConfig
+
+    cap = LearnerConfig().max_payload_mb * 1024 * 1024
+    texts = {p.name: p.read_text() for p in (*BROKER_KIT.glob("*.conf"), *(BROKER_KIT / "bridge").glob("*.conf"))}
+    texts["embedded.py"] = (REPO / "mqttrl" / "broker" / "embedded.py").read_text()
+    texts["dynsec.py"] = (REPO / "mqttrl" / "broker" / "dynsec.py").read_text()
+    assert embedded and dynsec  # the modules whose text is checked import cleanly
+    for name, text in texts.items():
+        if "listener" not in text and name.endswith(".conf"):
+            continue  # not a broker config (e.g. nats)
+        sizes = [int(v) for v in re.findall(r"max_packet_size (\d+)", text)]
+        assert sizes, f"{name} sets no max_packet_size"
+        assert all(cap < size <= 128 * 1024 * 1024 for size in sizes), (name, sizes)

@@ -8,6 +8,7 @@ import types
 
 import attrs
 import pytest
+from helpers.paths import REPO
 
 from mqttrl import cli
 from mqttrl.cli.common import DEFAULT_BROKER, broker_url, settings
@@ -18,6 +19,7 @@ EXPECTED = [
     "worker",
     "telemetry",
     "plugins",
+    "settings",
     "quicksave",
     "inference",
     "evaluate",
@@ -99,7 +101,7 @@ def test_main_runs_the_chosen_row(monkeypatch):
 
 def test_required_flags_and_bad_choices_exit_2(capsys):
     for argv in (
-        ["worker", "--run", "r"],
+        ["worker"],  # --run is required (--broker defaults to the local broker, as for every command)
         ["train"],
         ["learner"],
         ["workers", "--run", "r", "--broker", "mqtt://h", "--mqtt-protocol", "4"],
@@ -112,12 +114,26 @@ def test_required_flags_and_bad_choices_exit_2(capsys):
     assert e.value.code == 2
 
 
-def test_config_error_is_one_line(tmp_path):
+def test_config_error_is_one_line(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[learner]\npublish_evry = 3\n")
     with pytest.raises(SystemExit) as e:
         cli.main(["train", str(cfg)])
-    assert str(e.value.code).startswith("config error: unknown key learner.publish_evry")
+    assert e.value.code == 2  # docs/cli.md: bad arguments or config
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mqttrl: config error: unknown key learner.publish_evry"), err
+    assert "did you mean publish_every" in err[-1] or "did you mean 'publish_every'" in err[-1], err
+
+
+def test_a_list_without_quotes_in_set_says_how_to_quote_it(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(
+            ["train", str(REPO / "configs" / "cartpole_dqn.toml"), "--set", "train.telemetry_storages=[files, wandb]"]
+        )
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "strings inside a list or table need quotes" in last
+    assert """--set 'train.telemetry_storages=["files", "wandb"]'""" in last
 
 
 def test_bad_storage_option_is_one_line():
@@ -225,9 +241,18 @@ def test_a_list_of_brokers_is_accepted(command, monkeypatch):
 
 
 def test_status_with_a_dead_first_broker_uses_the_next(shared_mosquitto, capsys):
-    from mqttrl.local.broker import free_port
+    from mqttrl.broker.embedded import free_port
 
     dead = f"mqtt://127.0.0.1:{free_port()}"
     cli.main(["status", "--run", "r-failover", "--once", "0.3", "--json", "--broker", f"{dead},{shared_mosquitto.url}"])
     out = capsys.readouterr()
     assert '"node": "learner"' in out.out and "Traceback" not in out.err
+
+
+def test_a_misspelled_storage_is_refused_before_the_run_starts(capsys):
+    argv = ["train", str(REPO / "configs" / "cartpole_dqn.toml"), "--set", 'train.telemetry_storages=["file"]']
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 5  # docs/cli.md: a plugin is not installed
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unknown storage 'file' (did you mean 'files'?)" in last

@@ -188,6 +188,7 @@ def test_unknown_key_in_toml_file(tmp_path, params_class):
     with pytest.raises(ConfigError) as ei:
         load_config(path, [], params_class)
     assert "learner.publish_evry" in str(ei.value) and "publish_every" in str(ei.value)
+    assert "(did you mean publish_every?)" in str(ei.value)  # issue 21
 
 
 def test_unknown_section(params_class):

@@ -15,7 +15,7 @@ import re
 import time
 
 import pytest
-from conftest import BROKER_KIT, REPO
+from helpers.paths import BROKER_KIT, REPO
 
 PROVISIONING = BROKER_KIT / "grafana" / "provisioning"
 DASHBOARD = PROVISIONING / "dashboards" / "mqttrl.json"

@@ -3,8 +3,11 @@
 The format it enforces: each section has a heading that names it -- ``## `[learner]` ``
 for a config section, ``### `algorithm.name = "dqn"` `` for a built-in algorithm's
 hyperparameters, ``## Top level`` for keys outside any section -- and under it a table
-whose rows are ``| `key` | default | meaning |``. The default is written as TOML
-(``none`` for an unset default) and must equal the class's; the meaning must not be empty.
+whose header names a ``default`` and a ``meaning`` column (``| key | default | meaning |``,
+or the generated ``| key | type | default | unit | meaning |``) and whose rows start with
+``| `key` |``. The default is written as TOML (``none`` for an unset default) and must equal
+the class's; the meaning must not be empty. The config sections' tables are generated from
+the declarations (:mod:`mqttrl.config_reference`) and must equal what it writes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from mqttrl.config import AlgorithmSection, RunConfig, parse_override
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 ROW = re.compile(r"^\|\s*`([A-Za-z_][A-Za-z0-9_]*)`\s*\|(.*)\|\s*$")
+HEADER = re.compile(r"^\|\s*key\s*\|(.*)\|\s*$")
 SECTION = re.compile(r"`\[([a-z_]+)\]`")
 ALGORITHM = re.compile(r'`algorithm\.name\s*=\s*"([A-Za-z0-9_.\-]+)"`')
 TOP = "top level"
@@ -33,7 +37,13 @@ def _doc_sections() -> dict[str, dict[str, tuple[str, str]]]:
     """heading id -> {key: (default cell, meaning cell)} for each table row under that heading."""
     sections: dict[str, dict[str, tuple[str, str]]] = {}
     current: str | None = None
+    columns: list[str] = ["default", "meaning"]
     for line in DOC.read_text().splitlines():
+        header = HEADER.match(line)
+        if header:
+            columns = [c.strip() for c in header.group(1).split("|")]
+            assert {"default", "meaning"} <= set(columns), f"docs/configuration.md: header {line!r}"
+            continue
         h = HEADING.match(line)
         if h:
             title = h.group(2)
@@ -53,9 +63,10 @@ def _doc_sections() -> dict[str, dict[str, tuple[str, str]]]:
         r = ROW.match(line)
         if r and current is not None:
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", r.group(2))]
-            assert len(cells) == 2, f"docs/configuration.md: row {line!r} needs | `key` | default | meaning |"
+            assert len(cells) == len(columns), f"docs/configuration.md: row {line!r} needs the header's columns"
             assert r.group(1) not in sections[current], f"[{current}] lists `{r.group(1)}` twice"
-            sections[current][r.group(1)] = (cells[0], cells[1])
+            cell = dict(zip(columns, cells, strict=True))
+            sections[current][r.group(1)] = (cell["default"], cell["meaning"])
     return sections
 
 
@@ -218,3 +229,16 @@ def test_set_examples_load(expected, tmp_path):
             continue
         algo = "ppo" if "ppo" in line else "dqn"
         load_config(None, [f"algorithm.name={algo}", *items], lambda n: params[n])
+
+
+def test_the_settings_tables_are_generated_from_the_declarations():
+    """Each config section's table sits between markers and equals what the declarations give."""
+    from mqttrl.config_reference import MARKER, render_doc, sections
+
+    text = DOC.read_text()
+    marked = [m.group(2) for m in MARKER.finditer(text)]
+    assert sorted(marked) == sorted(sections()), f"settings markers in docs/configuration.md: {marked}"
+    assert text == render_doc(text), (
+        "docs/configuration.md's settings tables are out of date: "
+        "run python -m mqttrl.config_reference docs/configuration.md"
+    )

@@ -12,8 +12,8 @@ import torch
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from mqttrl.algorithm import ActorContext, AsyncLearner, SyncLearner
 from mqttrl.config import ConfigError, build
+from mqttrl.plugin.algorithm import ActorContext, AsyncLearner, SyncLearner
 from mqttrl.wire import Rejected, SampleBatch, decode_batch, encode_batch
 from mqttrl_plugins.dqn import make_forward
 from mqttrl_plugins.dqn.actor import DQNActor, epsilon_ladder
@@ -421,6 +421,7 @@ class OneStep(gym.Env):
 
 
 @pytest.mark.parametrize("end,expected", [("terminated", [1.0, 0.0]), ("truncated", [2.0, 2.0])])
+@pytest.mark.slow
 def test_learns_one_step_values(end, expected):
     env = OneStep(end)
     p = small_params(
@@ -505,7 +506,7 @@ def test_numpy_forward_refuses_weights_of_another_network():
 
 
 def test_registered_parts_satisfy_the_async_protocols():
-    from mqttrl.algorithm import Actor, Forward, SyncActor
+    from mqttrl.plugin.algorithm import Actor, Forward, SyncActor
     from mqttrl.plugin.manager import get_registry
 
     info = get_registry().algorithm("dqn")

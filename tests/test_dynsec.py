@@ -12,10 +12,13 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import REPO, node_env, script, stop_server
+from helpers.paths import REPO
+from helpers.procs import node_env, script
+from helpers.servers import stop_server
 
-from mqttrl import cli, dynsec
-from mqttrl.local.broker import _wait_port, free_port
+from mqttrl import cli
+from mqttrl.broker import dynsec
+from mqttrl.broker.embedded import _wait_port, free_port
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import TABLE, Kind, Topics
 
@@ -441,6 +444,7 @@ def test_kinds_cover_the_table():
 
 @needs_plugin
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_train_with_per_node_credentials_trains_on_the_dynsec_broker(dynsec_broker, tmp_path):
     """`mqttrl train --credentials FILE` (what add-run wrote): every child logs in as its own client of
     the run, the parent as its operator, and the run trains, evaluates and keeps telemetry. Worker w0
@@ -486,7 +490,7 @@ def test_train_credentials_must_be_the_config_runs(tmp_path):
 
 
 def test_children_get_their_own_user_not_the_parents():
-    from mqttrl.local.train import _without_username
+    from mqttrl.trainer.plan import _without_username
 
     argv = ["--broker", "mqtt://h:1883", "--username", "u", "--tls-ca", "ca", "--username=v", "--mqtt-protocol", "5"]
     assert _without_username(argv) == ["--broker", "mqtt://h:1883", "--tls-ca", "ca", "--mqtt-protocol", "5"]

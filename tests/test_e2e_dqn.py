@@ -4,52 +4,18 @@ from __future__ import annotations
 
 import functools
 import time
-from pathlib import Path
 
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import Proc, script
-from watch import Watcher
+from helpers.configs import write_config
+from helpers.e2e import start_learner, start_worker
+from helpers.watch import Watcher
 
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import encode_batch, encode_json
 
-pytestmark = pytest.mark.e2e
-
-CONFIG = """
-run = "{run}"
-[env]
-id = "CartPole-v1"
-num_envs = 4
-[algorithm]
-name = "dqn"
-learning_starts = 500
-[learner]
-publish_every = 20
-checkpoint_every = 200
-metrics_interval_s = 0.5
-worker_timeout_s = 4.0
-max_payload_mb = {max_mb}
-[train]
-workers = 2
-"""
-
-
-def write_config(tmp_path: Path, run: str, max_mb: float = 64.0) -> Path:
-    p = tmp_path / f"{run}.toml"
-    p.write_text(CONFIG.format(run=run, max_mb=max_mb))
-    return p
-
-
-def start_learner(tmp_path, cfg, url, run_dir, *extra) -> Proc:
-    argv = [script("mqttrl-learner"), "--config", str(cfg), "--broker", url, "--run-dir", str(run_dir), *extra]
-    return Proc(argv, tmp_path / f"learner-{time.monotonic_ns()}.log")
-
-
-def start_worker(tmp_path, url, run, name, index=0) -> Proc:
-    argv = [script("mqttrl-worker"), "--broker", url, "--run", run, "--name", name, "--index", str(index)]
-    return Proc(argv, tmp_path / f"worker-{name}-{time.monotonic_ns()}.log")
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_learner_and_two_workers_learn_cartpole(tmp_path, mosquitto):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Proc, node_env, script
+from helpers.procs import Proc, node_env, script
+from helpers.watch import Watcher
 from safetensors.numpy import load_file
-from watch import Watcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TESTS = Path(__file__).resolve().parent
 

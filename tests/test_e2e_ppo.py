@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Proc, script
-from watch import Watcher
+from helpers.procs import Proc, script
+from helpers.watch import Watcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CONFIG = """
 run = "{run}"

@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Proc, node_env, script
-from watch import Watcher
+from helpers.paths import REPO
+from helpers.procs import Proc, node_env, script
+from helpers.watch import Watcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +209,7 @@ def _wait_metrics(run_dir: Path, pred, timeout: float, what: str) -> dict:
 def test_central_inference_without_shared_subscriptions_over_amqtt(tmp_path):
     """amqtt speaks MQTT 3.1.1 and has no shared subscriptions: workers address servers by name
     (from their retained state) and move to the other one when theirs dies."""
-    from mqttrl.local.broker import EmbeddedBroker
+    from mqttrl.broker.embedded import EmbeddedBroker
 
     run = "thin-amqtt"
     run_dir = tmp_path / "run"

@@ -7,11 +7,13 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, node_env, script
-from test_e2e_dqn import start_learner, start_worker, write_config
-from watch import Watcher
+from helpers.configs import write_config
+from helpers.e2e import start_learner, start_worker
+from helpers.paths import REPO
+from helpers.procs import node_env, script
+from helpers.watch import Watcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def run_train(tmp_path, *args, timeout=300):

@@ -16,10 +16,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from mqttrl.algorithm import ActorContext
 from mqttrl.config import AlgorithmSection, RunConfig
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.nodes.worker import node as node_mod
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, node_env
-from policy_runs import SMALL, VERSION, make_run
-from test_policy import CASES, greedy
+from helpers.paths import REPO
+from helpers.policy_runs import CASES, SMALL, VERSION, greedy, make_run
+from helpers.procs import node_env
 
 import mqttrl
 from mqttrl import cli
@@ -48,6 +48,7 @@ def assert_within(got: dict, want: dict, atol: float = 1e-5) -> None:
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_onnx_equals_the_numpy_policy(runs, case, tmp_path):
     run = runs[case]
     policy = mqttrl.load_policy(run.root)
@@ -79,6 +80,7 @@ def test_torchscript_equals_the_numpy_policy(runs, case, tmp_path):
     assert_within(run_exported(path, obs, "torchscript"), policy.outputs(obs))
 
 
+@pytest.mark.slow
 def test_the_noisy_head_exports_its_mean_weights(runs, tmp_path):
     """A noisy head's sigma is in the file's weights, but the exported model uses the mean, as greedy
     acting does: the same outputs every call, equal to the numpy forward's noiseless ones."""
@@ -110,13 +112,18 @@ def test_an_algorithm_without_export_module_says_it_cannot_be_exported(runs, mon
 # ---------------------------------------------------------------- the command
 
 
+@pytest.mark.slow
 def test_export_command_writes_and_checks(runs, tmp_path, capsys):
     run = runs["ppo-discrete"]
     cli.main(["export", str(run.root), "-o", str(tmp_path / "out" / "p.onnx")])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"wrote {tmp_path / 'out' / 'p.onnx'} (onnx): ppo model version {VERSION}")
-    assert out[0].endswith("outputs logits, value")
-    assert out[1].startswith("checked: equal to the numpy policy within")
+    assert (
+        out[0]
+        == f"exporting {run.checkpoint} (model version {VERSION}, the newest checkpoint: the run has no best model)"
+    )
+    assert out[1].startswith(f"wrote {tmp_path / 'out' / 'p.onnx'} (onnx): ppo model version {VERSION}")
+    assert out[1].endswith("outputs logits, value")
+    assert out[2].startswith("checked: equal to the numpy policy within")
     cli.main(["export", str(run.weights), "--format", "torchscript", "-o", str(tmp_path / "p.pt")])
     assert "checked: equal to the numpy policy" in capsys.readouterr().out
 
@@ -170,6 +177,7 @@ main(sys.argv[2:])
         ("torch", "torchscript", "exporting a policy needs torch"),
     ],
 )
+@pytest.mark.slow
 def test_a_missing_package_is_one_line_naming_the_extra(runs, tmp_path, blocked, fmt, says):
     out = tmp_path / f"p.{fmt}"
     proc = subprocess.run(
@@ -185,6 +193,7 @@ def test_a_missing_package_is_one_line_naming_the_extra(runs, tmp_path, blocked,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_without_onnxruntime_the_file_is_written_and_said_unchecked(runs, tmp_path):
     out = tmp_path / "p.onnx"
     proc = subprocess.run(
@@ -224,6 +233,7 @@ def doc_texts() -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_command_and_python_example_in_the_docs_runs(runs, tmp_path, monkeypatch, capsys):
     """docs/export.md and the README's "Use your trained agent", in a folder holding runs/cartpole (a DQN
     CartPole run made here; `mqttrl train` itself is only parsed): every `mqttrl` command runs and exits
@@ -234,9 +244,12 @@ def test_every_command_and_python_example_in_the_docs_runs(runs, tmp_path, monke
     pytest.importorskip("moviepy")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # --render: a window nobody sees
-    shutil.copytree(runs["dqn-mlp"].root, tmp_path / "runs" / "cartpole")
-    (tmp_path / "runs" / "cartpole" / "best").mkdir()
-    shutil.copy(runs["dqn-mlp"].weights, tmp_path / "runs" / "cartpole" / "best" / "weights.safetensors")
+    # docs/export.md trains with --run-dir runs/cartpole; the README names the run (runs/cartpole-dqn), which
+    # means the newest runs/cartpole-dqn-<timestamp>/ that `mqttrl train configs/cartpole_dqn.toml` makes
+    for name in ("cartpole", "cartpole-dqn-20261124-000000"):
+        shutil.copytree(runs["dqn-mlp"].root, tmp_path / "runs" / name)
+        (tmp_path / "runs" / name / "best").mkdir()
+        shutil.copy(runs["dqn-mlp"].weights, tmp_path / "runs" / name / "best" / "weights.safetensors")
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     ran = {"mqttrl": 0, "python": 0}
     for doc, text in doc_texts().items():

@@ -6,11 +6,14 @@ from __future__ import annotations
 import signal
 
 import pytest
-from conftest import Mosquitto, Proc, cartpole_dqn_toml, node_env, script
-from watch import Watcher
+from helpers.configs import cartpole_dqn_toml
+from helpers.procs import Proc, node_env, script
+from helpers.servers import Mosquitto
+from helpers.watch import Watcher
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_learner_that_fails_over_brings_config_and_weights_to_the_new_broker(tmp_path):
     """The learner alone (no samples, so no new model versions) moves from A to B. Its birth on B
     carries the config and the newest weights, retained: a worker that starts on B only finds a

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqttrl.algorithm import ActorContext
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl_plugins.dqn.actor import DQNActor
 from mqttrl_plugins.dqn.common import DQNParams, sample_spec
 from mqttrl_plugins.dqn.frames import FrameLayout, frame_layout, unpack

@@ -5,8 +5,8 @@ takes the dtype the env gives the network."""
 from __future__ import annotations
 
 import numpy as np
-import pixel_env
 import pytest
+from helpers import pixel_env
 
 from mqttrl.config import from_dict
 from mqttrl.plugin.manager import get_registry

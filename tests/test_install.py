@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Proc, node_env, script
-from watch import Watcher
+from helpers.paths import REPO
+from helpers.procs import Proc, node_env, script
+from helpers.watch import Watcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: what a game PC's worker needs, and all the plain install may pull in directly
-WORKER_DEPENDENCIES = {"paho-mqtt", "numpy", "gymnasium", "pluggy", "attrs", "safetensors", "zstandard"}
+WORKER_DEPENDENCIES = {"paho-mqtt", "numpy", "gymnasium", "pluggy", "attrs", "cattrs", "safetensors", "zstandard"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_build_makes_an_sdist_that_holds_the_packages(dist):
     (sdist,) = dist.glob("mqttrl-*.tar.gz")
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    for required in ("pyproject.toml", "README.md", "mqttrl/__init__.py", "mqttrl_plugins/dqn/__init__.py"):
+    for required in ("pyproject.toml", "README.md", "mqttrl/__init__.py", "plugins/dqn/__init__.py"):
         assert required in names, f"{required} is not in the sdist"
 
 

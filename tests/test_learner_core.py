@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from mqttrl.algorithm import AsyncLearner, SyncLearner
 from mqttrl.nodes.learner.core import MAX_HOLES, AsyncAdmission, LearnerCore, Rules, SyncRounds
+from mqttrl.plugin.algorithm import AsyncLearner, SyncLearner
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import FieldSpec, Rejected, SampleBatch, SampleSpec, decode_batch, encode_batch, encode_json

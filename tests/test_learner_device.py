@@ -6,7 +6,7 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
-from conftest import node_env, script
+from helpers.procs import node_env, script
 
 from mqttrl.config import ConfigError, LearnerConfig, load_config
 from mqttrl.nodes.learner.device import describe_device, resolve_device
@@ -91,6 +91,7 @@ def test_mps_must_be_there():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_learner_stops_with_one_line_for_a_device_or_env_it_cannot_use(tmp_path):
     """Through mqttrl-learner: no traceback, one line naming the problem (before any broker is needed)."""
     torch = pytest.importorskip("torch")

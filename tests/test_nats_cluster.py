@@ -25,15 +25,17 @@ from collections import Counter
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import NatsCluster, Proc, cartpole_dqn_toml, node_env, script
-from watch import Watcher
+from helpers.configs import cartpole_dqn_toml
+from helpers.nats import NatsCluster
+from helpers.procs import Proc, node_env, script
+from helpers.watch import Watcher
 
 from mqttrl.ledger import read as read_ledger
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def retained(url: str, run: str, timeout: float = 20) -> dict[str, object]:

@@ -261,7 +261,7 @@ def _random_frames(space: gym.spaces.Box, rng: np.random.Generator, n: int) -> n
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_dqn_trains_on_images_and_both_forwards_agree(image):
-    from mqttrl.algorithm import ActorContext
+    from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
     from mqttrl_plugins.dqn import make_forward
     from mqttrl_plugins.dqn.actor import DQNActor
@@ -321,7 +321,7 @@ def test_dqn_trains_on_images_and_both_forwards_agree(image):
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_ppo_trains_on_images_and_both_forwards_agree(image):
-    from mqttrl.algorithm import ActorContext
+    from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
     from mqttrl_plugins.ppo import make_forward
     from mqttrl_plugins.ppo.actor import PPOActor

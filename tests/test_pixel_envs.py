@@ -7,13 +7,13 @@ import sys
 
 import gymnasium as gym
 import numpy as np
-import pixel_env
 import pytest
-from conftest import node_env
 from gymnasium.utils.env_checker import check_env
+from helpers import pixel_env
+from helpers.procs import node_env
 
 from mqttrl.envs.make import make_env
-from mqttrl.plugin.manager import get_registry
+from mqttrl.plugin.manager import MissingDependency, get_registry
 
 
 def wrapper(env: gym.Env, cls: type) -> gym.Env:
@@ -155,18 +155,14 @@ def test_atari_unknown_names_say_what_exists(ale, name, error, needles):
 
 def test_atari_without_ale_py_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
-    with pytest.raises(
-        gym.error.DependencyNotInstalled, match=r"atari/Pong needs ale-py: pip install 'mqttrl\[atari\]'"
-    ):
+    with pytest.raises(MissingDependency, match=r"atari/Pong needs ale-py: pip install 'mqttrl\[atari\]'"):
         make_env("atari/Pong")
 
 
 def test_atari_without_opencv_says_what_to_install(ale, monkeypatch):
     """gymnasium's AtariPreprocessing imports cv2 (it resizes with it) even at 84x84: part of the atari extra."""
     monkeypatch.setitem(sys.modules, "cv2", None)
-    with pytest.raises(
-        gym.error.DependencyNotInstalled, match=r"atari/Pong needs opencv.*pip install 'mqttrl\[atari\]'"
-    ):
+    with pytest.raises(MissingDependency, match=r"atari/Pong needs opencv.*pip install 'mqttrl\[atari\]'"):
         make_env("atari/Pong")
 
 
@@ -255,9 +251,7 @@ def test_minatar_unknown_names_say_what_exists(minatar, name, error, needles):
 def test_minatar_without_minatar_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "minatar", None)
     monkeypatch.setitem(sys.modules, "minatar.gym", None)
-    with pytest.raises(
-        gym.error.DependencyNotInstalled, match=r"minatar/breakout needs MinAtar: pip install 'mqttrl\[minatar\]'"
-    ):
+    with pytest.raises(MissingDependency, match=r"minatar/breakout needs MinAtar: pip install 'mqttrl\[minatar\]'"):
         make_env("minatar/breakout")
 
 

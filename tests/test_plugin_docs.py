@@ -15,11 +15,11 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import REPO
-from test_plugins import install_package
+from helpers.paths import REPO
+from helpers.plugin_packages import install_package
 
-from mqttrl.plugin import spec
-from mqttrl.plugin.spec import HOOKS
+from mqttrl.plugin import hookspecs as spec_module
+from mqttrl.plugin.hookspecs import HOOKS
 
 DOC = REPO / "docs" / "plugins.md"
 
@@ -47,7 +47,7 @@ def doc() -> str:
 
 
 def hookspecs() -> dict[str, object]:
-    return {n: f for n, f in vars(spec).items() if n.startswith("mqttrl_") and hasattr(f, "mqttrl_spec")}
+    return {n: f for n, f in vars(spec_module).items() if n.startswith("mqttrl_") and hasattr(f, "mqttrl_spec")}
 
 
 def signature_text(name: str, fn) -> str:
@@ -105,7 +105,7 @@ def test_docs_list_the_builtins_and_commands():
 
 def test_docs_name_every_actor_method():
     """Every method of the Actor / SyncActor protocols is in docs/plugins.md, with its parameters."""
-    from mqttrl.algorithm import Actor, SyncActor
+    from mqttrl.plugin.algorithm import Actor, SyncActor
 
     text = " ".join(doc().split())
     for proto in (Actor, SyncActor):
@@ -121,7 +121,7 @@ def test_docs_name_every_actor_method():
 
 
 def test_docs_storage_contract_matches_the_protocol():
-    from mqttrl.storage import Storage
+    from mqttrl.plugin.storage import Storage
 
     assert str(inspect.signature(Storage.write)) == "(self, points: 'list[Point]') -> 'None'"
     assert str(inspect.signature(Storage.close)) == "(self) -> 'None'"

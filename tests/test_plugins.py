@@ -14,7 +14,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
-from conftest import Proc, node_env, script
+from helpers.plugin_packages import install_package
+from helpers.procs import Proc, node_env, script
 
 CORRIDOR_DIST = "mqttrl-corridor"
 CORRIDOR_VERSION = "0.3.1"
@@ -28,7 +29,7 @@ import gymnasium as gym
 import attrs
 import numpy as np
 
-from mqttrl.plugin.spec import hookimpl
+from mqttrl.plugin.hookspecs import hookimpl
 
 MAX_STEPS = 50
 
@@ -101,38 +102,6 @@ def canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def install_package(root: Path, files: dict[str, str]) -> Path:
-    """Write a package's files (``pyproject.toml`` and its modules) under ``root/src`` and
-    pip-install it into ``root/site`` (no index, no deps); returns the site directory."""
-    pkg = root / "src"
-    pkg.mkdir(parents=True)
-    for name, text in files.items():
-        (pkg / name).write_text(textwrap.dedent(text))
-    site = root / "site"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--disable-pip-version-check",
-            "--quiet",
-            "--target",
-            str(site),
-            str(pkg),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, f"pip install failed:\n{r.stdout}\n{r.stderr}"
-    assert list(site.glob("*.dist-info/entry_points.txt")), "the package declares no entry points"
-    return site
-
-
 @pytest.fixture(scope="module")
 def corridor_site(tmp_path_factory) -> Path:
     """Build and install the corridor plugin package into a private directory (once per module)."""
@@ -189,8 +158,21 @@ def test_load_plugins_env_var_limits_loading():
     report = plugins_json(MQTTRL_LOAD_PLUGINS="gym_envs")
     assert [p["name"] for p in report] == ["gym_envs"]  # dqn is installed but not loaded
     assert report[0]["envs"] == ["gym/"]
-    assert plugins_json(MQTTRL_LOAD_PLUGINS=" gym_envs , nonexistent,") == report
+    assert plugins_json(MQTTRL_LOAD_PLUGINS=" gym_envs , ,") == report  # blanks and spaces are ignored
     assert plugins_json(MQTTRL_LOAD_PLUGINS="") == []
+
+
+def test_load_plugins_env_var_names_an_unknown_plugin():
+    """A name no installed plugin has is a typo, refused in one line (it used to be ignored)."""
+    r = subprocess.run(
+        [script("mqttrl"), "plugins"],
+        capture_output=True,
+        text=True,
+        env=node_env(MQTTRL_LOAD_PLUGINS=" gym_envs , nonexistent,"),
+        timeout=60,
+    )
+    assert r.returncode == 5 and "Traceback" not in r.stderr, r.stderr
+    assert "MQTTRL_LOAD_PLUGINS names 'nonexistent'" in r.stderr.strip().splitlines()[-1]
 
 
 def test_third_party_plugin_is_listed(full_report):
@@ -276,6 +258,7 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_third_party_env_end_to_end(corridor_site, mosquitto, tmp_path):
     run = "corridor-e2e"
     config = tmp_path / "corridor.toml"
@@ -542,7 +525,7 @@ def test_the_manager_lets_pluggy_call_the_hooks(monkeypatch):
     import pluggy
 
     from mqttrl.plugin import manager
-    from mqttrl.plugin.spec import HOOKS
+    from mqttrl.plugin.hookspecs import HOOKS
 
     calls: list[tuple[str, tuple]] = []
     real = pluggy.PluginManager.subset_hook_caller
@@ -572,7 +555,7 @@ def test_the_manager_lets_pluggy_call_the_hooks(monkeypatch):
 
 
 def test_hook_register_algorithms_takes_algorithm_info():
-    from mqttrl.algorithm import AlgorithmInfo
+    from mqttrl.plugin.algorithm import AlgorithmInfo
     from mqttrl.plugin.check import check_algorithm
     from mqttrl.plugin.manager import get_registry
     from mqttrl_plugins import dqn, ppo
@@ -597,7 +580,7 @@ def test_hook_register_envs_exact_ids_and_namespaces(corridor_site, registry_fro
 
 def test_hook_register_storages_factory_gets_settings(tmp_path):
     from mqttrl.nodes.telemetry import make_storages
-    from mqttrl.storage import Storage
+    from mqttrl.plugin.storage import Storage
 
     (st,) = make_storages(["files"], {"files": {"dir": str(tmp_path / "t")}})
     assert isinstance(st, Storage) and st.dir == tmp_path / "t"
@@ -692,8 +675,8 @@ def test_check_algorithm_names_the_failing_step():
 
 
 def test_check_algorithm_on_a_tiny_algorithm():
-    """The checks ask nothing beyond mqttrl/algorithm.py: a random-policy 'algorithm' written here passes."""
-    from mqttrl.algorithm import AlgorithmInfo
+    """The checks ask nothing beyond mqttrl/plugin/algorithm.py: a random-policy 'algorithm' written here passes."""
+    from mqttrl.plugin.algorithm import AlgorithmInfo
     from mqttrl.plugin.check import check_algorithm
     from mqttrl.wire import FieldSpec, SampleSpec
 

@@ -13,8 +13,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, node_env, script
-from policy_runs import SMALL, VERSION, make_run
+from helpers.paths import REPO
+from helpers.policy_runs import CASES, SMALL, VERSION, greedy, make_run
+from helpers.procs import node_env, script
 from safetensors.numpy import load_file
 
 import mqttrl
@@ -24,17 +25,6 @@ from mqttrl.wire import decode_weights, encode_weights
 
 torch.set_num_threads(1)
 
-#: id -> (algorithm, env id, parameters): every built-in head and torso, and both action kinds of PPO
-CASES = {
-    "dqn-mlp": ("dqn", "CartPole-v1", {}),
-    "dqn-c51-noisy": ("dqn", "CartPole-v1", {"distributional": "c51", "noisy": True}),
-    "dqn-qr": ("dqn", "CartPole-v1", {"distributional": "qr", "dueling": False}),
-    "dqn-cnn": ("dqn", "pixel_env:PixelDot-v0", {"network": "minatar_cnn"}),
-    "ppo-discrete": ("ppo", "CartPole-v1", {"obs_norm": True}),
-    "ppo-box": ("ppo", "Pendulum-v1", {"obs_norm": True}),
-    "ppo-cnn": ("ppo", "pixel_env:BoolGrid-v0", {"network": "minatar_cnn"}),
-}
-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
@@ -42,15 +32,6 @@ def runs(tmp_path_factory):
     for name, (algo, env_id, params) in CASES.items():
         made[name] = make_run(tmp_path_factory.mktemp(name), algo, env_id, **{**SMALL[algo], **params})
     return made
-
-
-def greedy(run, out: dict[str, np.ndarray]) -> np.ndarray:
-    """The greedy actions the network's outputs give."""
-    if "q" in out:
-        return out["q"].argmax(axis=1)
-    if "logits" in out:
-        return out["logits"].argmax(axis=1)
-    return np.clip(out["mean"], run.act_space.low, run.act_space.high)
 
 
 def assert_same_outputs(got: dict, want: dict, atol: float = 1e-5) -> None:
@@ -69,7 +50,7 @@ def test_predict_equals_the_learners_network(runs, case, source):
     path = {"run": run.root, "checkpoint": run.checkpoint, "weights": run.weights}[source]
     policy = mqttrl.load_policy(path)
     assert policy.algorithm == run.config.algorithm.name and policy.model_version == VERSION
-    assert policy.source == (run.weights if source == "weights" else run.checkpoint)
+    assert policy.source.path == (run.weights if source == "weights" else run.checkpoint)
     obs = run.observations(64)
     want = run.torch_outputs(obs)
     assert_same_outputs(policy.outputs(obs), want)
@@ -155,31 +136,36 @@ def test_policies_load_and_act_where_torch_cannot_be_imported(runs, tmp_path):
 # ---------------------------------------------------------------- which model a path names
 
 
-def test_a_run_directory_prefers_the_best_evaluation_then_the_judged_best_then_the_newest(runs, tmp_path):
+def test_a_run_directory_plays_its_greedily_judged_best_else_its_newest(runs, tmp_path):
     import shutil
 
     run = runs["dqn-mlp"]
     root = tmp_path / "run"
     shutil.copytree(run.root, root)
     latest = CheckpointStore(root / "checkpoints").latest()
-    assert mqttrl.load_policy(root).source == latest
-    assert mqttrl.load_policy(root / "checkpoints").source == latest
-    assert mqttrl.load_policy(latest / "meta.json").source == latest  # a file of a checkpoint: the checkpoint
+    assert mqttrl.load_policy(root).source.path == latest
+    assert mqttrl.load_policy(root / "checkpoints").source.path == latest
+    assert mqttrl.load_policy(latest / "meta.json").source.path == latest  # a file of a checkpoint: the checkpoint
 
-    # checkpoints/best/ (what telemetry judged best): its exact weights file, version 9
+    # checkpoints/best/ (what telemetry judged best, by training returns): its exact weights file, version 9,
+    # when asked for; a run directory plays the newest checkpoint (save_named made checkpoints/best the latest)
     tensors, meta = read_checkpoint(latest)
     meta["node"]["version"] = 9
     best = CheckpointStore(root / "checkpoints").save_named("best", tensors, meta)
     w = decode_weights(run.weights.read_bytes())
     (best / "weights.safetensors").write_bytes(encode_weights(9, "dqn", w.run, w.tensors, w.info))
-    policy = mqttrl.load_policy(root)
-    assert (policy.source, policy.model_version) == (best / "weights.safetensors", 9)
+    policy = mqttrl.load_policy(root, which="best")
+    assert (policy.source.path, policy.model_version) == (best / "weights.safetensors", 9)
+    assert mqttrl.load_policy(best).source.path == best / "weights.safetensors"
+    assert mqttrl.load_policy(root).source.path == best  # the newest: the learner state it saved
 
-    # best/weights.safetensors (the best greedy evaluation of `mqttrl train`) wins, version 12
+    # best/weights.safetensors with the best greedy evaluation (`mqttrl train`'s score.json) wins, version 12
     (root / "best").mkdir()
     (root / "best" / "weights.safetensors").write_bytes(encode_weights(12, "dqn", w.run, w.tensors, w.info))
+    score = {"score": 500.0, "model_version": 12, "judged_by": "greedy_eval", "episodes": 10}
+    (root / "best" / "score.json").write_text(json.dumps(score))
     policy = mqttrl.load_policy(root)
-    assert (policy.source, policy.model_version) == (root / "best" / "weights.safetensors", 12)
+    assert (policy.source.path, policy.model_version) == (root / "best" / "weights.safetensors", 12)
     assert policy.config.run == run.config.run  # the run's config.json, two folders up
 
 
@@ -281,11 +267,11 @@ def test_dqn_stochastic_actions_follow_epsilon(runs):
     obs = np.repeat(run.observations(1), 400, axis=0)
     greedy_action = mqttrl.load_policy(run.weights).predict(obs[0])
     random_policy = mqttrl.load_policy(run.weights, epsilon=1.0, seed=1)
-    share = float(np.mean(random_policy.predict(obs, deterministic=False) == greedy_action))
+    share = float(np.mean(random_policy.predict(obs, deterministic=False)[0] == greedy_action))
     assert 0.4 < share < 0.6  # epsilon 1: uniform over 2 actions
     assert (random_policy.predict(obs) == greedy_action).all()  # deterministic stays greedy
     never = mqttrl.load_policy(run.weights, epsilon=0.0)
-    assert (never.predict(obs, deterministic=False) == greedy_action).all()
+    assert (never.predict(obs, deterministic=False)[0] == greedy_action).all()
     with pytest.raises(ValueError, match="epsilon= is for algorithms that explore epsilon-greedily"):
         mqttrl.load_policy(runs["ppo-discrete"].weights, epsilon=0.1)
 
@@ -295,7 +281,7 @@ def test_noisy_dqn_explores_with_its_noise_and_acts_greedily_with_its_mean(runs)
     policy = mqttrl.load_policy(run.weights, epsilon=1.0)  # epsilon plays no part with a noisy head
     obs = run.observations(200)
     greedy_actions = policy.predict(obs)
-    sampled = policy.predict(obs, deterministic=False)
+    sampled, _ = policy.predict(obs, deterministic=False)
     assert 0.0 < np.mean(sampled != greedy_actions) < 0.5  # the noise changes some actions, not most
     np.testing.assert_array_equal(policy.predict(obs), greedy_actions)
 
@@ -306,10 +292,10 @@ def test_ppo_stochastic_actions_are_samples_of_the_policy(runs):
     obs = run.observations(1)
     logits = policy.outputs(obs)["logits"][0].astype(np.float64)
     p1 = float(np.exp(logits[1]) / np.exp(logits).sum())
-    draws = policy.predict(np.repeat(obs, 4000, axis=0), deterministic=False)
+    draws, _ = policy.predict(np.repeat(obs, 4000, axis=0), deterministic=False)
     assert abs(draws.mean() - p1) < 4 * np.sqrt(p1 * (1 - p1) / 4000) + 1e-3
     box = mqttrl.load_policy(runs["ppo-box"].weights)
-    acts = box.predict(np.repeat(runs["ppo-box"].observations(1), 200, axis=0), deterministic=False)
+    acts, _ = box.predict(np.repeat(runs["ppo-box"].observations(1), 200, axis=0), deterministic=False)
     assert acts.shape == (200, 1) and len(np.unique(acts)) > 100
     assert (acts >= -2).all() and (acts <= 2).all()
 
@@ -334,9 +320,13 @@ def test_enjoy_prints_every_episode_and_the_mean(runs, capsys):
     env = policy.make_env()
     want = [ret for ret, _ in policy.play(env, 3, seed=10)]
     env.close()
-    assert lines[0].startswith(f"dqn policy, model version {VERSION}, from {run.checkpoint}; env CartPole-v1")
-    assert lines[1:4] == [f"episode {i}: return {r:.2f}, {int(r)} steps" for i, r in enumerate(want, 1)]
-    assert lines[4].startswith(f"mean return {np.mean(want):.2f} over 3 episodes")
+    assert (
+        lines[0]
+        == f"playing {run.checkpoint} (model version {VERSION}, the newest checkpoint: the run has no best model)"
+    )
+    assert lines[1] == "dqn policy in env CartPole-v1"
+    assert lines[2:5] == [f"episode {i}: return {r:.2f}, {int(r)} steps" for i, r in enumerate(want, 1)]
+    assert lines[5].startswith(f"mean return {np.mean(want):.2f} over 3 episodes")
 
 
 def test_enjoy_records_every_episode_as_a_video(runs, tmp_path, capsys):
@@ -384,6 +374,7 @@ def test_enjoy_help_shows_the_defaults(capsys):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_trained_run_acts_without_torch_as_the_learners_network(tmp_path):
     """`mqttrl train` (embedded broker, learner, worker, a few seconds), then the run's policy, loaded in a
     process that cannot import torch, gives the greedy actions of the learner's own network: restored
@@ -431,9 +422,9 @@ def test_a_trained_run_acts_without_torch_as_the_learners_network(tmp_path):
 
     jobs = [(str(run_dir / "checkpoints"), str(tmp_path / "obs.npy")), (str(run_dir), str(tmp_path / "obs.npy"))]
     got = torch_free(jobs, tmp_path / "out.npz")
-    # the checkpoints folder: its judged best (checkpoints/best/, if telemetry asked for one) else the newest
-    assert str(got["0.source"]) in (str(checkpoint), str(run_dir / "checkpoints" / "best" / "weights.safetensors"))
-    assert str(got["1.source"]) == str(run_dir / "best" / "weights.safetensors")  # the best greedy evaluation
+    # the run directory and its checkpoints folder alike: the best greedy evaluation
+    assert str(got["0.source"]) == str(run_dir / "best" / "weights.safetensors")
+    assert str(got["1.source"]) == str(run_dir / "best" / "weights.safetensors")
     for i in (0, 1):
         want = learner_actions(str(got[f"{i}.source"]))
         assert len(set(want.tolist())) == 2  # both actions occur: the comparison means something

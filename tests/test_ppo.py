@@ -17,9 +17,9 @@ import torch
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from mqttrl.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
 from mqttrl.config import ConfigError, build
 from mqttrl.envs.rollout import EnvSet
+from mqttrl.plugin.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
 from mqttrl.wire import SampleBatch, decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.ppo import make_forward
 from mqttrl_plugins.ppo.actor import PPOActor
@@ -648,7 +648,7 @@ else:
 
 import gymnasium as gym
 import numpy as np
-from mqttrl.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
+from mqttrl.plugin.algorithm import Actor, ActorContext, AsyncLearner, Forward, SyncActor, SyncLearner
 from mqttrl.plugin.manager import get_registry
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.wire import decode_weights

@@ -10,10 +10,8 @@ import sys
 import textwrap
 import time
 
-from conftest import node_env
+from helpers.procs import node_env
 
-from mqttrl.local import supervisor
-from mqttrl.local.supervisor import Child
 from mqttrl.procs import (
     CREATE_NEW_PROCESS_GROUP,
     CTRL_BREAK_EVENT,
@@ -21,6 +19,8 @@ from mqttrl.procs import (
     install_stop_handlers,
     request_stop,
 )
+from mqttrl.trainer import supervisor
+from mqttrl.trainer.supervisor import Child
 
 
 class SentSignals:
@@ -113,7 +113,7 @@ def test_mqttrl_train_stops_on_every_stop_signal_and_restores_sigint(monkeypatch
     import os
     import threading
 
-    from mqttrl.local import train
+    from mqttrl.trainer import run as train
 
     installed = []
     monkeypatch.setattr(train, "install_stop_handlers", lambda stop: installed.append(stop))
@@ -138,7 +138,7 @@ def test_mqttrl_train_in_another_thread_installs_no_signal_handler(monkeypatch):
     :func:`mqttrl.train` from a thread leaves them alone and is stopped through its ``stop`` event."""
     import threading
 
-    from mqttrl.local import train
+    from mqttrl.trainer import run as train
 
     installed, out = [], {}
     monkeypatch.setattr(train, "install_stop_handlers", lambda stop: installed.append(stop))

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, node_env
+from helpers.paths import REPO
+from helpers.procs import node_env
 
 import mqttrl
 from mqttrl.api import Result, make_config
@@ -50,6 +51,7 @@ def child_processes() -> set[tuple[int, str]]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_train_from_a_thread_trains_and_returns_a_result(tmp_path):
     """The run goes on in a worker thread (as in a notebook's background job or a thread pool); the
     caller stops it with ``stop`` once it has episodes and an evaluation, and gets a Result back."""
@@ -178,7 +180,7 @@ def test_a_run_that_cannot_start_leaves_nothing_running(tmp_path):
 def test_import_mqttrl_stays_cheap_and_exports_train():
     code = (
         "import sys, mqttrl\n"
-        "heavy = [m for m in ('numpy', 'torch', 'mqttrl.api', 'mqttrl.local.train') if m in sys.modules]\n"
+        "heavy = [m for m in ('numpy', 'torch', 'mqttrl.api', 'mqttrl.trainer.run') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "assert 'train' in dir(mqttrl) and 'Result' in mqttrl.__all__\n"
         "from mqttrl import train, Result\n"
@@ -187,3 +189,70 @@ def test_import_mqttrl_stays_cheap_and_exports_train():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=node_env(), timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+# ---- progress=False is silent; the Result has the learning curve ----------------------------
+QUIET_RUN = """
+import json, sys
+import mqttrl
+r = mqttrl.train(sys.argv[1], run_dir=sys.argv[2], workers=1, max_env_steps=3000, max_seconds=90,
+                 target_return=None, eval_every_s=2, eval_episodes=3,
+                 overrides={"algorithm.learning_starts": 200}, progress=False)
+with open(sys.argv[3], "w") as f:
+    json.dump({"curve": r.curve, "episode_returns": r.episode_returns, "env_steps": r.env_steps,
+               "stop_reason": r.stop_reason}, f)
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_progress_false_prints_nothing_and_the_result_has_the_curve(tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "out.json"
+    p = subprocess.run(
+        [sys.executable, "-c", QUIET_RUN, str(CONFIG), str(run_dir), str(out)],
+        capture_output=True,
+        text=True,
+        env=node_env(),
+        timeout=240,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "" and p.stderr == ""  # no display, no summary, no log line
+    assert "embedded" in (run_dir / "logs" / "trainer.log").read_text()  # the log lines went here
+    got = json.loads(out.read_text())
+    assert got["stop_reason"] in ("env step budget", "time budget")
+    assert got["curve"] and all(len(point) == 3 for point in got["curve"])
+    steps = [s for s, _, _ in got["curve"]]
+    assert steps == sorted(steps)  # (env_steps, wall_s, mean), one per evaluation, in order
+    returns = got["episode_returns"]
+    assert returns and [s for s, _ in returns] == sorted(s for s, _ in returns)
+    assert returns[-1][0] <= got["env_steps"] and all(r > 0 for _, r in returns)
+
+
+def test_result_reads_the_curve_and_the_returns_by_env_step(tmp_path):
+    from mqttrl.config import write_resolved
+
+    write_resolved(make_config(str(CONFIG)), tmp_path / "config.json")
+    summary = {"run_dir": str(tmp_path), "solved": False, "stop_reason": "time budget", "wall_s": 9.0}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "evaluations.csv").write_text(
+        "wall_s,model_version,env_steps,episodes,mean,std,min,max,eval_s,training_s\n"
+        "2.5,3,100,5,20.0,1,19,21,0.1,\n5.0,7,250,5,80.5,1,79,82,0.1,4.0\n"
+    )
+    (tmp_path / "episodes.csv").write_text(
+        "wall_s,worker,env,return,length,terminated,model_version,worker_env_steps\n"
+        "1.0,w0,0,10.0,10,True,1,40\n1.1,w1,0,12.0,12,True,1,30\n1.2,w0,1,9.0,9,True,1,55\n"
+    )
+    r = Result.from_run_dir(tmp_path)
+    assert r.curve == [(100, 2.5, 20.0), (250, 5.0, 80.5)]
+    assert r.episode_returns == [(40, 10.0), (70, 12.0), (85, 9.0)]  # all workers' steps together
+
+
+def test_a_run_dir_with_checkpoints_is_refused_before_anything_starts(tmp_path):
+    from mqttrl.state.run_dir import RunDirInUse
+
+    (tmp_path / "checkpoints" / "ckpt-1").mkdir(parents=True)
+    with pytest.raises(RunDirInUse, match="add --resume"):
+        mqttrl.train(str(CONFIG), run_dir=tmp_path, progress=False)
+    assert not (tmp_path / "config.json").exists()
+    with pytest.raises(RunDirInUse, match="choose one"):
+        mqttrl.train(str(CONFIG), run_dir=tmp_path, resume=True, init_from=tmp_path, progress=False)

@@ -14,8 +14,8 @@ import torch
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from mqttrl.algorithm import ActorContext
 from mqttrl.config import ConfigError, from_dict, load_config
+from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.dqn import make_forward

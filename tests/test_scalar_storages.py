@@ -18,7 +18,7 @@ import pytest
 
 from mqttrl.plugin.check import check_storage
 from mqttrl.plugin.manager import get_registry
-from mqttrl.storage import Point, Storage
+from mqttrl.plugin.storage import Point, Storage
 from mqttrl_plugins.scalars import ScalarMapper, Scalars
 
 RUN = "tb-run"
@@ -317,6 +317,7 @@ def wandb_offline(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_config_and_every_scalar(tmp_path, wandb_offline):
     from mqttrl_plugins.wandb_storage import WandbStorage
 
@@ -439,3 +440,24 @@ def test_telemetry_node_feeds_tensorboard_and_wandb_the_run_and_its_config(tmp_p
     w = wandb_run(tmp_path)
     assert w["name"] == run and w["config"]["algorithm"]["params"] == {"lr": 0.0005}
     assert [row["episode/return"] for row in w["history"] if "episode/return" in row] == [float(i) for i in range(10)]
+
+
+def test_a_worker_seen_only_by_its_episodes_does_not_reset_the_env_step_axis():
+    """The telemetry node's aggregate tick between two episodes of a worker whose heartbeat has not come
+    yet used to report env_steps=0 for it, which the mapper took for a restart: every later step was
+    shifted (CI saw (30, 1.0) for (20, 1.0)). Unknown is None, and the axis stays the episodes' own."""
+    from mqttrl.nodes.telemetry import WorkerView
+    from mqttrl.plugin.storage import Point
+    from mqttrl_plugins.scalars import ScalarMapper
+
+    view = WorkerView("w0")  # what the telemetry node knows of a worker whose heartbeat has not come
+    assert view.env_steps is None
+    mapper = ScalarMapper()
+    tags = {"run": "r", "worker": "w0"}
+    steps = []
+    for i in range(3):
+        episode = Point("episode", tags, {"return": float(i), "length": 1, "env_steps": 10 * (i + 1)}, float(i))
+        tick = Point("worker", tags, {"online": 1, "env_steps": view.env_steps, "env_steps_per_s": 0.0}, i + 0.5)
+        steps += [s.step for s in mapper.map([episode]) if "episode/return" in s.values]
+        mapper.map([tick])
+    assert steps == [10, 20, 30]

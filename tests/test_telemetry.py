@@ -13,9 +13,11 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import REPO, node_env, script, stop_server
+from helpers.paths import REPO
+from helpers.procs import node_env, script
+from helpers.servers import stop_server
 
-from mqttrl.local.broker import _wait_port, free_port
+from mqttrl.broker.embedded import _wait_port, free_port
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import Topics
@@ -209,6 +211,7 @@ def test_no_point_lost_when_the_database_restarts_mid_run(tmp_path, mosquitto, v
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_train_with_telemetry_draws_curves_and_saves_best(tmp_path):
     run_dir = tmp_path / "run"
     argv = [
@@ -238,11 +241,18 @@ def test_train_with_telemetry_draws_curves_and_saves_best(tmp_path):
     assert info["mean_return"] > 0 and info["model_version"] >= 1
     assert decode_weights((best / "weights.safetensors").read_bytes()).version == info["model_version"]
     assert "best" in json.loads((best / "meta.json").read_text())
+    # each best model keeps its score beside it; the evaluator's best/ is judged by greedy evaluation
+    assert json.loads((best / "score.json").read_text())["model_version"] == info["model_version"]
+    score = json.loads((run_dir / "best" / "score.json").read_text())
+    assert score["judged_by"] == "greedy_eval" and score["score"] == summary["best_eval_mean"]
+    assert decode_weights((run_dir / "best" / "weights.safetensors").read_bytes()).version == score["model_version"]
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
-    from test_e2e_dqn import start_learner, start_worker, write_config
+    from helpers.configs import write_config
+    from helpers.e2e import start_learner, start_worker
 
     run = "e2e-quicksave"
     cfg = write_config(tmp_path, run)
@@ -286,7 +296,7 @@ def test_quicksave_and_status_on_a_running_learner(tmp_path, mosquitto):
 
 def test_files_storage_draws_curves_off_the_writing_thread(tmp_path, monkeypatch):
     """A due redraw must not hold up write(): telemetry's loop calls it between messages."""
-    from mqttrl.storage import Point
+    from mqttrl.plugin.storage import Point
 
     release, drawing = threading.Event(), threading.Event()
     drawn_on: list[str] = []

@@ -15,9 +15,10 @@ import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import Mosquitto, node_env
+from helpers.procs import node_env
+from helpers.servers import Mosquitto
 
-from mqttrl.local.broker import EmbeddedBroker, free_port
+from mqttrl.broker.embedded import EmbeddedBroker, free_port
 from mqttrl.transport.client import (
     BrokerSettings,
     BrokerUnavailable,
@@ -270,6 +271,7 @@ def test_last_will_fires_when_client_dies(shared_mosquitto, nodes, prefix):
     assert take(late, 1, timeout=5) == [Message(topic, b"WILL: connection lost", True)]
 
 
+@pytest.mark.slow
 def test_a_retained_will_and_final_message_with_an_expiry_are_forgotten(shared_mosquitto, nodes, prefix):
     """MQTT 5 message expiry on retained states (a worker's offline state): the broker hands them
     to subscribers until they expire, then forgets them, so dead workers' names do not pile up."""
@@ -677,6 +679,20 @@ def test_a_tagged_message_published_while_paho_has_no_connection_is_reported_ack
     assert acked == [7]
     assert [m.payload for m in take(sub, 1)] == [b"kept by paho"]
     assert nothing_more(sub, 0.5) == []
+
+
+def test_oldest_unacked_age_counts_from_the_hand_over_until_the_brokers_ack(shared_mosquitto, nodes, prefix):
+    """A tagged QoS 1 message paho holds without a connection ages; once the broker
+    acknowledged it nothing waits (the next issue bounds this age)."""
+    pub = nodes(shared_mosquitto, start=False)
+    assert pub.oldest_unacked_age() == 0.0
+    handed = time.monotonic()
+    pub._send(Outgoing(f"{prefix}/samples", b"held", 1, False, "samples", tag="t"))  # no socket: NO_CONN
+    assert pub.oldest_unacked_age(handed + 3.0) == pytest.approx(3.0, abs=0.5)
+    pub.start()
+    acked: list[object] = []
+    assert wait_until(lambda: acked.extend(pub.take_acked()) or acked, 10)
+    assert acked == ["t"] and pub.oldest_unacked_age() == 0.0
 
 
 class SlowSubscribeLink:

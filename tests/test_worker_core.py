@@ -17,11 +17,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from mqttrl.algorithm import AlgorithmInfo, SyncActor
 from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.nodes.worker import node as node_mod
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore, newer
+from mqttrl.plugin.algorithm import AlgorithmInfo, SyncActor
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_batch, decode_json, encode_json, encode_weights

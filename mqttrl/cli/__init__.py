@@ -20,6 +20,7 @@ from mqttrl.cli import (
     learner,
     plugins,
     quicksave,
+    settings,
     status,
     telemetry,
     train,
@@ -27,6 +28,7 @@ from mqttrl.cli import (
     workers,
 )
 from mqttrl.cli.common import Command, DefaultsFormatter
+from mqttrl.cli.errors import guarded
 
 #: ``mqttrl NAME``, in the order ``mqttrl --help`` lists them
 COMMANDS: dict[str, Command] = {
@@ -35,6 +37,7 @@ COMMANDS: dict[str, Command] = {
     "worker": worker.COMMAND,
     "telemetry": telemetry.COMMAND,
     "plugins": plugins.COMMAND,
+    "settings": settings.COMMAND,
     "quicksave": quicksave.COMMAND,
     "inference": inference.COMMAND,
     "evaluate": evaluate.COMMAND,
@@ -77,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    args._run(args)
+    guarded(args._run)(args)
 
 
 def script_parser(prog: str, command: str) -> argparse.ArgumentParser:
@@ -90,7 +93,7 @@ def script_parser(prog: str, command: str) -> argparse.ArgumentParser:
 
 
 def _script(prog: str, command: str, argv: list[str] | None) -> None:
-    COMMANDS[command].run(script_parser(prog, command).parse_args(argv))
+    guarded(COMMANDS[command].run)(script_parser(prog, command).parse_args(argv))
 
 
 def learner_main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mqttrl.cli.common import DEFAULT_BROKER, Command, DefaultsFormatter, broker_args, settings
+from mqttrl.cli.common import DEFAULT_BROKER, Command, DefaultsFormatter, broker_args, broker_given, settings
 
 EPILOG = """examples:
   mqttrl broker init --dir /etc/mosquitto/mqttrl     # mosquitto.conf + dynamic-security.json + admin.json
@@ -28,16 +28,24 @@ def _admin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--admin-credentials",
         metavar="FILE",
-        help="the admin's credentials file written by `mqttrl broker init` (broker URL, user, password); "
-        "or give --broker, --username and --password",
+        help="the admin's credentials file written by `mqttrl broker init` (broker URL, user, password; its "
+        "broker is used unless --broker is given); or give --broker, --username and --password",
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the plugin's answer")
-    broker_args(p, required=False)
+    broker_args(p)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The four subcommands, one parser each (below), in the order ``--help`` lists them."""
     sub = p.add_subparsers(dest="broker_command", required=True, metavar="SUBCOMMAND")
-    kw = {"formatter_class": DefaultsFormatter}
+    _init_parser(sub)
+    _add_run_parser(sub)
+    _add_workers_parser(sub)
+    _remove_run_parser(sub)
+
+
+def _init_parser(sub: argparse._SubParsersAction) -> None:
+    """``init``: the files of a fresh broker (config, plugin JSON, admin); no broker needed yet."""
     i = sub.add_parser(
         "init",
         help="write a mosquitto config with the dynamic security plugin, its JSON file and an admin",
@@ -45,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(one admin client that may only use $CONTROL/dynamic-security/#; everything else denied) and "
         "DIR/admin.json (the admin's generated password, mode 0600). Start the broker with "
         "`mosquitto -c DIR/mosquitto.conf`.",
-        **kw,
+        formatter_class=DefaultsFormatter,
     )
     i.add_argument("--dir", default="mqttrl-broker", help="where to write the files")
     i.add_argument("--port", type=int, default=1883, help="the listener's port")
@@ -59,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="account a mosquitto started as root switches to; it gets DIR, the plugin file and DIR/data "
         "(default when run as root: mosquitto, where that account exists)",
     )
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    """``add-run``: a run's roles and clients (and optionally per-worker identities) on a running broker."""
     a = sub.add_parser(
         "add-run",
         help="create a run's roles and one client per node kind, with generated passwords",
@@ -66,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(each may publish and read exactly its node's topics under mqttrl/RUN/) and one client of the same "
         "name per role, with a random password. The passwords are printed once and written to the "
         "credentials file (mode 0600), which `mqttrl train --credentials` reads.",
-        **kw,
+        formatter_class=DefaultsFormatter,
     )
     a.add_argument("run", help="run name (the config's run)")
     a.add_argument("-o", "--output", help="credentials file to write (default: RUN.credentials.json)")
@@ -80,6 +92,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: none; all workers use the shared RUN-worker)",
     )
     _admin_args(a)
+
+
+def _add_workers_parser(sub: argparse._SubParsersAction) -> None:
+    """``add-workers``: more per-worker identities for a run already added, merged into its credentials."""
     w = sub.add_parser(
         "add-workers",
         help="give workers of an added run identities of their own (RUN-worker@NAME)",
@@ -87,28 +103,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "RUN-worker, but it may publish samples, episodes, heartbeats and its state only under its own name "
         "and read only its own inference replies, so workers of the run cannot speak for each other. The "
         "passwords are merged into the credentials file (created if missing, mode 0600).",
-        **kw,
+        formatter_class=DefaultsFormatter,
     )
     w.add_argument("run", help="run name")
     w.add_argument("names", nargs="+", metavar="NAME", help="worker names (the workers' --name)")
     w.add_argument("-o", "--output", help="credentials file to merge into (default: RUN.credentials.json)")
     w.add_argument("--quiet", action="store_true", help="do not print the passwords (only the file has them)")
     _admin_args(w)
+
+
+def _remove_run_parser(sub: argparse._SubParsersAction) -> None:
+    """``remove-run``: the undo of add-run (clients disconnected, roles deleted)."""
     r = sub.add_parser(
         "remove-run",
         help="delete a run's clients (disconnecting them) and roles",
         description="Delete the clients and roles `add-run` made for RUN; connected nodes of the run are "
         "disconnected and cannot log in again. Retained messages of the run stay on the broker.",
-        **kw,
+        formatter_class=DefaultsFormatter,
     )
     r.add_argument("run", help="run name")
     _admin_args(r)
 
 
 def _admin_settings(args: argparse.Namespace):
-    from mqttrl.dynsec import read_credentials
+    from mqttrl.broker.dynsec import read_credentials
 
-    user, password, url = args.username, args.password, args.broker
+    # the admin file's broker unless --broker was given
+    user, password, url = args.username, args.password, args.broker if broker_given(args) else None
     if args.admin_credentials:
         try:
             doc = read_credentials(args.admin_credentials)
@@ -132,7 +153,7 @@ def _admin_settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> None:
-    from mqttrl import dynsec
+    from mqttrl.broker import dynsec
 
     try:
         if args.broker_command == "init":
@@ -154,7 +175,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _init(args: argparse.Namespace) -> None:
-    from mqttrl.dynsec import init_files
+    from mqttrl.broker.dynsec import init_files
 
     paths = init_files(Path(args.dir), args.port, args.bind, args.plugin, args.admin, args.force, args.run_as)
     conf = shlex.quote(str(paths["config"]))
@@ -168,7 +189,7 @@ def _init(args: argparse.Namespace) -> None:
 
 
 def _add_run(args: argparse.Namespace) -> None:
-    from mqttrl import dynsec
+    from mqttrl.broker import dynsec
 
     out = Path(args.output or f"{args.run}.credentials.json")
     if out.exists() and not args.force:
@@ -212,7 +233,7 @@ def _show(clients: dict[str, tuple[str, str]], quiet: bool) -> None:
 
 
 def _add_workers(args: argparse.Namespace) -> None:
-    from mqttrl import dynsec
+    from mqttrl.broker import dynsec
 
     out = Path(args.output or f"{args.run}.credentials.json")
     doc = dynsec.read_credentials(out) if out.exists() else None  # a file that is not one: refused before any change

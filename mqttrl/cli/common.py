@@ -91,19 +91,29 @@ def broker_url(value: str) -> str:
     return value
 
 
-def broker_args(p: argparse.ArgumentParser, required: bool, local_default: bool = False) -> None:
-    """The connection flags. ``local_default``: without --broker the command connects to
-    DEFAULT_BROKER (and --help says so); otherwise --broker is required or the command has its
-    own fallback (``mqttrl train`` starts an embedded broker)."""
+#: the one --broker rule: every command connects to DEFAULT_BROKER unless --broker is given, except
+#: ``mqttrl train``, which then starts an embedded broker for the run (``embedded=True``)
+EMBEDDED_HELP = "default: an embedded broker started for this run"
+
+
+def broker_args(
+    p: argparse.ArgumentParser, required: bool = False, local_default: bool = True, *, embedded: bool = False
+) -> None:
+    """The connection flags. One rule for every command: without --broker it connects to
+    DEFAULT_BROKER (--help says so), except a command with ``embedded`` (``mqttrl train``), which
+    starts a broker of its own. ``required`` and ``local_default`` stay for old call sites and may
+    only say what the rule says (tests/test_cli_broker_rule.py walks every parser)."""
+    if required or not local_default:
+        raise ValueError("--broker follows one rule: it defaults to the local broker (DEFAULT_BROKER)")
     g = p.add_argument_group("broker connection")
+    fallback = EMBEDDED_HELP if embedded else f"default: {DEFAULT_BROKER}"
     g.add_argument(
         "--broker",
-        required=required,
         type=broker_url,
-        default=DEFAULT_BROKER if local_default else None,
+        default=None if embedded else DEFAULT_BROKER,
         metavar="URL[,URL...]",
         help="broker URL, mqtt://host:1883 or mqtts://host:8883 (user:pass@ allowed); a comma-separated list "
-        "(mqtt://a:1883,mqtt://b:1883) fails over to the next broker when one is gone",
+        f"(mqtt://a:1883,mqtt://b:1883) fails over to the next broker when one is gone ({fallback})",
     )
     g.add_argument("--username", default=os.environ.get("MQTTRL_USERNAME"), help="broker user (env MQTTRL_USERNAME)")
     g.add_argument(
@@ -137,8 +147,13 @@ def settings(args: argparse.Namespace, url: str | None = None) -> BrokerSettings
 
 
 def settings_or_local(args: argparse.Namespace) -> BrokerSettings:
-    """Broker settings for commands whose --broker is optional: a local broker by default."""
+    """Broker settings of a command: --broker, the local broker by default."""
     return settings(args, args.broker or DEFAULT_BROKER)
+
+
+def broker_given(args: argparse.Namespace) -> bool:
+    """Whether --broker was given (argparse keeps the very DEFAULT_BROKER object when it was not)."""
+    return args.broker is not None and args.broker is not DEFAULT_BROKER
 
 
 def forward_broker_args(args: argparse.Namespace) -> list[str]:
@@ -164,7 +179,29 @@ def setup_logging(verbose: bool) -> None:
 
 
 def verbose_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug log lines too")
+
+
+#: argparse ``type`` of a flag that mirrors a setting of this declared type
+_FLAG_TYPES = {int: int, float: float, str: str}
+
+
+def setting_arg(p: argparse.ArgumentParser, key: str, *flags: str, **kwargs: Any) -> argparse.Action:
+    """A flag that mirrors the setting ``key`` (``"train.workers"``): its help (unless given),
+    type, choices and the default it names come from the setting's declaration, so --help says what the
+    config would use. The flag's own default is None: without it, the run's config stands."""
+    from mqttrl.config_reference import lookup, plain
+    from mqttrl.settings import toml_value
+
+    d = lookup(key)
+    kwargs.setdefault("type", _FLAG_TYPES.get(d.type))
+    if d.choices is not None:
+        kwargs.setdefault("choices", list(d.choices))
+    unit = f" {d.unit}" if d.unit else ""
+    help_ = kwargs.pop("help", None) or plain(d.doc)
+    return p.add_argument(
+        *flags, default=None, help=f"{help_} (default: {key} = {toml_value(d.default)}{unit})", **kwargs
+    )
 
 
 def overrides_arg(p: argparse.ArgumentParser, help: str) -> None:
@@ -172,12 +209,33 @@ def overrides_arg(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def load(config: str | None, overrides: list[str]):
-    """Load a run config through the plugins' parameter classes; exit with one line on a bad key or value."""
-    from mqttrl.config import ConfigError, load_config
-    from mqttrl.plugin.manager import UnknownPluginError, get_registry
+    """Load a run config through the plugins' parameter classes. A bad key or value raises
+    ConfigError and an unknown algorithm UnknownPluginError: the command ends in one line with
+    exit code 2 or 5 (mqttrl/cli/errors.py)."""
+    from mqttrl.config import load_config
+    from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
-    try:
-        return load_config(config, overrides, lambda n: registry.algorithm(n).params)
-    except (ConfigError, UnknownPluginError) as e:
-        raise SystemExit(f"config error: {e}") from None
+    cfg = load_config(config, overrides, lambda n: registry.algorithm(n).params)
+    for name in cfg.train.telemetry_storages:  # a typo here used to start a run whose telemetry restarts for ever
+        registry.storage(name)
+    return cfg
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    """PATH and --which: the model a command reads (`mqttrl enjoy`, `mqttrl export`)."""
+    from mqttrl.policy_source import WHICH
+
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="a run directory or its checkpoints/ folder (the model --which chooses), checkpoints/latest, "
+        "a checkpoint directory or a weights.safetensors file",
+    )
+    p.add_argument(
+        "--which",
+        choices=WHICH,
+        default="auto",
+        help="a run directory's model: best, latest (its newest checkpoint) or auto: the best model when a "
+        "greedy evaluation judged it, else the newest checkpoint (training returns are noisy)",
+    )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mqttrl.cli.common import Command
+from mqttrl.cli.common import Command, model_args
+from mqttrl.policy_source import describe_choice
 
 
 def positive_int(value: str) -> int:
@@ -23,12 +24,7 @@ def positive_int(value: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "path",
-        metavar="PATH",
-        help="a run directory (its best model, else its newest checkpoint), a checkpoint directory "
-        "or a weights.safetensors file",
-    )
+    model_args(p)
     p.add_argument("--episodes", type=positive_int, default=5, metavar="N", help="episodes to play")
     p.add_argument("--render", action="store_true", help="show the game in a window (render_mode human)")
     p.add_argument(
@@ -85,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
     from mqttrl.policy import load_policy
 
     try:
-        policy = load_policy(args.path)
+        policy = load_policy(args.path, which=args.which)
     except (OSError, ValueError) as e:
         _fail(str(e), 2)
     env_id = policy.config.env.id if policy.config is not None else "(unknown: no run config)"
@@ -93,7 +89,8 @@ def run(args: argparse.Namespace) -> None:
         env = make_env(policy, args.render, args.video)
     except Exception as e:
         _fail(f"cannot make the env {env_id}: {type(e).__name__}: {e}", 1)
-    print(f"{policy.algorithm} policy, model version {policy.model_version}, from {policy.source}; env {env_id}")
+    print(f"playing {describe_choice(policy.source)}")
+    print(f"{policy.algorithm} policy in env {env_id}", flush=True)
     returns = []
     try:
         played = policy.play(
@@ -123,7 +120,8 @@ COMMAND = Command(
     epilog="examples:\n"
     "  mqttrl train configs/cartpole_dqn.toml --run-dir runs/cartpole-dqn\n"
     "  mqttrl enjoy runs/cartpole-dqn --episodes 10\n"
-    "  mqttrl enjoy runs/cartpole-dqn/checkpoints --render\n"
+    "  mqttrl enjoy runs/cartpole-dqn --which latest --render\n"
+    "  mqttrl enjoy runs/cartpole-dqn/checkpoints/ckpt-0000001000\n"
     "  mqttrl enjoy runs/cartpole-dqn/best/weights.safetensors --video videos",
     add_arguments=add_arguments,
     run=run,

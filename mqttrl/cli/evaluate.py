@@ -8,13 +8,13 @@ from mqttrl.cli.common import Command, broker_args, settings_or_local, setup_log
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True)
-    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
+    p.add_argument("--episodes", type=int, default=20, help="greedy episodes per evaluation")
     p.add_argument("--every", type=float, default=10.0, help="seconds between evaluations (default 10)")
     p.add_argument("--target", type=float, help="exit 0 as soon as the mean return reaches this")
     p.add_argument("--max-seconds", type=float, help="give up after this long (exit 3 if a --target was not met)")
     verbose_arg(p)
-    broker_args(p, required=False, local_default=True)
+    broker_args(p)
 
 
 def run(args: argparse.Namespace) -> None:

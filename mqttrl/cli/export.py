@@ -11,19 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mqttrl.cli.common import Command
+from mqttrl.cli.common import Command, model_args
+from mqttrl.policy_source import describe_choice
 
 #: largest absolute difference between the exported model's outputs and the numpy policy's that passes
 TOLERANCE = 1e-4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "path",
-        metavar="PATH",
-        help="a run directory (its best model, else its newest checkpoint), a checkpoint directory "
-        "or a weights.safetensors file",
-    )
+    model_args(p)
     p.add_argument("--format", default="onnx", metavar="FORMAT", help="onnx or torchscript")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
     p.add_argument("--opset", type=int, help="ONNX opset version (default: 18)")
@@ -49,9 +45,10 @@ def run(args: argparse.Namespace) -> None:
     if args.format not in FORMATS:
         _fail(f"--format {args.format!r}: use one of {', '.join(FORMATS)}", 2)
     try:
-        policy = load_policy(args.path)
+        policy = load_policy(args.path, which=args.which)
     except (OSError, ValueError) as e:
         _fail(str(e), 2)
+    print(f"exporting {describe_choice(policy.source)}", flush=True)
     try:
         path = export_policy(policy, args.output, args.format, opset=args.opset)
         diff = check_export(policy, path, args.format, n=16) if args.check else None

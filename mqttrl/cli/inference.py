@@ -10,7 +10,7 @@ from mqttrl.cli.common import Command, broker_args, settings, setup_logging, ver
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
     p.add_argument("--name", help="server name (default inference-<host>-<pid>)")
     p.add_argument(
         "--batch-size", type=int, help="observations per forward (default: the run config's inference.batch_size)"
@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["auto", "torch", "numpy"], help="default: inference.backend")
     p.add_argument("--no-shared", action="store_true", help="do not join the MQTT 5 shared subscription")
     verbose_arg(p)
-    broker_args(p, required=True)
+    broker_args(p)
 
 
 def run(args: argparse.Namespace) -> None:

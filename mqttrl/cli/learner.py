@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mqttrl.cli.common import Command, broker_args, load, overrides_arg, settings_or_local, setup_logging, verbose_arg
+from mqttrl.state import run_dir as run_dir_rules
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,6 +14,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     overrides_arg(p, "override a config value, e.g. --set learner.publish_every=100 (repeatable)")
     p.add_argument("--run-dir", help="where checkpoints and logs go (default runs/<run>)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a --run-dir that holds checkpoints (they are moved to checkpoints.replaced-TIME)",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN_OR_FILE",
+        help="start training from an earlier model of the same algorithm and network: a run directory "
+        "(its best model), a best/ or checkpoint folder, or a weights.safetensors file",
+    )
     p.add_argument("--max-seconds", type=float, help="stop after this long (checkpoints first)")
     verbose_arg(p)
     broker_args(p, required=False, local_default=True)
@@ -22,9 +34,17 @@ def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
     from mqttrl.nodes.learner.node import run_learner
 
+    if args.init_from and args.resume:
+        raise run_dir_rules.RunDirInUse("--init-from starts a new run and --resume continues one: choose one")
     cfg = load(args.config, args.overrides)
     run_dir = Path(args.run_dir or f"runs/{cfg.run}")
-    run_learner(cfg, settings_or_local(args), run_dir, resume=args.resume, max_seconds=args.max_seconds)
+    aside = run_dir_rules.claim(run_dir, resume=args.resume, overwrite=args.overwrite)
+    if aside is not None:
+        print(f"mqttrl-learner: the old checkpoints are kept in {aside}")
+    init_from = Path(args.init_from) if args.init_from else None
+    run_learner(
+        cfg, settings_or_local(args), run_dir, resume=args.resume, max_seconds=args.max_seconds, init_from=init_from
+    )
 
 
 COMMAND = Command(

@@ -9,19 +9,26 @@ from mqttrl.cli.common import Command, broker_args, settings_or_local
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
     p.add_argument("--once", type=float, metavar="SECONDS", help="listen this long, print one table and exit")
     p.add_argument("--json", action="store_true", help="with --once: print JSON rows instead of a table")
+    p.add_argument(
+        "--every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when stdout is not a terminal (a pipe, a file): print the table this often",
+    )
     broker_args(p, required=False, local_default=True)
 
 
 def run(args: argparse.Namespace) -> None:
     try:
-        from mqttrl.nodes.status import watch_status
+        from mqttrl.cli.fleet import watch_status
     except ImportError as e:  # a worker-only install has no rich
         raise SystemExit(f"mqttrl status needs {e.name or 'rich'}: pip install 'mqttrl[telemetry]'") from None
 
-    view = watch_status(settings_or_local(args), args.run, args.once)
+    view = watch_status(settings_or_local(args), args.run, args.once, every_s=args.every)
     if args.once is None:
         return
     if args.json:

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-best-quicksave", action="store_true", help="do not ask the learner to save new best models")
     p.add_argument("--max-seconds", type=float, help="stop after this long")
     verbose_arg(p)
-    broker_args(p, required=True)
+    broker_args(p)
 
 
 def storage_options(items: list[str]) -> dict[str, dict]:

@@ -13,10 +13,12 @@ from mqttrl.cli.common import (
     forward_broker_args,
     load,
     overrides_arg,
+    setting_arg,
     settings,
     setup_logging,
     verbose_arg,
 )
+from mqttrl.cli.errors import EXIT_FAILED, EXIT_UNSOLVED, EXIT_USAGE
 
 EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml
@@ -26,7 +28,19 @@ EPILOG = """examples:
       (a shared broker with per-run clients: mqttrl broker add-run cartpole-dqn; broker/README.md)
   mqttrl train configs/cartpole_dqn.toml --set 'train.telemetry_storages=["files", "tensorboard"]'
       (then: tensorboard --logdir runs)
+  mqttrl train configs/cartpole_dqn.toml --run-dir runs/cp --max-seconds 600
+  mqttrl train configs/cartpole_dqn.toml --run-dir runs/cp --resume      (continue that run)
+  mqttrl train configs/cartpole_dqn.toml --init-from runs/cp             (a new run from its model)
 from Python: mqttrl.train("configs/cartpole_dqn.toml", seed=1) (docs/python-api.md)
+
+exit codes (docs/cli.md):
+  0  the target return was reached (or the config has none and the budget ended)
+  1  the run failed: a node died for good (the learner after its restarts), a bug
+  2  bad arguments or config; --run-dir holds checkpoints without --resume/--overwrite
+  3  the budget (--max-seconds, --max-env-steps) ended before the target return
+  4  the broker cannot be reached
+  5  a plugin or an optional package is not installed
+  130  interrupted (Ctrl-C)
 """
 
 
@@ -35,7 +49,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     overrides_arg(p, "override a config value (repeatable)")
     p.add_argument("--workers", type=int, help="worker processes (default: train.workers)")
     p.add_argument("--seed", type=int, help="run seed (default: train.seed)")
+    setting_arg(p, "train.max_seconds", "--max-seconds", metavar="S")
+    setting_arg(p, "train.max_env_steps", "--max-env-steps", metavar="N")
     p.add_argument("--run-dir", help="run directory (default runs/<run>-<timestamp>)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir: the learner starts from its newest checkpoint",
+    )
+    again.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a --run-dir that holds a run (its checkpoints and records are moved to "
+        "checkpoints.replaced-TIME, never deleted)",
+    )
+    again.add_argument(
+        "--init-from",
+        metavar="RUN_OR_FILE",
+        help="start training from a model: a run directory (its best model) or a weights/checkpoint file "
+        "(a new run, as Stable-Baselines3's load(...).learn())",
+    )
     p.add_argument(
         "--embedded-broker",
         default="auto",
@@ -44,26 +78,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
     verbose_arg(p)
-    broker_args(p, required=False)
+    broker_args(p, embedded=True)
     p.add_argument(
         "--credentials",
         metavar="FILE",
         help="per-node credentials written by `mqttrl broker add-run RUN`: the learner, workers, inference "
-        "servers and telemetry each log in as their own client of the run, this process as its operator; "
+        "servers and telemetry each log in as their own client of the run, the evaluator as its operator; "
         "the broker is the file's unless --broker is given",
     )
 
 
+#: flag -> the [train] key it sets
+TRAIN_FLAGS = {"workers": "workers", "seed": "seed", "max_seconds": "max_seconds", "max_env_steps": "max_env_steps"}
+
+
 def run(args: argparse.Namespace) -> None:
-    """Exits 0 when the target was reached (or the config has none), 3 when it was not."""
+    """Exits 0 when the target was reached (or the config has none), 3 when it was not, 1 when a
+    node failed for good (the epilog's table)."""
     setup_logging(args.verbose)
-    from mqttrl.local.train import train
+    from mqttrl.trainer.run import train
 
     overrides = list(args.overrides)
-    if args.workers is not None:
-        overrides.append(f"train.workers={args.workers}")
-    if args.seed is not None:
-        overrides.append(f"train.seed={args.seed}")
+    for flag, key in TRAIN_FLAGS.items():
+        if getattr(args, flag) is not None:
+            overrides.append(f"train.{key}={getattr(args, flag)}")
+    if args.init_from and not Path(args.init_from).exists():
+        _usage_error(f"--init-from {args.init_from}: no such run directory or file")
+    if (args.resume or args.overwrite) and not args.run_dir:
+        _usage_error(f"--{'resume' if args.resume else 'overwrite'} needs --run-dir (the run to continue or replace)")
     cfg = load(args.config, overrides)
     credentials = None
     if args.credentials:
@@ -76,13 +118,24 @@ def run(args: argparse.Namespace) -> None:
         run_dir=Path(args.run_dir) if args.run_dir else None,
         embedded=args.embedded_broker,
         progress=not args.no_progress,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        init_from=Path(args.init_from) if args.init_from else None,
     )
-    sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else 3)
+    if summary.get("failure"):
+        print(f"mqttrl: {summary['failure']}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED)
+    sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else EXIT_UNSOLVED)
+
+
+def _usage_error(line: str) -> None:
+    print(f"mqttrl train: error: {line}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 def _credentials(args: argparse.Namespace, run: str) -> dict[str, tuple[str, str]]:
     """The node kinds' (user, password) from an add-run file; sets args.broker from it if not given."""
-    from mqttrl.dynsec import run_credentials
+    from mqttrl.broker.dynsec import run_credentials
 
     try:
         url, credentials = run_credentials(args.credentials, run)
@@ -98,8 +151,8 @@ def _credentials(args: argparse.Namespace, run: str) -> dict[str, tuple[str, str
 COMMAND = Command(
     help="train on this machine: embedded broker, learner, workers, evaluation",
     description="Train on one machine. Starts an embedded broker unless --broker is given, "
-    "then the learner and --workers worker processes; shows progress; evaluates greedily; "
-    "stops at the config's target or budget, or on Ctrl-C.",
+    "then the learner and --workers worker processes, and the telemetry and evaluator nodes in this "
+    "process; shows progress; stops at the config's target or budget, or on Ctrl-C.",
     epilog=EPILOG,
     raw=True,
     add_arguments=add_arguments,

@@ -24,13 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="env seed (default: derived from the run seed and --index or --name)")
     p.add_argument("--wait-timeout", type=float, help="give up if no config/weights arrive in this many seconds")
     verbose_arg(p)
-    broker_args(p, required=True)
+    broker_args(p)
 
 
 def worker_name(args: argparse.Namespace) -> str | None:
     """--name, checked against a worker's own identity (``RUN-worker@NAME`` may publish only as
     NAME: under another name every batch would be refused and the connection dropped)."""
-    from mqttrl.dynsec import own_worker_name
+    from mqttrl.broker.dynsec import own_worker_name
 
     own = own_worker_name(args.run, args.username)
     if own is not None and args.name is not None and args.name != own:

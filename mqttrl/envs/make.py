@@ -6,10 +6,26 @@ import importlib
 
 import gymnasium as gym
 
-from mqttrl.plugin.manager import Registry, UnknownPluginError, get_registry
+from mqttrl.plugin.manager import MissingDependency, Registry, UnknownPluginError, get_registry
+
+#: words in gymnasium's "not installed" message -> the mqttrl extra that installs the package
+EXTRA_HINTS = {"box2d": "box2d", "minatar": "minatar", "ale-py": "atari", "ale_py": "atari"}
 
 
 def make_env(env_id: str, kwargs: dict | None = None, registry: Registry | None = None) -> gym.Env:
+    """Make one env (see :func:`_make`); an env whose package is missing is a
+    :class:`MissingDependency` naming the extra to install, not an "unknown env"."""
+    try:
+        return _make(env_id, kwargs, registry)
+    except gym.error.DependencyNotInstalled as exc:
+        text = str(exc)
+        extra = next((e for word, e in EXTRA_HINTS.items() if word in text.lower()), None)
+        named = "mqttrl[" in text  # an mqttrl env plugin already names its extra
+        hint = f"; with mqttrl: pip install -e '.[{extra}]' (or 'mqttrl[{extra}]')" if extra and not named else ""
+        raise MissingDependency(f"env {env_id!r} needs a package that is not installed: {text}{hint}") from None
+
+
+def _make(env_id: str, kwargs: dict | None, registry: Registry | None) -> gym.Env:
     """Make one env.
 
     Order: an exact name an env plugin registered; a registered namespace
@@ -32,6 +48,8 @@ def make_env(env_id: str, kwargs: dict | None = None, registry: Registry | None 
         env_id = inner
     try:
         return gym.make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled:
+        raise  # make_env names the extra
     except gym.error.Error as exc:
         plugin_envs = ", ".join(sorted(registry.envs)) or "none"
         raise UnknownPluginError(

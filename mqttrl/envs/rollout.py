@@ -260,10 +260,16 @@ class EnvSet:
                 log.warning("env %d: close raised %s: %s (ignored)", i, type(e).__name__, e)
 
 
-def greedy_actor(config, episodes: int, seed: int = 10**6):
-    """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side."""
-    from mqttrl.algorithm import ActorContext
+#: the reset seed of model version 0's first evaluation episode: above the training envs' seeds
+#: (a worker's env i starts from ``train.seed * 1000 + index * 97 + i``) for ``train.seed`` < 1000
+EVAL_SEED_BASE = 10**6
+
+
+def greedy_actor(config, episodes: int, seed: int = EVAL_SEED_BASE):
+    """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side
+    (``seed`` seeds the actor's own generators; the episodes' seeds are :func:`evaluation_seed`'s)."""
     from mqttrl.envs.make import make_env
+    from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
@@ -278,8 +284,43 @@ def greedy_actor(config, episodes: int, seed: int = 10**6):
     return actor, make
 
 
+def evaluation_seed(version: int, episodes: int) -> int:
+    """The reset seed of the first of ``episodes`` greedy episodes of model ``version`` (episode i
+    starts from this + i): ``EVAL_SEED_BASE + version * episodes``.
+
+    Why by version: a model always meets the same start states, however often and by whichever
+    evaluator (``mqttrl evaluate``, ``mqttrl train``) it is evaluated, so two evaluations of one
+    model agree and the curves of two runs compare model against model; successive versions meet
+    disjoint start states, so a run is not tuned to one fixed set.
+    """
+    return EVAL_SEED_BASE + max(int(version), 0) * episodes
+
+
+def evaluate_model(actor, make: Callable[[], gym.Env], weights, episodes: int) -> dict:
+    """The one greedy evaluation of mqttrl: load ``weights`` (a decoded weights message) into
+    ``actor`` and play ``episodes`` episodes side by side, seeded by :func:`evaluation_seed`.
+
+    Returns what an evaluator publishes on ``eval/<name>``: ``model_version``, ``episodes``,
+    ``mean``, ``std``, ``min``, ``max`` of the returns and ``eval_s`` (seconds it took).
+    """
+    actor.load_weights(weights.tensors, weights.info)
+    started = time.monotonic()
+    returns = np.asarray(evaluate(actor, make, episodes, evaluation_seed(weights.version, episodes)))
+    return {
+        "model_version": weights.version,
+        "episodes": episodes,
+        "mean": float(returns.mean()),
+        "std": float(returns.std()),
+        "min": float(returns.min()),
+        "max": float(returns.max()),
+        "eval_s": round(time.monotonic() - started, 3),
+    }
+
+
 def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:
-    """Greedy returns of ``episodes`` episodes, run side by side with batched policy calls."""
+    """Greedy returns of ``episodes`` episodes, run side by side with batched policy calls; episode
+    i is reset with ``seed + i``. Evaluators call it through :func:`evaluate_model`, which picks the
+    seed; a caller with a seed of its own (a benchmark, a test) calls it directly."""
     envs = [make() for _ in range(episodes)]
     obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(
         obs_dtype(envs[0].observation_space)

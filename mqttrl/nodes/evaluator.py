@@ -1,45 +1,59 @@
-"""``mqttrl evaluate``: greedy evaluation of a live run's newest weights, from any machine.
+"""The evaluator node: greedy evaluation of a live run's newest weights, from any machine.
 
-Reads the run config and weights from their retained messages (like a worker),
-evaluates every ``every_s`` seconds when a newer model exists, prints and
-publishes each result on ``eval/<name>``, and can stop once a target is met.
+Reads the run config and weights from their retained messages (like a worker; or is handed the
+config, as ``mqttrl train`` does), evaluates every ``every_s`` seconds when a newer model exists
+(:func:`mqttrl.envs.rollout.evaluate_model`: the one evaluation, seeded by model version), and
+publishes each result on ``eval/<name>``. ``mqttrl evaluate`` runs it in the foreground and can
+stop once a target is met; ``mqttrl train`` runs the same node in a thread, takes each result
+through ``on_result`` and asks for a last evaluation of the newest model with :meth:`final`.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 import uuid
+from collections.abc import Callable
 
-import numpy as np
-
-from mqttrl.config import from_dict
-from mqttrl.envs.rollout import evaluate, greedy_actor
+from mqttrl.config import RunConfig, from_dict
+from mqttrl.envs.rollout import evaluate_model, greedy_actor
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import decode_json, decode_weights, encode_json
+from mqttrl.wire import WeightsMessage, decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.evaluate")
+
+#: ``on_result(result, weights, payload)``: the published result, the decoded model and its bytes
+ResultCallback = Callable[[dict, WeightsMessage, bytes], None]
 
 
 class _Latest:
     """What the evaluator has read from the run's retained topics: its handler table."""
 
-    def __init__(self, topics: Topics, episodes: int):
+    def __init__(self, topics: Topics, episodes: int, config: RunConfig | None = None):
         self.episodes = episodes
         self.registry = get_registry()
         self.config = self.actor = self.make = None
-        self.weights = None
+        self.weights: WeightsMessage | None = None
+        self.payload: bytes | None = None
+        #: when the earliest model this evaluator received was published (the run's first model
+        #: when it watched from the start, as in ``mqttrl train``)
+        self.first_published_at: float | None = None
         #: why the run's config cannot be evaluated here (unknown algorithm, bad value): raised by the loop
         self.error: Exception | None = None
         self.dispatch = Dispatcher(topics, {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}, log)
         self.rejections = self.dispatch.rejections
+        if config is not None:  # handed over: an env that cannot be made raises here, before anything runs
+            self.actor, self.make = greedy_actor(config, episodes)
+            self.config = config
 
     def subscriptions(self) -> list[tuple[str, int]]:
-        return [self.dispatch.topics.subscription(k) for k in self.dispatch.handlers]
+        kinds = [k for k in self.dispatch.handlers if not (k is Kind.CONFIG and self.config is not None)]
+        return [self.dispatch.topics.subscription(k) for k in kinds]
 
     def on_config(self, name: str, payload: bytes) -> None:
         if self.config is not None:
@@ -48,15 +62,135 @@ class _Latest:
         try:
             config = from_dict(data, lambda n: self.registry.algorithm(n).params)
             self.actor, self.make = greedy_actor(config, self.episodes)
-        except Exception as e:  # a config this host cannot run ends the evaluator, as before the handler table
+        except Exception as e:  # a config this host cannot run ends the evaluator
             self.error = e
             return
         self.config = config
 
     def on_weights(self, name: str, payload: bytes) -> None:
         w = decode_weights(payload)
+        if self.first_published_at is None or w.published_at < self.first_published_at:
+            self.first_published_at = w.published_at
         if self.weights is None or w.version > self.weights.version:
-            self.weights = w
+            self.weights, self.payload = w, payload
+
+
+class EvaluatorNode:
+    """Evaluates the newest model every ``every_s`` s (the first after ``first_after_s``)."""
+
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        run: str,
+        episodes: int = 20,
+        every_s: float = 10.0,
+        name: str | None = None,
+        *,
+        config: RunConfig | None = None,
+        first_after_s: float = 0.0,
+        on_result: ResultCallback | None = None,
+    ):
+        self.topics = Topics(run)
+        self.name = name or f"eval-{uuid.uuid4().hex[:6]}"
+        self.episodes, self.every_s, self.first_after_s = episodes, every_s, first_after_s
+        self.on_result = on_result
+        self.seen = _Latest(self.topics, episodes, config)
+        self.rejections = self.seen.rejections
+        #: every result, in order
+        self.results: list[dict] = []
+        self.evaluated = -1
+        self._stop = threading.Event()
+        self._final = threading.Event()
+        self._done = threading.Event()
+        self.node = MqttNode(broker, client_id=f"mqttrl-{self.name}", subscriptions=self.seen.subscriptions())
+
+    @property
+    def latest_version(self) -> int:
+        """The newest model version received (-1: none yet)."""
+        return self.seen.weights.version if self.seen.weights is not None else -1
+
+    def start(self) -> EvaluatorNode:
+        """Connect (raises when the broker cannot be reached); :meth:`serve` then runs the loop."""
+        self.node.start(wait=30)
+        return self
+
+    def run(self, target: float | None = None, max_seconds: float | None = None) -> dict | None:
+        """Connect and serve; returns the first result that met ``target`` (None when stopped)."""
+        return self.start().serve(target, max_seconds)
+
+    def serve(self, target: float | None = None, max_seconds: float | None = None) -> dict | None:
+        """The loop, in the calling thread: returns the first result that met ``target``, or None
+        at ``max_seconds``, at :meth:`stop` or after the evaluation :meth:`final` asked for."""
+        t0 = time.monotonic()
+        next_eval = t0 + self.first_after_s
+        try:
+            while not self._stop.is_set() and (max_seconds is None or time.monotonic() - t0 < max_seconds):
+                self._pump(0.2)
+                if self.seen.error is not None:
+                    raise self.seen.error
+                if self._final.is_set():
+                    self._evaluate_newest(t0)
+                    return None
+                if time.monotonic() < next_eval:
+                    continue
+                result = self._evaluate_newest(t0)
+                if result is None:
+                    continue
+                next_eval = time.monotonic() + self.every_s
+                if target is not None and result["mean"] >= target:
+                    return result
+            return None
+        finally:
+            try:
+                self.node.stop(flush_timeout=2)  # the last result goes out
+            finally:
+                self._done.set()
+
+    def _pump(self, timeout: float) -> None:
+        """Handle what the inbox holds (waiting up to ``timeout`` s for the first message)."""
+        try:
+            m = self.node.inbox.get(timeout=timeout)
+            while True:
+                self.seen.dispatch(m.topic, m.payload)
+                m = self.node.inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _evaluate_newest(self, t0: float) -> dict | None:
+        """Evaluate the newest model if no evaluation has seen it; publish and hand on the result."""
+        seen, w, payload = self.seen, self.seen.weights, self.seen.payload
+        if seen.actor is None or w is None or payload is None or w.version <= self.evaluated:
+            return None
+        self.evaluated = w.version
+        result = evaluate_model(seen.actor, seen.make, w, self.episodes)
+        result["wall_s"] = round(time.monotonic() - t0, 2)
+        # from the first model this evaluator received to this one's publication: the training
+        # time to this model when it watched from the run's start (no start-up, no eval cadence)
+        if seen.first_published_at is not None:
+            result["training_s"] = round(w.published_at - seen.first_published_at, 2)
+        self.results.append(result)
+        self.node.publish(self.topics.evaluation(self.name), encode_json(result), qos=1, kind="eval")
+        log.debug(
+            "model v%d: mean %.1f ± %.1f over %d episodes", w.version, result["mean"], result["std"], self.episodes
+        )
+        if self.on_result is not None:
+            self.on_result(result, w, payload)
+        return result
+
+    def final(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """Evaluate the newest model unless an evaluation has seen it (after the one under way),
+        then end the loop. True once it ended; False when that took over ``timeout`` s or
+        ``cancel`` (Ctrl-C) was set first: the loop then ends after what it is doing."""
+        self._final.set()
+        deadline = time.monotonic() + timeout
+        while not self._done.wait(min(0.25, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
+                return False
+        return True
+
+    def stop(self) -> None:
+        """End the loop after what it is doing; never blocks."""
+        self._stop.set()
 
 
 def run_evaluator(
@@ -68,49 +202,14 @@ def run_evaluator(
     max_seconds: float | None = None,
     name: str | None = None,
 ) -> dict | None:
-    """Returns the first result that met ``target`` (or None at the time limit)."""
-    tp = Topics(run)
-    name = name or f"eval-{uuid.uuid4().hex[:6]}"
-    seen = _Latest(tp, episodes)
-    node = MqttNode(broker, client_id=f"mqttrl-{name}", subscriptions=seen.subscriptions()).start(wait=30)
-    evaluated = -1
-    t0 = time.monotonic()
-    next_eval = 0.0
-    try:
-        while max_seconds is None or time.monotonic() - t0 < max_seconds:
-            try:
-                m = node.inbox.get(timeout=0.2)
-                seen.dispatch(m.topic, m.payload)
-            except queue.Empty:
-                pass
-            if seen.error is not None:
-                raise seen.error
-            actor, latest = seen.actor, seen.weights
-            if actor is None or latest is None or latest.version <= evaluated or time.monotonic() < next_eval:
-                continue
-            actor.load_weights(latest.tensors, latest.info)
-            evaluated = latest.version
-            started = time.monotonic()
-            returns = np.asarray(evaluate(actor, seen.make, episodes, seed=10**6 + evaluated))
-            result = {
-                "model_version": evaluated,
-                "episodes": episodes,
-                "mean": float(returns.mean()),
-                "std": float(returns.std()),
-                "min": float(returns.min()),
-                "max": float(returns.max()),
-                "eval_s": round(time.monotonic() - started, 3),
-                "wall_s": round(time.monotonic() - t0, 2),
-            }
-            node.publish(tp.evaluation(name), encode_json(result), qos=1, kind="eval")
-            print(
-                f"model v{evaluated}: mean {result['mean']:.1f} ± {result['std']:.1f} over {episodes} episodes "
-                f"(min {result['min']:.0f}, max {result['max']:.0f})",
-                flush=True,
-            )
-            next_eval = time.monotonic() + every_s
-            if target is not None and result["mean"] >= target:
-                return result
-        return None
-    finally:
-        node.stop(flush_timeout=2)
+    """``mqttrl evaluate``: prints each result; returns the first that met ``target`` (or None at the time limit)."""
+
+    def show(result: dict, weights: WeightsMessage, payload: bytes) -> None:
+        print(
+            f"model v{result['model_version']}: mean {result['mean']:.1f} ± {result['std']:.1f} over "
+            f"{result['episodes']} episodes (min {result['min']:.0f}, max {result['max']:.0f})",
+            flush=True,
+        )
+
+    node = EvaluatorNode(broker, run, episodes, every_s, name, on_result=show)
+    return node.run(target, max_seconds)

@@ -36,10 +36,10 @@ import attrs
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from mqttrl.algorithm import Forward
 from mqttrl.config import from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import obs_dtype
+from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing, negotiate_protocol

@@ -2,10 +2,17 @@
 
 It subscribes to episode stats, learner metrics, heartbeats, node states,
 evaluations and the run's config (handed to the storages that take it); turns
-them into :class:`~mqttrl.storage.Point` s (schema in docs/telemetry.md) for
-every configured storage plugin; and when the moving
-average return beats the best so far, publishes ``cmd/learner/quicksave`` with
-``name="best"`` so the learner writes that model to ``checkpoints/best/``.
+them into :class:`~mqttrl.plugin.storage.Point` s (schema in docs/telemetry.md) for
+every configured storage plugin; and when a model beats the best so far, publishes
+``cmd/learner/quicksave`` with ``name="best"`` and its score so the learner writes that model
+to ``checkpoints/best/``. Models are judged by greedy evaluation (``eval/<evaluator>``) once an
+evaluator reports, by the moving average of training returns only while none does; the best so
+far comes back with the learner's retained state, so a restarted telemetry node never asks for
+a worse model (:mod:`mqttrl.state.best`).
+
+``mqttrl telemetry`` runs it in the foreground; ``mqttrl train`` runs the same node in a thread,
+reads what it keeps through :meth:`TelemetryNode.view` and takes every episode through
+``on_episode`` (its ``episodes.csv``).
 """
 
 from __future__ import annotations
@@ -15,13 +22,15 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from mqttrl.plugin.manager import get_registry
+from mqttrl.plugin.storage import Point
 from mqttrl.procs import install_stop_handlers
-from mqttrl.storage import Point
+from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
@@ -51,7 +60,9 @@ class WorkerView:
     returns: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=1000))
     lengths: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=1000))
     episodes: int = 0
-    env_steps: int = 0
+    #: the worker's env-step counter from its heartbeats (None until one came: not 0, which a reader of the
+    #: counter would take for a restarted worker)
+    env_steps: int | None = None
     steps: StepRate = attrs.Factory(StepRate)
     model_version: int = -1
     last_return: float | None = None
@@ -68,8 +79,20 @@ def _mean(xs, n: int) -> float | None:
 
 
 class TelemetryNode:
-    def __init__(self, broker: BrokerSettings, run: str, storages: list, settings: TelemetrySettings | None = None):
+    """Aggregates a run into ``storages``; ``on_episode(worker, episode)`` sees each episode as decoded."""
+
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        run: str,
+        storages: list,
+        settings: TelemetrySettings | None = None,
+        on_episode: Callable[[str, dict], None] | None = None,
+    ):
         self.topics = Topics(run)
+        self.on_episode = on_episode
+        #: held while a message is handled: :meth:`view` reads from another thread
+        self._lock = threading.Lock()
         self.run_name = run
         self.storages = storages
         self.s = settings or TelemetrySettings()
@@ -81,8 +104,14 @@ class TelemetryNode:
         self.learner_status = "unknown"
         #: the run's resolved config (the learner's retained ``config`` message), once received
         self.config: dict | None = None
-        self.best: float | None = None
-        self.best_pending: tuple[float, int] | None = None
+        #: the best model known: judged here, or read from the learner's retained state
+        self.best: BestScore | None = None
+        self.best_pending: BestScore | None = None
+        #: an evaluator reported: greedy evaluations judge, training returns no longer do
+        self.evaluated = False
+        #: the newest model version an episode was played with
+        self.episode_version = -1
+        self._said_training = False
         self._last_best_sent = 0.0
         self.quicksaves_sent = 0
         self._stop = threading.Event()
@@ -128,7 +157,9 @@ class TelemetryNode:
     def handle(self, topic: str, payload: bytes) -> None:
         """Handle one received message (through the handler table); times it for the ``telemetry`` point."""
         t0 = time.perf_counter()
-        if self.dispatch(topic, payload) is None:
+        with self._lock:
+            handled = self.dispatch(topic, payload)
+        if handled is None:
             return  # not a topic of this run
         self._handled += 1
         self._handle_time += time.perf_counter() - t0
@@ -146,7 +177,11 @@ class TelemetryNode:
             self.all_returns.append(ret)
             self.all_lengths.append(e["length"])
             self.episodes += 1
+            if self.on_episode is not None:
+                self.on_episode(name, e)
             fields = {"return": ret, "length": int(e["length"])}
+            if isinstance(e.get("model_version"), int):
+                self.episode_version = max(self.episode_version, e["model_version"])
             for k in ("model_version", "env_steps"):
                 if isinstance(e.get(k), int):
                     fields[k] = e[k]
@@ -168,7 +203,9 @@ class TelemetryNode:
 
     def on_learner_state(self, name: str, payload: bytes) -> None:
         if payload:  # an empty retained message clears the state
-            self.learner_status = decode_json(payload, {"status": str})["status"]
+            state = decode_json(payload, {"status": str})
+            self.learner_status = state["status"]
+            self._learn_best(state.get("best"))
 
     def on_worker_state(self, name: str, payload: bytes) -> None:
         if payload:
@@ -193,6 +230,10 @@ class TelemetryNode:
             if isinstance(ev.get(k), int):
                 fields[k] = ev[k]
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
+        if isinstance(fields.get("model_version"), int):
+            self.evaluated = True
+            score = BestScore(fields["mean"], fields["model_version"], GREEDY_EVAL, int(fields.get("episodes", 0)))
+            self._propose_best(score, time.time())
 
     def on_config(self, name: str, payload: bytes) -> None:
         """The run's config (retained): handed to every storage with a ``run_config(config)`` method."""
@@ -234,16 +275,44 @@ class TelemetryNode:
         return points
 
     # ---- best model ---------------------------------------------------------
+    def _learn_best(self, data: Any) -> None:
+        """A best the learner stored (its retained state carries it): ours when it beats what we know."""
+        known = BestScore.from_json(data)
+        if known is None or not known.beats(self.best):
+            return
+        self.best = known
+        if self.best_pending is not None and not self.best_pending.beats(known):
+            self.best_pending = None
+        log.info("best model so far (the learner's): %s", known.describe())
+
     def _check_best(self, now: float) -> None:
-        if len(self.all_returns) < self.s.window:
+        """Training returns judge only while no evaluator reported (greedy evaluations are the truth)."""
+        if self.evaluated or len(self.all_returns) < self.s.window:
             return
+        version = self.episode_version if self.episode_version >= 0 else int(self.learner.get("model_version", -1))
+        if version < 0:
+            return  # no model known yet: nothing to save
         avg = _mean(self.all_returns, self.s.window)
-        if self.best is not None and avg <= self.best + self.s.best_min_improvement:
+        self._propose_best(BestScore(avg, version, TRAINING_RETURNS, self.s.window), now)
+
+    def _propose_best(self, candidate: BestScore, now: float) -> None:
+        """Ask for ``candidate`` to be saved when it beats the best (by ``best_min_improvement`` within a kind)."""
+        best = self.best
+        if not candidate.beats(best):
             return
-        self.best = avg
-        version = int(self.learner.get("model_version", -1))
-        self._write([Point("best", {"run": self.run_name}, {"mean_return": avg, "model_version": version}, now)])
-        self.best_pending = (avg, version)
+        same_kind = best is not None and best.judged_by == candidate.judged_by
+        if same_kind and candidate.score <= best.score + self.s.best_min_improvement:
+            return
+        if candidate.judged_by == TRAINING_RETURNS and not self._said_training:
+            self._said_training = True
+            log.info(
+                "no evaluator reports: the best model is judged by training returns (moving average of %d episodes)",
+                self.s.window,
+            )
+        self.best = candidate
+        fields = {"mean_return": candidate.score, "model_version": candidate.model_version}
+        self._write([Point("best", {"run": self.run_name, "judged_by": candidate.judged_by}, fields, now)])
+        self.best_pending = candidate
         self._maybe_send_best()
 
     def _maybe_send_best(self) -> None:
@@ -251,25 +320,19 @@ class TelemetryNode:
             return
         if time.monotonic() - self._last_best_sent < self.s.best_min_interval_s:
             return
-        avg, version = self.best_pending
-        self.best_pending = None
+        best, self.best_pending = self.best_pending, None
         self._last_best_sent = time.monotonic()
         self.quicksaves_sent += 1
-        self.node.publish(
-            self.topics.command("quicksave"),
-            encode_json(
-                {
-                    "name": "best",
-                    "model_version": version,
-                    "mean_return": avg,
-                    "window": self.s.window,
-                    "from": "telemetry",
-                }
-            ),
-            qos=1,
-            kind="cmd",
-        )
-        log.info("new best moving-average return %.1f (model version %d): asked the learner to save it", avg, version)
+        command = {
+            "name": "best",
+            **best.to_json(),
+            # what a learner from before scores were stored reads
+            "mean_return": best.score,
+            "window": best.episodes,
+            "from": "telemetry",
+        }
+        self.node.publish(self.topics.command("quicksave"), encode_json(command), qos=1, kind="cmd")
+        log.info("new best model: %s; asked the learner to save it", best.describe())
 
     # ---- aggregates ---------------------------------------------------------
     def aggregate_points(self, now: float) -> list[Point]:
@@ -320,12 +383,40 @@ class TelemetryNode:
         return points
 
     # ---- main loop ------------------------------------------------------------
+    def view(self, window: int = 100) -> dict:
+        """What a watcher of the run shows (``mqttrl train``'s progress and summary); safe from any
+        thread: the episodes, the mean of the last ``window`` returns, the learner's last metrics and
+        state, the workers seen and those online."""
+        with self._lock:
+            return {
+                "episodes": self.episodes,
+                "mean_return": _mean(self.all_returns, window),
+                "learner": dict(self.learner),
+                "learner_status": self.learner_status,
+                "workers": len(self.workers),
+                "workers_online": sum(w.online for w in self.workers.values()),
+            }
+
     def stop(self, *_: Any) -> None:
         self._stop.set()
 
     def run(self, max_seconds: float | None = None) -> None:
-        self.node.start(wait=30)
+        self.start()
+        self.serve(max_seconds)
+
+    def start(self) -> TelemetryNode:
+        """Connect (raises when the broker cannot be reached, the storages closed); :meth:`serve`
+        then runs the loop."""
+        try:
+            self.node.start(wait=30)
+        except BaseException:
+            self._close_storages()
+            raise
         log.info("telemetry for run %s: storages %s", self.run_name, [type(s).__name__ for s in self.storages])
+        return self
+
+    def serve(self, max_seconds: float | None = None) -> None:
+        """The loop, in the calling thread, until :meth:`stop` or ``max_seconds``; closes the storages."""
         next_agg = time.monotonic() + self.s.interval_s
         deadline = time.monotonic() + max_seconds if max_seconds else None
         window_t, window_n = time.monotonic(), 0
@@ -360,12 +451,15 @@ class TelemetryNode:
                     break
         finally:
             self._write(self.aggregate_points(time.time()))
-            for st in self.storages:
-                try:
-                    st.close()
-                except Exception:
-                    log.exception("closing storage %s failed", type(st).__name__)
+            self._close_storages()
             self.node.stop()
+
+    def _close_storages(self) -> None:
+        for st in self.storages:
+            try:
+                st.close()
+            except Exception:
+                log.exception("closing storage %s failed", type(st).__name__)
 
 
 def make_storages(names: list[str], options: dict[str, dict]) -> list:

@@ -9,7 +9,7 @@ makes, in one process and without a broker, with the real wire formats::
     -> sample_spec.validate -> learner (add + train_step, or train_round)
     -> new weights -> actor loads them and acts -> state_dict round trip
 
-and checks the mode's protocols (:mod:`mqttrl.algorithm`). :func:`check_storage`
+and checks the mode's protocols (:mod:`mqttrl.plugin.algorithm`). :func:`check_storage`
 writes a few points and closes. Each step is one :class:`CheckResult`; an
 algorithm's chain stops at its first failing step (the rest depend on it).
 """
@@ -28,7 +28,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.algorithm import (
+from mqttrl.plugin.algorithm import (
     Actor,
     ActorContext,
     AlgorithmInfo,
@@ -37,7 +37,7 @@ from mqttrl.algorithm import (
     SyncActor,
     SyncLearner,
 )
-from mqttrl.storage import Point, Storage
+from mqttrl.plugin.storage import Point, Storage
 
 
 @attrs.frozen
@@ -247,6 +247,46 @@ def _check_algorithm(
     max_env_steps: int,
     forwards: dict[str, Forward],
 ) -> None:
+    """The round trip of the module docstring, top to bottom; each helper is one stage of it."""
+    params = _check_info(c, info, params)
+    with c.step("env") as note:
+        envs = _Envs(env_id, num_envs, seed=0)
+        obs_space, act_space = envs.spaces
+        note["detail"] = f"{env_id}: obs {obs_space}, actions {act_space}"
+    try:
+        spec = _check_sample_spec(c, info, params, obs_space, act_space)
+        _make_forwards(c, info, params, envs, forwards)
+        learner = _make_learner(c, info, params, obs_space, act_space)
+        tensors, winfo = _check_export(c, info, learner, forwards, envs.obs)
+        actor = _make_actor(c, info, params, envs, forwards, tensors, winfo)
+        _check_actions(c, "act", actor, envs.obs, act_space)
+        _check_truncate(c, envs, actor)
+
+        budget = envs.steps + max_env_steps
+        pending = _collect(c, "collect", envs, actor, budget)
+        batch = _send(c, info, spec, actor, pending, seq=0, version=1)
+        updates0 = learner.updates
+        if info.mode == "async":
+            _train_async(c, spec, learner, envs, actor, batch, budget)
+        else:
+            _train_sync(c, learner, batch)
+        c.require(
+            "updates",
+            isinstance(learner.updates, int) and learner.updates > updates0,
+            f"learner.updates went from {updates0} to {learner.updates} after training",
+        )
+
+        new = _check_new_weights(c, info, learner, actor, tensors)
+        _check_actions(c, "act after update", actor, envs.obs, act_space)
+        if info.mode == "sync":
+            _check_discard(c, envs, actor)
+        _check_state_dict(c, info, params, envs.spaces, learner, new)
+    finally:
+        envs.close()
+
+
+def _check_info(c: _Checks, info: AlgorithmInfo, params: Any) -> Any:
+    """An AlgorithmInfo with backends, and its params (``info.params()`` unless given): the rest needs both."""
     with c.step("algorithm_info") as note:
         if not isinstance(info, AlgorithmInfo):
             raise TypeError(f"{type(info).__name__} is not an AlgorithmInfo")
@@ -254,160 +294,202 @@ def _check_algorithm(
             raise ValueError("backends is empty")
         params = info.params() if params is None else params
         note["detail"] = f"{info.name}: mode {info.mode}, backends {list(info.backends)}"
-    with c.step("env") as note:
-        envs = _Envs(env_id, num_envs, seed=0)
-        obs_space, act_space = envs.spaces
-        note["detail"] = f"{env_id}: obs {obs_space}, actions {act_space}"
-    try:
-        with c.step("sample_spec") as note:
-            spec = info.sample_spec(params, obs_space, act_space)
-            if not hasattr(spec, "validate"):
-                raise TypeError(f"sample_spec returned {type(spec).__name__}, expected mqttrl.wire.SampleSpec")
-            note["detail"] = json.dumps(spec.describe())
+    return params
 
-        for backend in info.backends:
-            try:
-                fwd = info.make_forward(params, obs_space, act_space, backend, seed=0)
-            except ImportError as exc:
-                c.ok(f"forward[{backend}]", f"skipped: cannot import ({exc})")
-                continue
-            except Exception as exc:
-                c.fail(f"forward[{backend}]", f"{type(exc).__name__}: {exc}")
-            forwards[backend] = fwd
-            with c.step(f"forward[{backend}]") as note:
-                if not isinstance(fwd, Forward):
-                    raise TypeError(f"{type(fwd).__name__} lacks a Forward method (load_weights, __call__, close)")
-                out = fwd(envs.obs)
-                why = _arrays("forward(obs)", out, num_envs)
-                if why:
-                    raise TypeError(why)
-                note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in out.items())
-        c.require("forward", bool(forwards), f"no backend of {list(info.backends)} could be imported")
 
-        with c.step("learner") as note:
-            learner = info.make_learner(params, obs_space, act_space, "cpu", 0)
-            note["detail"] = type(learner).__name__
-        with c.step(f"protocol[{info.mode}]") as note:
-            want = AsyncLearner if info.mode == "async" else SyncLearner
-            if not isinstance(learner, want):
-                raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(learner).__name__} is not one")
-            note["detail"] = f"learner is a {want.__name__}"
+def _check_sample_spec(c: _Checks, info: AlgorithmInfo, params: Any, obs_space: gym.Space, act_space: gym.Space):
+    """The SampleSpec that every batch sent later is validated against."""
+    with c.step("sample_spec") as note:
+        spec = info.sample_spec(params, obs_space, act_space)
+        if not hasattr(spec, "validate"):
+            raise TypeError(f"sample_spec returned {type(spec).__name__}, expected mqttrl.wire.SampleSpec")
+        note["detail"] = json.dumps(spec.describe())
+    return spec
 
-        with c.step("export_weights") as note:
-            tensors, winfo = _weights_wire(info.name, *learner.export_weights())
-            note["detail"] = f"{len(tensors)} tensors, {sum(t.size for t in tensors.values())} values"
-        outs = {}
-        for backend, fwd in forwards.items():
-            with c.step(f"forward[{backend}].load_weights"):
-                fwd.load_weights(tensors, winfo)
-                outs[backend] = fwd(envs.obs)
-        if len(outs) > 1:
-            with c.step("backends agree") as note:
-                (b0, o0), *rest = outs.items()
-                for b, o in rest:
-                    if set(o) != set(o0):
-                        raise ValueError(f"{b} outputs {sorted(o)}, {b0} outputs {sorted(o0)}")
-                    for k in o0:
-                        if not np.allclose(o[k], o0[k], rtol=1e-4, atol=1e-4):
-                            err = float(np.max(np.abs(o[k].astype(np.float64) - o0[k])))
-                            raise ValueError(f"{k!r}: {b} and {b0} differ by up to {err:g} with the same weights")
-                note["detail"] = f"{', '.join(outs)} give the same outputs"
 
-        backend, forward = next(iter(forwards.items()))
-        with c.step("actor") as note:
-            ctx = ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=0)
-            actor = info.make_actor(params, obs_space, act_space, ctx, forward)
-            want = SyncActor if info.mode == "sync" else Actor
-            if not isinstance(actor, want):
-                raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(actor).__name__} is not one")
-            note["detail"] = f"{type(actor).__name__} over the {backend} forward"
-        with c.step("actor.load_weights"):
-            actor.load_weights(tensors, winfo)
-        _check_actions(c, "act", actor, envs.obs, act_space)
-        with c.step("truncate") as note:  # env 0's game fails mid-episode; its next record starts a new one
-            envs.step(actor)
-            envs.step(actor)
-            actor.truncate(0, envs.obs[0])
-            envs.obs[0] = envs.envs[0].reset()[0]
-            note["detail"] = f"env 0's episode truncated after 2 steps; {actor.pending()} transitions pending"
+def _make_forwards(c: _Checks, info: AlgorithmInfo, params: Any, envs: _Envs, forwards: dict[str, Forward]) -> None:
+    """One forward per backend that imports, into ``forwards`` (the caller closes them); a worker needs one."""
+    obs_space, act_space = envs.spaces
+    for backend in info.backends:
+        try:
+            fwd = info.make_forward(params, obs_space, act_space, backend, seed=0)
+        except ImportError as exc:
+            c.ok(f"forward[{backend}]", f"skipped: cannot import ({exc})")
+            continue
+        except Exception as exc:
+            c.fail(f"forward[{backend}]", f"{type(exc).__name__}: {exc}")
+        forwards[backend] = fwd
+        with c.step(f"forward[{backend}]") as note:
+            if not isinstance(fwd, Forward):
+                raise TypeError(f"{type(fwd).__name__} lacks a Forward method (load_weights, __call__, close)")
+            out = fwd(envs.obs)
+            why = _arrays("forward(obs)", out, len(envs.obs))
+            if why:
+                raise TypeError(why)
+            note["detail"] = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in out.items())
+    c.require("forward", bool(forwards), f"no backend of {list(info.backends)} could be imported")
 
-        budget = envs.steps + max_env_steps
-        pending = _collect(c, "collect", envs, actor, budget)
-        batch = _send(c, info, spec, actor, pending, seq=0, version=1)
-        updates0 = learner.updates
-        if info.mode == "async":
-            with c.step("learner.add") as note:
-                added = learner.add(batch)
-                if not isinstance(added, int) or isinstance(added, bool):
-                    raise TypeError(f"add() returned {added!r}, expected the int number of transitions added")
-                note["detail"] = f"added {added}"
-            seq = 1
-            with c.step("train_due") as note:
-                while not learner.train_due():
-                    if envs.steps >= budget:
-                        raise RuntimeError(f"train_due() still False after {envs.steps} env steps")
-                    while actor.pending() == 0 and envs.steps < budget:
-                        envs.step(actor)
-                    count = actor.pending()
-                    arrays = actor.take()
-                    if arrays and count:
-                        from mqttrl.wire import decode_batch, encode_batch
 
-                        b = decode_batch(encode_batch("check", "w0", seq, 1, arrays, count=count))
-                        spec.validate(b.arrays, b.count)
-                        learner.add(b)
-                        seq += 1
-                bool(learner.behind())
-                note["detail"] = f"due after {envs.steps} env steps"
-            with c.step("train_step") as note:
-                metrics = learner.train_step()
-                why = _scalars("train_step()", metrics)
-                if why:
-                    raise TypeError(why)
-                note["detail"] = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:6])
-        else:
-            with c.step("train_round") as note:
-                metrics = learner.train_round([batch])
-                why = _scalars("train_round()", metrics)
-                if why:
-                    raise TypeError(why)
-                note["detail"] = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:6])
-        c.require(
-            "updates",
-            isinstance(learner.updates, int) and learner.updates > updates0,
-            f"learner.updates went from {updates0} to {learner.updates} after training",
-        )
+def _make_learner(c: _Checks, info: AlgorithmInfo, params: Any, obs_space: gym.Space, act_space: gym.Space):
+    """The learner, and that it is the kind its mode needs (the learner node drives it by mode)."""
+    with c.step("learner") as note:
+        learner = info.make_learner(params, obs_space, act_space, "cpu", 0)
+        note["detail"] = type(learner).__name__
+    with c.step(f"protocol[{info.mode}]") as note:
+        want = AsyncLearner if info.mode == "async" else SyncLearner
+        if not isinstance(learner, want):
+            raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(learner).__name__} is not one")
+        note["detail"] = f"learner is a {want.__name__}"
+    return learner
 
-        with c.step("new weights") as note:
-            new, new_info = _weights_wire(info.name, *learner.export_weights())
-            if set(new) != set(tensors):
-                raise ValueError(f"tensor names changed: {sorted(set(new) ^ set(tensors))}")
-            changed = [k for k in new if not np.array_equal(new[k], tensors[k])]
-            if not changed:
-                raise ValueError("training changed no exported tensor")
-            actor.load_weights(new, new_info)
-            note["detail"] = f"{len(changed)} of {len(new)} tensors changed; the actor loaded them"
-        _check_actions(c, "act after update", actor, envs.obs, act_space)
-        if info.mode == "sync":
-            with c.step("discard"):
+
+def _check_export(
+    c: _Checks, info: AlgorithmInfo, learner: Any, forwards: dict[str, Forward], obs: np.ndarray
+) -> tuple[dict, dict]:
+    """The learner's weights through the wire into every forward, which then agree on ``obs``."""
+    with c.step("export_weights") as note:
+        tensors, winfo = _weights_wire(info.name, *learner.export_weights())
+        note["detail"] = f"{len(tensors)} tensors, {sum(t.size for t in tensors.values())} values"
+    outs = {}
+    for backend, fwd in forwards.items():
+        with c.step(f"forward[{backend}].load_weights"):
+            fwd.load_weights(tensors, winfo)
+            outs[backend] = fwd(obs)
+    if len(outs) > 1:
+        _check_backends_agree(c, outs)
+    return tensors, winfo
+
+
+def _check_backends_agree(c: _Checks, outs: dict[str, dict]) -> None:
+    """Every backend gives the same outputs with the same weights: a worker may run any of them."""
+    with c.step("backends agree") as note:
+        (b0, o0), *rest = outs.items()
+        for b, o in rest:
+            if set(o) != set(o0):
+                raise ValueError(f"{b} outputs {sorted(o)}, {b0} outputs {sorted(o0)}")
+            for k in o0:
+                if not np.allclose(o[k], o0[k], rtol=1e-4, atol=1e-4):
+                    err = float(np.max(np.abs(o[k].astype(np.float64) - o0[k])))
+                    raise ValueError(f"{k!r}: {b} and {b0} differ by up to {err:g} with the same weights")
+        note["detail"] = f"{', '.join(outs)} give the same outputs"
+
+
+def _make_actor(
+    c: _Checks,
+    info: AlgorithmInfo,
+    params: Any,
+    envs: _Envs,
+    forwards: dict[str, Forward],
+    tensors: dict,
+    winfo: dict,
+):
+    """The actor over the first forward, of its mode's kind, with the learner's weights loaded."""
+    obs_space, act_space = envs.spaces
+    backend, forward = next(iter(forwards.items()))
+    with c.step("actor") as note:
+        num_envs = len(envs.envs)
+        ctx = ActorContext(num_envs=num_envs, first_env_index=0, total_envs=num_envs, seed=0)
+        actor = info.make_actor(params, obs_space, act_space, ctx, forward)
+        want = SyncActor if info.mode == "sync" else Actor
+        if not isinstance(actor, want):
+            raise TypeError(f"mode {info.mode!r} needs a {want.__name__}; {type(actor).__name__} is not one")
+        note["detail"] = f"{type(actor).__name__} over the {backend} forward"
+    with c.step("actor.load_weights"):
+        actor.load_weights(tensors, winfo)
+    return actor
+
+
+def _check_truncate(c: _Checks, envs: _Envs, actor: Any) -> None:
+    """Env 0's game fails mid-episode; its next record starts a new one (a worker's env crash)."""
+    with c.step("truncate") as note:
+        envs.step(actor)
+        envs.step(actor)
+        actor.truncate(0, envs.obs[0])
+        envs.obs[0] = envs.envs[0].reset()[0]
+        note["detail"] = f"env 0's episode truncated after 2 steps; {actor.pending()} transitions pending"
+
+
+def _train_async(c: _Checks, spec: Any, learner: Any, envs: _Envs, actor: Any, batch: Any, budget: int) -> None:
+    """add, feed batches until train_due(), then one train_step: the async learner node's loop."""
+    from mqttrl.wire import decode_batch, encode_batch
+
+    with c.step("learner.add") as note:
+        added = learner.add(batch)
+        if not isinstance(added, int) or isinstance(added, bool):
+            raise TypeError(f"add() returned {added!r}, expected the int number of transitions added")
+        note["detail"] = f"added {added}"
+    seq = 1
+    with c.step("train_due") as note:
+        while not learner.train_due():
+            if envs.steps >= budget:
+                raise RuntimeError(f"train_due() still False after {envs.steps} env steps")
+            while actor.pending() == 0 and envs.steps < budget:
                 envs.step(actor)
-                actor.discard()
-                if actor.pending() != 0:
-                    raise ValueError(f"pending() is {actor.pending()} after discard()")
-                envs.step(actor)
+            count = actor.pending()
+            arrays = actor.take()
+            if arrays and count:
+                b = decode_batch(encode_batch("check", "w0", seq, 1, arrays, count=count))
+                spec.validate(b.arrays, b.count)
+                learner.add(b)
+                seq += 1
+        bool(learner.behind())
+        note["detail"] = f"due after {envs.steps} env steps"
+    _check_metrics(c, "train_step", learner.train_step)
 
-        with c.step("state_dict") as note:
-            st, meta = learner.state_dict(include_replay=False)
-            json.dumps(meta)
-            again = info.make_learner(params, obs_space, act_space, "cpu", 1)
-            again.load_state_dict(st, meta)
-            restored, _ = again.export_weights()
-            differ = [k for k in new if k not in restored or not np.array_equal(restored[k], new[k])]
-            if differ:
-                raise ValueError(f"a learner restored from state_dict exports other weights: {differ[:5]}")
-            note["detail"] = f"{len(st)} tensors; a fresh learner restored from them exports the same weights"
-    finally:
-        envs.close()
+
+def _train_sync(c: _Checks, learner: Any, batch: Any) -> None:
+    """One train_round on the round's batch: the sync learner node's step."""
+    _check_metrics(c, "train_round", lambda: learner.train_round([batch]))
+
+
+def _check_metrics(c: _Checks, name: str, train: Callable[[], Any]) -> None:
+    """Run one training call; its metrics must be scalars (telemetry writes them as fields)."""
+    with c.step(name) as note:
+        metrics = train()
+        why = _scalars(f"{name}()", metrics)
+        if why:
+            raise TypeError(why)
+        note["detail"] = ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:6])
+
+
+def _check_new_weights(c: _Checks, info: AlgorithmInfo, learner: Any, actor: Any, tensors: dict) -> dict:
+    """Training changed the exported weights (same names) and the actor loads them; the new tensors."""
+    with c.step("new weights") as note:
+        new, new_info = _weights_wire(info.name, *learner.export_weights())
+        if set(new) != set(tensors):
+            raise ValueError(f"tensor names changed: {sorted(set(new) ^ set(tensors))}")
+        changed = [k for k in new if not np.array_equal(new[k], tensors[k])]
+        if not changed:
+            raise ValueError("training changed no exported tensor")
+        actor.load_weights(new, new_info)
+        note["detail"] = f"{len(changed)} of {len(new)} tensors changed; the actor loaded them"
+    return new
+
+
+def _check_discard(c: _Checks, envs: _Envs, actor: Any) -> None:
+    """A sync actor drops a stale round's transitions on discard() (a newer model came)."""
+    with c.step("discard"):
+        envs.step(actor)
+        actor.discard()
+        if actor.pending() != 0:
+            raise ValueError(f"pending() is {actor.pending()} after discard()")
+        envs.step(actor)
+
+
+def _check_state_dict(
+    c: _Checks, info: AlgorithmInfo, params: Any, spaces: tuple, learner: Any, new: dict[str, np.ndarray]
+) -> None:
+    """A fresh learner restored from the state_dict exports the same weights (checkpoints resume)."""
+    with c.step("state_dict") as note:
+        st, meta = learner.state_dict(include_replay=False)
+        json.dumps(meta)
+        again = info.make_learner(params, *spaces, "cpu", 1)
+        again.load_state_dict(st, meta)
+        restored, _ = again.export_weights()
+        differ = [k for k in new if k not in restored or not np.array_equal(restored[k], new[k])]
+        if differ:
+            raise ValueError(f"a learner restored from state_dict exports other weights: {differ[:5]}")
+        note["detail"] = f"{len(st)} tensors; a fresh learner restored from them exports the same weights"
 
 
 def _sample_points(now: float) -> list[Point]:

@@ -34,9 +34,9 @@ from typing import Any
 import attrs
 import pluggy
 
-from mqttrl.algorithm import AlgorithmInfo
-from mqttrl.plugin import spec as hookspecs
-from mqttrl.plugin.spec import HOOKS, PROJECT
+from mqttrl.plugin import hookspecs
+from mqttrl.plugin.algorithm import AlgorithmInfo
+from mqttrl.plugin.hookspecs import HOOKS, PROJECT
 
 log = logging.getLogger("mqttrl.plugins")
 GROUP = PROJECT
@@ -52,6 +52,11 @@ TABLES = {
 
 class UnknownPluginError(LookupError):
     """A config names an algorithm/env/storage that no installed plugin registers."""
+
+
+class MissingDependency(ImportError):
+    """A plugin's thing (an env, a storage) needs a package that is not installed; the message
+    names the package and the command that installs it."""
 
 
 class PluginError(Exception):
@@ -88,8 +93,10 @@ class Registry:
         if name in table:
             return table[name]
         installed = ", ".join(sorted(table)) or "none"
+        near = difflib.get_close_matches(str(name), list(table), 1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise UnknownPluginError(
-            f"unknown {kind} {name!r}; installed: {installed}. "
+            f"unknown {kind} {name!r}{hint}; installed: {installed}. "
             f"Install a package that registers it (entry point group '{GROUP}'), "
             f"or check {ENV_VAR} if it is set"
         )
@@ -115,7 +122,7 @@ def _registrar(hook: str, plugin: str, out: list[Registered]) -> Callable[..., N
             if len(given) != 1 or not isinstance(given[0], AlgorithmInfo):
                 raise TypeError(
                     f"plugin {plugin!r}: mqttrl_register_algorithms' register() takes one "
-                    f"mqttrl.algorithm.AlgorithmInfo, not {', '.join(type(x).__name__ for x in given) or 'nothing'}"
+                    f"mqttrl.plugin.algorithm.AlgorithmInfo, not {', '.join(type(x).__name__ for x in given) or 'nothing'}"
                 )
             info = given[0]
             out.append(Registered(name=info.name, plugin=plugin, obj=info, description=info.description))
@@ -192,6 +199,22 @@ def _collect(pm: pluggy.PluginManager, name: str, others: list[ModuleType]) -> d
     return got
 
 
+def _check_wanted(wanted: set[str] | None, records: dict[str, dict]) -> None:
+    """A name in ``MQTTRL_LOAD_PLUGINS`` that no installed entry point has is a typo, not a wish:
+    one error naming it, the installed names and the nearest one."""
+    unknown = sorted((wanted or set()) - set(records))
+    if not unknown:
+        return
+    installed = sorted(ep.name for ep in md.entry_points(group=GROUP))
+    hints = [
+        f"{u!r} (did you mean {near[0]!r}?)" if (near := difflib.get_close_matches(u, installed, 1)) else repr(u)
+        for u in unknown
+    ]
+    raise PluginError(
+        f"{ENV_VAR} names {', '.join(hints)}, which no installed plugin has; installed: {', '.join(installed)}"
+    )
+
+
 @lru_cache(maxsize=1)
 def get_registry() -> Registry:
     """Load plugins once per process and collect what they register (see the module docstring)."""
@@ -224,6 +247,7 @@ def get_registry() -> Registry:
         except (pluggy.PluginValidationError, ValueError) as exc:  # a hookimpl's arguments do not match its hookspec
             _refuse(record, f"plugin {ep.name!r} ({ep.value}) has an invalid hook: {exc}")
     _check_pending(pm, records)
+    _check_wanted(wanted, records)
 
     registry = Registry()
     plugins = dict(pm.list_name_plugin())

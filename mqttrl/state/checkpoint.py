@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +24,15 @@ class CheckpointError(RuntimeError):
     pass
 
 
-def write_checkpoint(
-    directory: Path,
-    tensors: Mapping[str, np.ndarray],
-    meta: Mapping[str, Any],
-    files: Mapping[str, bytes] | None = None,
-) -> Path:
-    """Write atomically to ``directory`` (replacing an existing one); ``files`` are extra files to include."""
+def write_dir_atomically(directory: Path, fill: Callable[[Path], None]) -> Path:
+    """Replace ``directory`` with what ``fill(tmp)`` writes into a temporary folder beside it: every
+    file synced, then renamed into place, so a reader sees the old folder or the whole new one."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.parent / f".tmp-{directory.name}-{os.getpid()}-{time.monotonic_ns()}"
     tmp.mkdir()
     try:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp / "state.safetensors"))
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-        for name, data in (files or {}).items():
-            (tmp / name).write_bytes(data)
+        fill(tmp)
         for f in tmp.iterdir():  # make the data durable before the rename publishes it
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -54,6 +47,23 @@ def write_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def write_checkpoint(
+    directory: Path,
+    tensors: Mapping[str, np.ndarray],
+    meta: Mapping[str, Any],
+    files: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write atomically to ``directory`` (replacing an existing one); ``files`` are extra files to include."""
+
+    def fill(tmp: Path) -> None:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp / "state.safetensors"))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        for name, data in (files or {}).items():
+            (tmp / name).write_bytes(data)
+
+    return write_dir_atomically(directory, fill)
 
 
 def read_checkpoint(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

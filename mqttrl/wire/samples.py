@@ -273,32 +273,9 @@ def encode_batch(
     :data:`AUTO_MIN_BYTES`) compresses the array data, not the header, at ``level`` (None: the
     codec's fast default, see :data:`LEVELS`). Data that does not shrink by at least 1/8 goes raw
     (the header then names no codec). ValueError for a codec that is not installed here."""
-    check_compression(compression)
-    if level is not None and compression in CODECS:
-        _, lo, hi = LEVELS[compression]
-        if not isinstance(level, int) or isinstance(level, bool) or not lo <= level <= hi:
-            raise ValueError(f"{compression} level {level!r} is not an integer in [{lo}, {hi}]")
-    if len(incarnation) > MAX_INCARNATION:
-        raise ValueError(f"incarnation id of {len(incarnation)} characters (at most {MAX_INCARNATION})")
-    if not arrays:
-        raise ValueError("a batch needs at least one array")
-    counts = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
-    if -1 in counts or (count is None and len(counts) != 1):
-        raise ValueError(f"arrays disagree on the batch axis: { {k: v.shape for k, v in arrays.items()} }")
-    if count is None:
-        count = counts.pop()
-    entries = []
-    offset = 0
-    blobs = []
-    for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
-        if not arr.dtype.isnative:  # the wire is little-endian (numpy's native order on every host we run)
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        if arr.dtype.name not in ALLOWED_DTYPES:
-            raise ValueError(f"dtype {arr.dtype} of {name} cannot go on the wire")
-        entries.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset})
-        blobs.append(arr)
-        offset = _align(offset + arr.nbytes)
+    _check_encode_args(compression, level, incarnation)
+    count = _batch_count(arrays, count)
+    entries, blobs, size = _array_entries(arrays)
     header = {
         "run": run,
         "worker": worker,
@@ -312,19 +289,74 @@ def encode_batch(
     }
     if extra:
         header["extra"] = dict(extra)
-    pieces: list = []  # the array data in order, each padded to 8 bytes: joined once, into the payload
+    pieces = _padded_pieces(blobs)
+    codec = _pick_codec(compression, size)
+    if codec != "none" and size:
+        packed = _compress(codec, pieces, size, LEVELS[codec][0] if level is None else level)
+        if len(packed) <= size - size // 8:  # else raw: it costs nothing to decode
+            header["codec"], header["raw_size"] = codec, size
+            pieces = [packed]
+    return _frame(header, pieces)
+
+
+def _check_encode_args(compression: str, level: int | None, incarnation: str) -> None:
+    """ValueError for a sender's mistake (unknown codec, level out of range, overlong id) before any work."""
+    check_compression(compression)
+    if level is not None and compression in CODECS:
+        _, lo, hi = LEVELS[compression]
+        if not isinstance(level, int) or isinstance(level, bool) or not lo <= level <= hi:
+            raise ValueError(f"{compression} level {level!r} is not an integer in [{lo}, {hi}]")
+    if len(incarnation) > MAX_INCARNATION:
+        raise ValueError(f"incarnation id of {len(incarnation)} characters (at most {MAX_INCARNATION})")
+
+
+def _batch_count(arrays: Mapping[str, np.ndarray], count: int | None) -> int:
+    """The transition count: ``count`` if given, else the one leading axis all arrays share."""
+    if not arrays:
+        raise ValueError("a batch needs at least one array")
+    counts = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
+    if -1 in counts or (count is None and len(counts) != 1):
+        raise ValueError(f"arrays disagree on the batch axis: { {k: v.shape for k, v in arrays.items()} }")
+    return counts.pop() if count is None else count
+
+
+def _array_entries(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict], list[np.ndarray], int]:
+    """Each array as the wire holds it (contiguous, little-endian, an allowed dtype), its header
+    entry at an 8-aligned offset, and the size of the array data in all."""
+    entries = []
+    blobs = []
+    offset = 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        if not arr.dtype.isnative:  # the wire is little-endian (numpy's native order on every host we run)
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if arr.dtype.name not in ALLOWED_DTYPES:
+            raise ValueError(f"dtype {arr.dtype} of {name} cannot go on the wire")
+        entries.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset})
+        blobs.append(arr)
+        offset = _align(offset + arr.nbytes)
+    return entries, blobs, offset
+
+
+def _padded_pieces(blobs: list[np.ndarray]) -> list:
+    """The array data in order, each padded to 8 bytes, as byte views: joined once, into the payload."""
+    pieces: list = []
     for arr in blobs:
         pieces.append(arr.reshape(-1).view(np.uint8))
         if arr.nbytes % 8:
             pieces.append(bytes(_align(arr.nbytes) - arr.nbytes))
-    codec = compression
-    if codec == "auto":
-        codec = "zstd" if offset >= AUTO_MIN_BYTES and codec_available("zstd") else "none"
-    if codec != "none" and offset:
-        packed = _compress(codec, pieces, offset, LEVELS[codec][0] if level is None else level)
-        if len(packed) <= offset - offset // 8:  # else raw: it costs nothing to decode
-            header["codec"], header["raw_size"] = codec, offset
-            pieces = [packed]
+    return pieces
+
+
+def _pick_codec(compression: str, size: int) -> str:
+    """The codec to try: ``compression``, with "auto" meaning zstd for large data (pixels) and none below."""
+    if compression == "auto":
+        return "zstd" if size >= AUTO_MIN_BYTES and codec_available("zstd") else "none"
+    return compression
+
+
+def _frame(header: dict, pieces: list) -> bytes:
+    """Prefix, JSON header padded to 8, then the data pieces: the payload, joined once."""
     hbytes = json.dumps(header, separators=(",", ":")).encode()
     start = _align(_PREFIX.size + len(hbytes))
     out = bytearray(start)
@@ -374,26 +406,8 @@ class BatchHeader:
 def decode_header(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024) -> BatchHeader:
     """Read and check a batch's header only (run, worker, incarnation, seq, codec, ...): what a
     ledger needs, without decompressing anything. Raises :class:`Rejected` with a reason."""
-    n = len(payload)
-    if n > max_bytes:
-        raise Rejected("oversize", f"{n} bytes, limit {max_bytes}")
-    if n < _PREFIX.size:
-        raise Rejected("garbage" if n < 4 or bytes(payload[:4]) != MAGIC else "truncated", f"only {n} bytes")
-    magic, proto, hlen = _PREFIX.unpack_from(payload, 0)
-    if magic != MAGIC:
-        raise Rejected("garbage", "not a sample batch (bad magic)")
-    if proto != PROTOCOL_VERSION:
-        raise Rejected("protocol_version", f"protocol {proto}, this node speaks {PROTOCOL_VERSION}")
-    if hlen > MAX_HEADER:
-        raise Rejected("bad_header", f"header of {hlen} bytes exceeds {MAX_HEADER}")
-    if _PREFIX.size + hlen > n:
-        raise Rejected("truncated", f"header needs {hlen} bytes, payload has {n - _PREFIX.size}")
-    try:
-        header = json.loads(bytes(payload[_PREFIX.size : _PREFIX.size + hlen]))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested JSON
-        raise Rejected("bad_header", f"header is not JSON ({exc})") from None
-    if not isinstance(header, dict):
-        raise Rejected("bad_header", "header is not an object")
+    proto, hlen = _read_prefix(payload, max_bytes)
+    header = _header_json(payload, hlen)
     run, worker = header.get("run"), header.get("worker")
     if not isinstance(run, str) or not isinstance(worker, str):
         raise Rejected("bad_header", "run and worker must be strings")
@@ -414,22 +428,7 @@ def decode_header(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024
     if not isinstance(extra, dict):
         raise Rejected("bad_header", "extra must be an object")
     start = _align(_PREFIX.size + hlen)
-    data_len = n - start
-    if data_len < 0:
-        raise Rejected("truncated", "no room for array data")
-    codec = header.get("codec", "none")
-    if not isinstance(codec, str):
-        raise Rejected("bad_header", f"codec {codec!r} is not a string")
-    if codec == "none":
-        raw_size = data_len
-        if "raw_size" in header and _int(header, "raw_size") != data_len:
-            raise Rejected("bad_header", f"raw_size {header['raw_size']} of uncompressed data of {data_len} bytes")
-    elif codec in CODECS:
-        raw_size = _int(header, "raw_size")
-        if not data_len:
-            raise Rejected("truncated", f"{codec} data is empty")
-    else:
-        raise Rejected("codec", f"unknown codec {codec[:32]!r} (this node knows {', '.join(CODECS)})")
+    codec, raw_size = _data_codec(header, len(payload) - start)
     return BatchHeader(
         run=run,
         worker=worker,
@@ -448,6 +447,56 @@ def decode_header(payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024
     )
 
 
+def _read_prefix(payload: bytes | memoryview, max_bytes: int) -> tuple[int, int]:
+    """(protocol, header length) from the fixed prefix, once size, magic, protocol and the header's
+    bounds are checked: nothing past the prefix is read before that."""
+    n = len(payload)
+    if n > max_bytes:
+        raise Rejected("oversize", f"{n} bytes, limit {max_bytes}")
+    if n < _PREFIX.size:
+        raise Rejected("garbage" if n < 4 or bytes(payload[:4]) != MAGIC else "truncated", f"only {n} bytes")
+    magic, proto, hlen = _PREFIX.unpack_from(payload, 0)
+    if magic != MAGIC:
+        raise Rejected("garbage", "not a sample batch (bad magic)")
+    if proto != PROTOCOL_VERSION:
+        raise Rejected("protocol_version", f"protocol {proto}, this node speaks {PROTOCOL_VERSION}")
+    if hlen > MAX_HEADER:
+        raise Rejected("bad_header", f"header of {hlen} bytes exceeds {MAX_HEADER}")
+    if _PREFIX.size + hlen > n:
+        raise Rejected("truncated", f"header needs {hlen} bytes, payload has {n - _PREFIX.size}")
+    return proto, hlen
+
+
+def _header_json(payload: bytes | memoryview, hlen: int) -> dict:
+    """The header's JSON object; garbage (bad UTF-8, not JSON, too deep, not an object) is a bad_header."""
+    try:
+        header = json.loads(bytes(payload[_PREFIX.size : _PREFIX.size + hlen]))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested JSON
+        raise Rejected("bad_header", f"header is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise Rejected("bad_header", "header is not an object")
+    return header
+
+
+def _data_codec(header: dict, data_len: int) -> tuple[str, int]:
+    """(codec, raw_size) of the ``data_len`` bytes of array data: raw, or a known codec's frame."""
+    if data_len < 0:
+        raise Rejected("truncated", "no room for array data")
+    codec = header.get("codec", "none")
+    if not isinstance(codec, str):
+        raise Rejected("bad_header", f"codec {codec!r} is not a string")
+    if codec == "none":
+        if "raw_size" in header and _int(header, "raw_size") != data_len:
+            raise Rejected("bad_header", f"raw_size {header['raw_size']} of uncompressed data of {data_len} bytes")
+        return codec, data_len
+    if codec in CODECS:
+        raw_size = _int(header, "raw_size")
+        if not data_len:
+            raise Rejected("truncated", f"{codec} data is empty")
+        return codec, raw_size
+    raise Rejected("codec", f"unknown codec {codec[:32]!r} (this node knows {', '.join(CODECS)})")
+
+
 def decode_batch(
     payload: bytes | memoryview, max_bytes: int = 64 * 1024 * 1024, max_raw_bytes: int | None = None
 ) -> SampleBatch:
@@ -460,13 +509,35 @@ def decode_batch(
     data as read-only views of its one decompressed buffer."""
     h = decode_header(payload, max_bytes)
     max_raw = max_bytes if max_raw_bytes is None else max_raw_bytes
-    data_len = h.raw_size
-    if h.codec != "none" and data_len > max_raw:
-        raise Rejected("decompression_bomb", f"{h.codec} data declares {data_len} bytes, limit {max_raw}")
+    if h.codec != "none" and h.raw_size > max_raw:
+        raise Rejected("decompression_bomb", f"{h.codec} data declares {h.raw_size} bytes, limit {max_raw}")
+    layout, end = _array_layout(h.arrays, h.raw_size)
+    body = _array_data(payload, h, end)
+    arrays: dict[str, np.ndarray] = {}
+    for name, dt, shape, off in layout:
+        arrays[name] = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
+    return SampleBatch(
+        run=h.run,
+        worker=h.worker,
+        seq=h.seq,
+        model_version=h.model_version,
+        count=h.count,
+        arrays=arrays,
+        sent_at=h.sent_at,
+        protocol=h.protocol,
+        extra=h.extra,
+        incarnation=h.incarnation,
+        epoch=h.epoch,
+    )
+
+
+def _array_layout(entries: list, data_len: int) -> tuple[list[tuple[str, np.dtype, list, int]], int]:
+    """Each header entry checked (unique name, allowed dtype, sane shape, aligned offset, inside the
+    ``data_len`` bytes of data) as (name, dtype, shape, offset); and where the last array ends."""
     layout = []
     names: set[str] = set()
     end = 0
-    for e in h.arrays:
+    for e in entries:
         if not isinstance(e, dict):
             raise Rejected("bad_header", "array entry is not an object")
         name, dtype, shape, off = e.get("name"), e.get("dtype"), e.get("shape"), e.get("offset")
@@ -489,28 +560,16 @@ def decode_batch(
             raise Rejected("truncated", f"{name} needs bytes {off}..{off + nbytes}, payload has {data_len}")
         end = max(end, off + nbytes)
         layout.append((name, dt, shape, off))
-    start = h.data_start
+    return layout, end
+
+
+def _array_data(payload: bytes | memoryview, h: BatchHeader, end: int) -> memoryview:
+    """The array data as one buffer: a view of ``payload`` when raw, else its bounded decompression."""
+    start, data_len = h.data_start, h.raw_size
     if h.codec == "none":
-        body = memoryview(payload)[start:] if data_len else memoryview(b"")
-    else:
-        if data_len > _align(end):  # our encoder sends exactly the arrays, padded to 8
-            raise Rejected("bad_header", f"{h.codec} data declares {data_len} bytes, its arrays need {end}")
-        if not codec_available(h.codec):
-            raise Rejected("codec", f"data compressed with {h.codec}, which needs {_INSTALL[h.codec]} here")
-        body = memoryview(_decompress(h.codec, memoryview(payload)[start:], data_len))
-    arrays: dict[str, np.ndarray] = {}
-    for name, dt, shape, off in layout:
-        arrays[name] = np.frombuffer(body, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
-    return SampleBatch(
-        run=h.run,
-        worker=h.worker,
-        seq=h.seq,
-        model_version=h.model_version,
-        count=h.count,
-        arrays=arrays,
-        sent_at=h.sent_at,
-        protocol=h.protocol,
-        extra=h.extra,
-        incarnation=h.incarnation,
-        epoch=h.epoch,
-    )
+        return memoryview(payload)[start:] if data_len else memoryview(b"")
+    if data_len > _align(end):  # our encoder sends exactly the arrays, padded to 8
+        raise Rejected("bad_header", f"{h.codec} data declares {data_len} bytes, its arrays need {end}")
+    if not codec_available(h.codec):
+        raise Rejected("codec", f"data compressed with {h.codec}, which needs {_INSTALL[h.codec]} here")
+    return memoryview(_decompress(h.codec, memoryview(payload)[start:], data_len))

@@ -11,9 +11,9 @@ A refused message raises :class:`~mqttrl.wire.Rejected` with one reason of
 :class:`~mqttrl.transport.dispatch.Dispatcher` counts it, in one place.
 
 The mode is chosen once, at construction: :class:`AsyncAdmission` hands every
-admitted batch to an :class:`~mqttrl.algorithm.AsyncLearner` and trains while it
+admitted batch to an :class:`~mqttrl.plugin.algorithm.AsyncLearner` and trains while it
 says a step is due; :class:`SyncRounds` collects one share per worker for the
-open model version and trains a :class:`~mqttrl.algorithm.SyncLearner` when the
+open model version and trains a :class:`~mqttrl.plugin.algorithm.SyncLearner` when the
 round is complete.
 """
 
@@ -24,49 +24,33 @@ from collections.abc import Mapping
 
 import attrs
 
-from mqttrl.algorithm import AsyncLearner, Mode, SyncLearner
-from mqttrl.config import RunConfig
+from mqttrl.config import LearnerConfig, RunConfig
+from mqttrl.plugin.algorithm import AsyncLearner, Mode, SyncLearner
+from mqttrl.settings import from_section, view
 from mqttrl.wire import Rejected, SampleBatch, SampleSpec, decode_batch, decode_json
 
 log = logging.getLogger("mqttrl.learner")
 
 
-@attrs.frozen
+@view(LearnerConfig)
 class Rules:
-    """The settings the rules read; :meth:`from_config` takes them from a run's config."""
+    """The settings the rules read: a typed view of ``[learner]`` (each default and doc is the
+    declaration's in :mod:`mqttrl.config`); :meth:`from_config` takes them from a run's config."""
 
     run: str
-    #: async mode: accept batches made with a version at most this many versions old
-    max_staleness: int = 3
-    #: refuse samples (and heartbeats) from workers that never published a birth message
-    require_announce: bool = True
-    #: a worker silent for this long is marked offline
-    worker_timeout_s: float = 10.0
-    #: sync mode: a round waits this long for every member's share
-    round_timeout_s: float = 30.0
-    #: async mode: a new model version every this many updates
-    publish_every: int = 50
-    max_payload_bytes: int = 64 * 1024 * 1024
-    #: rows of the per-worker table in one metrics message (a fleet of more takes turns)
-    metrics_workers: int = 100
-    #: a worker offline for this long is forgotten (its row, its sequence numbers): a fleet
-    #: whose processes come and go under new names would otherwise grow the learner for ever
-    forget_offline_s: float = 3600.0
+    max_staleness: int
+    require_announce: bool
+    worker_timeout_s: float
+    round_timeout_s: float
+    publish_every: int
+    #: from learner.max_payload_mb (:attr:`~mqttrl.config.LearnerConfig.max_payload_bytes`)
+    max_payload_bytes: int
+    metrics_workers: int
+    forget_offline_s: float
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Rules:
-        lc = config.learner
-        return cls(
-            run=config.run,
-            max_staleness=lc.max_staleness,
-            require_announce=lc.require_announce,
-            worker_timeout_s=lc.worker_timeout_s,
-            round_timeout_s=lc.round_timeout_s,
-            publish_every=lc.publish_every,
-            metrics_workers=lc.metrics_workers,
-            forget_offline_s=lc.forget_offline_s,
-            max_payload_bytes=int(lc.max_payload_mb * 1024 * 1024),
-        )
+        return from_section(cls, config.learner, run=config.run)
 
 
 @attrs.define

@@ -23,18 +23,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.algorithm import FLEET_PROGRESS_KEY
 from mqttrl.config import ConfigError, RunConfig, write_resolved
 from mqttrl.envs.make import make_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY
 from mqttrl.plugin.manager import UnknownPluginError, get_registry
 from mqttrl.procs import install_stop_handlers
+from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
+from mqttrl.state.init_from import load_into, read_source
 from mqttrl.state.rng import restore_rng, rng_state, seed_everything
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
@@ -57,7 +60,18 @@ clock = time.monotonic
 
 
 class LearnerNode:
-    def __init__(self, config: RunConfig, broker: BrokerSettings, run_dir: Path, resume: bool = False):
+    def __init__(
+        self,
+        config: RunConfig,
+        broker: BrokerSettings,
+        run_dir: Path,
+        resume: bool = False,
+        init_from: Path | None = None,
+    ):
+        """Everything the node needs before it connects, in the order a failure should stop it: the
+        env's spaces, torch and the device, the algorithm's learner and core (its networks loaded from
+        ``init_from`` when given), the run's checkpoints (resumed from when asked), then the MQTT
+        client (not connected yet)."""
         self.config = config
         self.lc = config.learner
         self.topics = Topics(config.run)
@@ -66,33 +80,13 @@ class LearnerNode:
         registry = get_registry()
         self.info = registry.algorithm(config.algorithm.name)
         self.params = config.algorithm.params
-        try:
-            env = make_env(config.env.id, config.env.kwargs, registry)
-        except (UnknownPluginError, gym.error.Error) as e:  # unknown id, missing extra: one line, no traceback
-            raise SystemExit(f"env error: {e}") from None
-        self.obs_space, self.act_space = env.observation_space, env.action_space
-        env.close()
-        try:
-            import torch
-        except ImportError:
-            raise SystemExit(
-                "the learner needs torch: pip install 'mqttrl[learner]' "
-                "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
-            ) from None
-        try:
-            self.device = resolve_device(self.lc.device, torch)
-            check_compression(config.worker.compression)  # the workers' batches must decompress here
-        except (ConfigError, ValueError) as e:
-            raise SystemExit(f"config error: {e}") from None
-        log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
-        seed_everything(config.train.seed)
-
-        torch.set_num_threads(self.lc.torch_threads)
-        self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)
-        self.algo = self.info.make_learner(self.params, self.obs_space, self.act_space, self.device, config.train.seed)
-        self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
-        # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
-        self.core.epoch = time.time_ns() // 1_000_000
+        self.obs_space, self.act_space = _env_spaces(config, registry)
+        self._set_up_torch()
+        self._make_learner()
+        #: where the first model's weights came from (--init-from), None: a fresh network
+        self.initialised_from: str | None = None
+        if init_from is not None:
+            self._init_from(Path(init_from), registry)
         self.dispatch = Dispatcher(
             self.topics,
             {
@@ -105,6 +99,10 @@ class LearnerNode:
         )
         self.started = time.time()
         self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=self.lc.keep_checkpoints)
+        #: the score of ``checkpoints/best/`` (read back at start): only a better one replaces it
+        self.best_score: BestScore | None = read_score(self.best_dir)
+        if self.best_score is not None:
+            log.info("best model so far: %s", self.best_score.describe())
         self._stop = threading.Event()
         self._last_ckpt_update = 0
         self.resumed_from: str | None = None
@@ -115,9 +113,36 @@ class LearnerNode:
         if resume:
             self._resume()
         write_resolved(config, self.run_dir / "config.json")
-        self.node = MqttNode(
+        self.node = self._make_client(broker)
+        #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
+        self.ledger: Ledger | None = None
+
+    def _set_up_torch(self) -> None:
+        """torch, the device (one line if it cannot be used), the seed and the thread count."""
+        torch = _import_torch()
+        try:
+            self.device = resolve_device(self.lc.device, torch)
+            check_compression(self.config.worker.compression)  # the workers' batches must decompress here
+        except (ConfigError, ValueError) as e:
+            raise SystemExit(f"config error: {e}") from None
+        log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
+        seed_everything(self.config.train.seed)
+        torch.set_num_threads(self.lc.torch_threads)
+
+    def _make_learner(self) -> None:
+        """The algorithm's sample spec and learner, and the core that drives it, in a new epoch."""
+        config = self.config
+        self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)
+        self.algo = self.info.make_learner(self.params, self.obs_space, self.act_space, self.device, config.train.seed)
+        self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
+        # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
+        self.core.epoch = time.time_ns() // 1_000_000
+
+    def _make_client(self, broker: BrokerSettings) -> MqttNode:
+        """The learner's MQTT client: a persistent session, its will and birth, manual acks."""
+        return MqttNode(
             broker,
-            client_id=f"mqttrl-learner-{config.run}",
+            client_id=f"mqttrl-learner-{self.config.run}",
             persistent=True,
             subscriptions=[
                 self.topics.subscription(kind)
@@ -133,8 +158,10 @@ class LearnerNode:
             # acknowledged once handled: a learner killed with batches in its inbox gets them again
             manual_ack=True,
         )
-        #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
-        self.ledger: Ledger | None = None
+
+    @property
+    def best_dir(self) -> Path:
+        return self.checkpoints.root / "best"
 
     @property
     def version(self) -> int:
@@ -144,6 +171,14 @@ class LearnerNode:
     def rejections(self) -> RejectionCounter:
         """The one count of refused messages, by reason: the dispatcher's."""
         return self.dispatch.rejections
+
+    def _init_from(self, path: Path, registry: Any) -> None:
+        """A new run from an earlier model: its weights in every network before the first update
+        (the run's first published version); InitFromError (one line, exit 2) when it does not fit."""
+        source = read_source(path, registry)
+        load_into(self.algo, source, self.config.algorithm.name)
+        self.initialised_from = source.origin
+        log.info("initialised the %s networks from %s", self.config.algorithm.name, source.origin)
 
     # ---- resume ----------------------------------------------------------------
     def _resume(self) -> None:
@@ -211,6 +246,8 @@ class LearnerNode:
                 "mqttrl": __version__,
                 "protocol": PROTOCOL_VERSION,
                 "time": time.time(),
+                # the best model's score: a restarted telemetry node (on any host) learns the best so far
+                **({"best": self.best_score.to_json()} if self.best_score is not None else {}),
             }
         )
 
@@ -261,35 +298,68 @@ class LearnerNode:
 
     def _on_command(self, command: str, payload: bytes) -> None:
         cmd = decode_json(payload) if payload else {}
-        if command == "quicksave":
-            name = cmd.get("name")
-            if name == "best":
-                path = self._save_best(cmd)
-            else:
-                path = self.save_checkpoint(f"quicksave-{self.algo.updates:010d}")
-            log.info("quicksave -> %s", path)
-            reply = cmd.get("reply_to")
-            if isinstance(reply, str) and reply.startswith(self.topics.base + "/"):
-                self.node.publish(
-                    reply,
-                    encode_json({"path": str(path), "model_version": self.version, "updates": self.algo.updates}),
-                    1,
-                    False,
-                    "reply",
-                )
-        else:
+        if command != "quicksave":
             raise Rejected("bad_value", f"unknown command {command!r}; known: quicksave")
+        reply: dict[str, Any] = {}
+        if cmd.get("name") == "best":
+            path, refused = self._save_best(cmd)
+            if refused:
+                reply["refused"] = refused
+                log.info("quicksave named best refused: %s", refused)
+            else:
+                log.info("quicksave -> %s (%s)", path, self.best_score.describe() if self.best_score else "no score")
+        else:
+            path = self.save_checkpoint(f"quicksave-{self.algo.updates:010d}")
+            log.info("quicksave -> %s", path)
+        target = cmd.get("reply_to")
+        if isinstance(target, str) and target.startswith(self.topics.base + "/"):
+            reply.update(path=str(path), model_version=self.version, updates=self.algo.updates)
+            self.node.publish(target, encode_json(reply), 1, False, "reply")
 
     # ---- checkpoints -----------------------------------------------------------
-    def _save_best(self, cmd: dict) -> Path:
-        """``checkpoints/best/``: the learner's full state plus the exact weights of the judged version."""
+    def _best_claim(self, cmd: dict) -> BestScore | None:
+        """The score a best-model request claims: its ``score``/``judged_by``/``episodes``, or an
+        older telemetry's ``mean_return`` over ``window`` (training returns); None: no score."""
+        claim = BestScore.from_json(cmd)
+        if claim is None and isinstance(cmd.get("mean_return"), (int, float)):
+            asked = cmd.get("model_version")
+            claim = BestScore.from_json(
+                {
+                    "score": cmd["mean_return"],
+                    "model_version": asked if isinstance(asked, int) else self.version,
+                    "judged_by": TRAINING_RETURNS,
+                    "episodes": cmd.get("window"),
+                }
+            )
+        return claim
+
+    def _save_best(self, cmd: dict) -> tuple[Path, str | None]:
+        """``checkpoints/best/``: the learner's full state plus the exact weights of the judged version
+        and its score; ``(path, None)``, or ``(best dir, why not)`` when the claim does not beat the
+        stored best (never replaced by a worse model, whoever asks)."""
+        claim, held = self._best_claim(cmd), self.best_score
+        if claim is None and held is not None:
+            return (
+                self.best_dir,
+                f"checkpoints/best holds a model scored {held.describe()}; a save without a score does not replace it",
+            )
+        if claim is not None and not claim.beats(held):
+            return self.best_dir, f"{claim.describe()} does not beat the best, {held.describe()}"
         asked = cmd.get("model_version")
-        version = asked if isinstance(asked, int) and asked in self._recent_weights else self.version
+        if isinstance(asked, int) and asked in self._recent_weights:
+            version = asked
+        elif claim is not None and claim.judged_by != TRAINING_RETURNS:
+            return (
+                self.best_dir,
+                f"model version {asked} is no longer held (newest {self.version}): not saved under its score",
+            )
+        else:
+            version = self.version
         info = {
             "model_version": version,
             "requested_version": asked,
-            "mean_return": cmd.get("mean_return"),
-            "window": cmd.get("window"),
+            "mean_return": claim.score if claim else cmd.get("mean_return"),
+            "window": cmd.get("window", claim.episodes if claim else None),
             "saved_at_version": self.version,
             "time": time.time(),
         }
@@ -297,7 +367,14 @@ class LearnerNode:
         payload = self._recent_weights.get(version)
         if payload is not None:
             files["weights.safetensors"] = payload
-        return self.save_checkpoint("best", extra={"best": info}, files=files)
+        score = attrs.evolve(claim, model_version=version) if claim is not None else None
+        if score is not None:
+            files[SCORE_FILE] = score_file(score)
+        path = self.save_checkpoint("best", extra={"best": info}, files=files)
+        self.best_score = score
+        # retained: a telemetry node started from now on learns this best
+        self.node.publish(self.topics.learner_state, self._state_payload("online"), 1, True, "state")
+        return path, None
 
     def save_checkpoint(
         self, name: str | None = None, extra: dict | None = None, files: dict[str, bytes] | None = None
@@ -455,9 +532,37 @@ def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes]
     return handle
 
 
+def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]:
+    """The run's env's spaces (the env is made once and closed); an env error is one line."""
+    try:
+        env = make_env(config.env.id, config.env.kwargs, registry)
+    except (UnknownPluginError, gym.error.Error) as e:  # unknown id, missing extra: one line, no traceback
+        raise SystemExit(f"env error: {e}") from None
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces
+
+
+def _import_torch() -> Any:
+    """torch, which only the learner needs; its absence is one line saying what to install."""
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit(
+            "the learner needs torch: pip install 'mqttrl[learner]' "
+            "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
+        ) from None
+    return torch
+
+
 def run_learner(
-    config: RunConfig, broker: BrokerSettings, run_dir: Path, resume: bool = False, max_seconds: float | None = None
+    config: RunConfig,
+    broker: BrokerSettings,
+    run_dir: Path,
+    resume: bool = False,
+    max_seconds: float | None = None,
+    init_from: Path | None = None,
 ) -> None:
-    node = LearnerNode(config, broker, run_dir, resume=resume)
+    node = LearnerNode(config, broker, run_dir, resume=resume, init_from=init_from)
     install_stop_handlers(node.stop)
     node.run(max_seconds=max_seconds)

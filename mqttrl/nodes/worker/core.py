@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
-from mqttrl.algorithm import Mode
-from mqttrl.config import ConfigError, RunConfig
+from mqttrl.config import ConfigError, RunConfig, WorkerConfig
 from mqttrl.envs.rollout import EpisodeEnd
+from mqttrl.plugin.algorithm import Mode
+from mqttrl.settings import from_section, view
 from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights
 
 log = logging.getLogger("mqttrl.worker")
@@ -43,33 +44,23 @@ def new_incarnation() -> str:
     return os.urandom(6).hex()
 
 
-@attrs.frozen
+@view(WorkerConfig)
 class Rules:
-    """The settings the rules read; :meth:`from_config` takes them from the run's config."""
+    """The settings the rules read: a typed view of ``[worker]`` (each default and doc is the
+    declaration's in :mod:`mqttrl.config`) and the mode; :meth:`from_config` makes it."""
 
-    #: transitions per sample message (async mode)
-    batch_size: int = 128
-    #: the longest a partial batch waits before it goes out (async mode)
-    max_batch_delay_s: float = 0.5
-    heartbeat_interval_s: float = 2.0
+    batch_size: int
+    max_batch_delay_s: float
+    heartbeat_interval_s: float
     #: sync mode (PPO rounds): send the whole share, then wait for a newer model
     sync: bool = False
-    #: sync mode: how long one wait for the next model lasts before the worker says what to check
-    sync_timeout_s: float = 60.0
+    sync_timeout_s: float
     #: stop after this many env steps (None: run until stopped)
     max_env_steps: int | None = None
 
     @classmethod
     def from_config(cls, config: RunConfig, mode: Mode, max_env_steps: int | None = None) -> Rules:
-        wc = config.worker
-        return cls(
-            batch_size=wc.batch_size,
-            max_batch_delay_s=wc.max_batch_delay_s,
-            heartbeat_interval_s=wc.heartbeat_interval_s,
-            sync=mode == "sync",
-            sync_timeout_s=wc.sync_timeout_s,
-            max_env_steps=max_env_steps,
-        )
+        return from_section(cls, config.worker, sync=mode == "sync", max_env_steps=max_env_steps)
 
 
 class Move(enum.Enum):

@@ -27,13 +27,13 @@ from typing import Any, cast
 import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
+from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
@@ -155,6 +155,7 @@ class WorkerNode:
     def _play(self, max_env_steps: int | None) -> None:
         """Build envs and policy, wait for a model, then step until stopped or done."""
         cfg = self.core.config
+        self.node.ack_timeout_s = cfg.worker.ack_timeout_s
         self.info = get_registry().algorithm(cfg.algorithm.name)
         envs, ctx = self._make_envs(cfg)
         try:
@@ -468,8 +469,20 @@ class WorkerNode:
         return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, self.backend, seed)
 
     def _shutdown(self, reason: str = "stopped") -> None:
+        """Flush (bounded: the broker's acknowledgements are waited for), then record what never
+        got one: a ``dropped`` ledger line per batch and one warning, never a silent loss."""
         self.node.stop(final=[self._offline_state(reason)])
         self._note_acks()
+        unsent = self.node.take_unsent()
+        if unsent:
+            log.warning(
+                "worker %s: %d sample batch(es) not acknowledged by the broker when it stopped (lost)",
+                self.name,
+                len(unsent),
+            )
+        if self.ledger is not None:
+            for seq in unsent:
+                self.ledger.write("dropped", seq=seq, cause="unacknowledged at stop")
         if self.ledger is not None:
             self.ledger.close()
         log.info(

@@ -34,7 +34,7 @@ class InferenceUnavailable(RuntimeError):
 
 
 class RemoteForward:
-    """The :class:`~mqttrl.algorithm.Forward` of a worker without a local network; retries on
+    """The :class:`~mqttrl.plugin.algorithm.Forward` of a worker without a local network; retries on
     timeout, then raises :class:`InferenceUnavailable` saying what to check."""
 
     def __init__(self, broker: BrokerSettings, run: str, worker: str, timeout_s: float = 2.0, retries: int = 3):

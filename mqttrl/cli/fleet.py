@@ -1,0 +1,234 @@
+"""``mqttrl status``: a live table of the learner and every worker of a run, and ``mqttrl quicksave``."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+import uuid
+
+from rich import box
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.dispatch import Dispatcher
+from mqttrl.transport.topics import SPECS, Kind, Topics
+from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
+
+log = logging.getLogger("mqttrl.status")
+
+
+class FleetView:
+    """What an operator wants to see, built from retained states, heartbeats, episodes and metrics."""
+
+    def __init__(self, run: str):
+        self.topics = Topics(run)
+        self.learner: dict = {}
+        self.metrics: dict = {}
+        self.workers: dict[str, dict] = {}
+        #: the handler table; its counter holds every refused message by reason
+        self.dispatch = Dispatcher(
+            self.topics,
+            {
+                Kind.LEARNER_STATE: self.on_learner_state,
+                Kind.LEARNER_METRICS: self.on_learner_metrics,
+                Kind.WORKER_STATE: self.on_worker_state,
+                Kind.HEARTBEAT: self.on_heartbeat,
+                Kind.EPISODES: self.on_episodes,
+            },
+            log,
+        )
+        self.rejections = self.dispatch.rejections
+
+    def _w(self, name: str) -> dict:
+        return self.workers.setdefault(
+            name,
+            {
+                "status": "?",
+                "last_hb": None,
+                "steps": None,
+                "rate": None,
+                "version": None,
+                "last_return": None,
+                "env_restarts": None,
+                "_rate": StepRate(),
+            },
+        )
+
+    def handle(self, topic: str, payload: bytes) -> None:
+        """Handle one received message through the handler table (refusals are counted, not raised)."""
+        self.dispatch(topic, payload)
+
+    def on_learner_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self.learner = decode_json(payload, {"status": str})
+
+    def on_learner_metrics(self, name: str, payload: bytes) -> None:
+        self.metrics = decode_json(payload)
+
+    def on_worker_state(self, name: str, payload: bytes) -> None:
+        if payload:
+            self._w(name)["status"] = decode_json(payload, {"status": str})["status"]
+
+    def on_heartbeat(self, name: str, payload: bytes) -> None:
+        hb = decode_json(payload, {"env_steps": int, "model_version": int})
+        w = self._w(name)
+        w["rate"] = w["_rate"].update(hb, time.time())
+        w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
+        if isinstance(hb.get("env_restarts"), int):  # games that crashed and were made afresh
+            w["env_restarts"] = hb["env_restarts"]
+
+    def on_episodes(self, name: str, payload: bytes) -> None:
+        episodes = decode_episodes(payload)
+        if episodes:
+            self._w(name)["last_return"] = episodes[-1]["return"]
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        """One filter per kind in the handler table; episodes at QoS 0 (a viewer may miss some)."""
+        qos = {Kind.EPISODES: 0}
+        return [(self.topics.filter(k), qos.get(k, SPECS[k].qos)) for k in self.dispatch.handlers]
+
+    def model_version(self) -> int | None:
+        """The learner's newest model version: its metrics, else its birth message."""
+        version = self.metrics.get("model_version", self.learner.get("model_version"))
+        return version if isinstance(version, int) else None
+
+    def lag(self, worker: dict) -> int | None:
+        """Versions the worker's model is behind the learner's. Never negative: the learner's metrics
+        come once a second, so a worker's heartbeat can name a version they have not reached yet."""
+        version = self.model_version()
+        if version is None or not isinstance(worker["version"], int):
+            return None
+        return max(0, version - worker["version"])
+
+    def table(self) -> Table:
+        """Short column titles, so that the table fits an 80-column terminal (or a pipe)."""
+        version = self.model_version()
+        t = Table(
+            title=f"mqttrl run {self.topics.run}", box=box.SIMPLE_HEAD, pad_edge=False
+        )  # no column rules: fits 80 columns
+        t.add_column("node", max_width=16, overflow="ellipsis", no_wrap=True)  # long names are cut, not the titles
+        for col in ("status", "seen", "steps/s", "model", "lag", "return", "restarts"):
+            t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=len(col))
+        updates = self.metrics.get("updates_per_s")
+        t.add_row(
+            "learner",
+            _status(self.learner.get("status", "unknown")),
+            "-",
+            f"{updates:.0f} upd" if isinstance(updates, int | float) else "-",
+            _text(version),
+            "-",
+            "-",
+            _text(self.metrics.get("env_restarts")),
+        )
+        now = time.time()
+        for name in sorted(self.workers):
+            w = self.workers[name]
+            t.add_row(
+                name,
+                _status(w["status"]),
+                f"{now - w['last_hb']:.0f}s" if w["last_hb"] else "-",
+                f"{w['rate']:,.0f}" if w["rate"] is not None else "-",
+                _text(w["version"]),
+                _text(self.lag(w)),
+                f"{w['last_return']:.1f}" if w["last_return"] is not None else "-",
+                _text(w["env_restarts"]),
+            )
+        return t
+
+    def rows(self) -> list[dict]:
+        """Plain data for --json: what a node has not reported yet is left out (never null), and the
+        lag is never negative."""
+        learner = {
+            "node": "learner",
+            "status": self.learner.get("status", "unknown"),
+            "model_version": self.model_version(),
+        }
+        out = [{k: v for k, v in learner.items() if v is not None}]
+        for name in sorted(self.workers):
+            w = self.workers[name]
+            row = {"node": name, **{k: v for k, v in w.items() if not k.startswith("_")}, "lag": self.lag(w)}
+            out.append({k: v for k, v in row.items() if v is not None})
+        return out
+
+
+def _text(value) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "-"
+
+
+def _status(s: str) -> str:
+    return {"online": "[green]online[/]", "offline": "[red]offline[/]"}.get(s, s)
+
+
+def watch_status(broker: BrokerSettings, run: str, once_after: float | None = None, every_s: float = 5.0) -> FleetView:
+    """Listen to a run and show its table: live on a terminal; printed every ``every_s`` seconds
+    when stdout is a pipe or a file (a Live display there would print nothing until the end);
+    once after ``once_after`` seconds when that is given."""
+    view = FleetView(run)
+    node = MqttNode(
+        broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=view.subscriptions()
+    ).start(wait=10)
+    console = Console()
+    try:
+        if once_after is not None:
+            _drain_for(node, view, once_after)
+        elif console.is_terminal:
+            with Live(view.table(), console=console, refresh_per_second=2) as live:
+                while True:
+                    _drain_for(node, view, 0.25)
+                    live.update(view.table())
+        else:
+            while True:
+                _drain_for(node, view, every_s)
+                console.print(view.table())
+                console.file.flush()
+        return view
+    except KeyboardInterrupt:
+        return view
+    finally:
+        node.stop(flush_timeout=1)
+
+
+def _drain_for(node: MqttNode, view: FleetView, seconds: float) -> None:
+    """Hand every message that arrives in the next ``seconds`` to the view."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            m = node.inbox.get(timeout=min(0.1, left))
+        except queue.Empty:
+            continue
+        view.handle(m.topic, m.payload)
+
+
+def quicksave(broker: BrokerSettings, run: str, timeout: float = 30.0, name: str | None = None) -> dict:
+    """Ask the learner for a checkpoint and return its reply (path, model version, updates)."""
+    tp = Topics(run)
+    request = uuid.uuid4().hex[:12]
+    node = MqttNode(
+        broker, client_id=f"mqttrl-quicksave-{request}", subscriptions=[(tp.reply(request), 1), (tp.learner_state, 1)]
+    ).start(wait=10)
+    try:
+        time.sleep(0.2)  # let the subscription settle before asking
+        body = {"reply_to": tp.reply(request), "from": "mqttrl quicksave"}
+        if name:
+            body["name"] = name
+        node.publish(tp.command("quicksave"), encode_json(body), qos=1, kind="cmd")
+        deadline = time.monotonic() + timeout
+        learner = "unknown"
+        while time.monotonic() < deadline:
+            try:
+                m = node.inbox.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if m.topic == tp.learner_state and m.payload:
+                learner = decode_json(m.payload).get("status", "unknown")
+            elif m.topic == tp.reply(request):
+                return decode_json(m.payload, {"path": str})
+        raise TimeoutError(
+            f"no answer from the learner of run {run!r} in {timeout:.0f}s (its last state: {learner}). "
+            "Check that it is running on this broker and that these credentials may send commands"
+        )
+    finally:
+        node.stop(flush_timeout=1)

@@ -1,0 +1,172 @@
+"""What ``mqttrl train`` keeps of a run beside its nodes: ``episodes.csv`` (every episode telemetry
+decodes), ``evaluations.csv`` and ``best/`` (every result of the evaluator node), the target, and
+the figures of the progress display and ``summary.json``.
+
+Thread-safe: episodes arrive on the telemetry node's thread, evaluations on the evaluator's, and
+the trainer's thread reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+from mqttrl.config import RunConfig
+from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, score_file, write_best_dir
+
+log = logging.getLogger("mqttrl.train")
+
+EPISODE_COLUMNS = ["wall_s", "worker", "env", "return", "length", "terminated", "model_version", "worker_env_steps"]
+EVAL_COLUMNS = ["wall_s", "model_version", "env_steps", "episodes", "mean", "std", "min", "max", "eval_s", "training_s"]
+
+
+def _append_csv(path: Path, columns: list[str]):
+    """``path`` opened for appending, with its header written if it is new; (file, writer)."""
+    f = open(path, "a", newline="")
+    writer = csv.writer(f)
+    if f.tell() == 0:
+        writer.writerow(columns)
+    return f, writer
+
+
+class RunRecord:
+    def __init__(self, config: RunConfig, run_dir: Path):
+        self.config = config
+        self.run_dir = run_dir
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._closed = False
+        #: per worker, the most env steps an episode of it reported
+        self.env_steps_by_worker: dict[str, int] = {}
+        self.evals: list[dict] = []
+        self.best_eval: float | None = None
+        #: the score of ``best/`` (an earlier session's too): only a better evaluation replaces it
+        self.best_score: BestScore | None = read_score(run_dir / "best")
+        #: the first evaluation that reached ``train.target_return``
+        self.solved_at: dict | None = None
+        #: the evaluation of the model at the end of the budget (``train.final_eval``)
+        self.final_eval: dict | None = None
+        self._episodes_file, self._episodes = _append_csv(run_dir / "episodes.csv", EPISODE_COLUMNS)
+        self._evals_file, self._evals = _append_csv(run_dir / "evaluations.csv", EVAL_COLUMNS)
+
+    @property
+    def env_steps(self) -> int:
+        with self._lock:
+            return sum(self.env_steps_by_worker.values())
+
+    def on_episode(self, worker: str, e: dict) -> None:
+        """An episode as the telemetry node decoded it: a row of episodes.csv."""
+        steps = e.get("env_steps")
+        with self._lock:
+            if self._closed:
+                return
+            if isinstance(steps, int):
+                self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
+            wall = round(time.monotonic() - self.t0, 3)
+            row = [wall, worker, e.get("env"), e["return"], e["length"], e.get("terminated"), e.get("model_version")]
+            self._episodes.writerow(row + [steps])
+
+    def on_evaluation(self, result: dict, weights, payload: bytes) -> None:
+        """A result of the evaluator node: a row of evaluations.csv, ``best/`` when it is the best
+        so far, and the solve when it reached the target."""
+        with self._lock:
+            if self._closed:
+                return
+            row = {
+                "wall_s": round(time.monotonic() - self.t0, 2),
+                "model_version": result["model_version"],
+                "env_steps": sum(self.env_steps_by_worker.values()),
+                **{k: result[k] for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
+                "training_s": result.get("training_s"),
+            }
+            self.evals.append(row)
+            self._evals.writerow(list(row.values()))
+            self._evals_file.flush()
+            if self.best_eval is None or row["mean"] > self.best_eval:
+                self.best_eval = row["mean"]
+            score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]))
+            if score.beats(self.best_score):
+                self._save_best(row, payload, score)
+            target = self.config.train.target_return
+            if target is not None and row["mean"] >= target and self.solved_at is None:
+                self.solved_at = row
+
+    def _save_best(self, row: dict, payload: bytes, score: BestScore) -> None:
+        """``best/``: the weights, their evaluation and score, replaced together (atomically)."""
+        files = {
+            "weights.safetensors": payload,
+            "evaluation.json": json.dumps(row, indent=2).encode(),
+            SCORE_FILE: score_file(score),
+        }
+        write_best_dir(self.run_dir / "best", files)
+        self.best_score = score
+
+    def evaluation_of(self, version: int) -> dict | None:
+        """The last evaluation of model ``version``, if any."""
+        with self._lock:
+            return next((e for e in reversed(self.evals) if e["model_version"] == version), None)
+
+    def snapshot(self, elapsed: float, view: dict, model_version: int) -> dict:
+        """The progress display's figures; ``view`` is the telemetry node's."""
+        m = view["learner"]
+        with self._lock:
+            self._episodes_file.flush()
+            last_eval = self.evals[-1] if self.evals else None
+        return {
+            "elapsed": elapsed,
+            "env_steps": self.env_steps,
+            "episodes": view["episodes"],
+            "mean_return": view["mean_return"],
+            "samples_per_s": m.get("samples_per_s"),
+            "updates_per_s": m.get("updates_per_s"),
+            "updates": m.get("updates"),
+            "model_version": m.get("model_version", model_version),
+            "learner": view["learner_status"],
+            "workers_online": view["workers_online"],
+            "workers": view["workers"],
+            "rejected": sum((m.get("rejected") or {}).values()),
+            "last_eval": last_eval,
+            "best_eval": self.best_eval,
+        }
+
+    def summary(self, stop_reason: str, wall: float, view: dict, model_version: int) -> dict:
+        """``summary.json`` less what the trainer adds (restarts, run_dir)."""
+        s, f, tc = self.solved_at, self.final_eval, self.config.train
+        return {
+            "run": self.config.run,
+            "algorithm": self.config.algorithm.name,
+            "env": self.config.env.id,
+            "seed": tc.seed,
+            "stop_reason": stop_reason,
+            "wall_s": round(wall, 2),
+            "solved": s is not None,
+            "target_return": tc.target_return,
+            "time_to_solve_s": s["wall_s"] if s else None,
+            # from the learner's first model to the publication of the model that solved: no start-up,
+            # no evaluation cadence (what a single-process library's clock measures)
+            "training_time_to_solve_s": s["training_s"] if s else None,
+            "env_steps_at_solve": s["env_steps"] if s else None,
+            "solve_eval_mean": s["mean"] if s else None,
+            "solve_model_version": s["model_version"] if s else None,
+            "best_eval_mean": self.best_eval,
+            "final_eval_mean": f["mean"] if f else None,
+            "final_model_version": f["model_version"] if f else None,
+            "evaluations": len(self.evals),
+            "env_steps": self.env_steps,
+            "episodes": view["episodes"],
+            "updates": view["learner"].get("updates"),
+            "model_version": model_version,
+            "workers": view["workers"],  # workers that announced themselves during the run
+            "rejected": view["learner"].get("rejected", {}),
+        }
+
+    def close(self) -> None:
+        """Close the CSVs; what arrives later is dropped."""
+        with self._lock:
+            self._closed = True
+            self._episodes_file.close()
+            self._evals_file.close()

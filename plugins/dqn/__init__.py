@@ -1,0 +1,65 @@
+"""DQN, Ape-X style: many actors with an epsilon ladder feed one replay learner.
+
+This module only registers the algorithm. The package, by role:
+
+* :mod:`.common`: ``DQNParams``, the supported spaces, the network description
+  and the sample spec, shared by both sides;
+* :mod:`.numpy_net`: the Q-network's forward in numpy (workers without torch);
+* :mod:`.actor`: the worker side, numpy only (epsilon ladder, n-step windows);
+* :mod:`.learner`: the learner side in torch (``QNetwork``, the torch forward,
+  prioritized replay, ``DQNLearner``).
+
+The factories import :mod:`.learner` only when torch is asked for, so a worker
+that acts with the numpy forward never imports torch.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from mqttrl import hookimpl
+from mqttrl.plugin.algorithm import AlgorithmInfo, AsyncLearner, Forward
+
+from .actor import DQNActor
+from .common import DQNParams, sample_spec
+from .export import export_module, weights_from_checkpoint
+from .numpy_net import NumpyQForward
+
+
+def make_forward(params: DQNParams, obs_space: gym.Space, act_space: gym.Space, backend: str, seed: int = 0) -> Forward:
+    """A forward for actors and inference servers: ``"numpy"`` or ``"torch"``; ``seed`` picks
+    its weights until the first load."""
+    if backend == "numpy":
+        return NumpyQForward(params, obs_space, act_space, seed)
+    if backend == "torch":
+        from .learner import TorchQForward
+
+        return TorchQForward(params, obs_space, act_space, seed)
+    raise ValueError(f"backend {backend!r}: use torch or numpy")
+
+
+def make_learner(
+    params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+) -> AsyncLearner:
+    """The learner needs torch; it is imported here, not when this module loads."""
+    from .learner import DQNLearner
+
+    return DQNLearner(params, obs_space, act_space, device, seed)
+
+
+@hookimpl
+def mqttrl_register_algorithms(register):
+    register(
+        AlgorithmInfo(
+            name="dqn",
+            description="DQN (double, dueling, n-step, prioritized replay, C51/QR, noisy nets; preset rainbow), Ape-X style",
+            params=DQNParams,
+            mode="async",
+            sample_spec=sample_spec,
+            make_actor=DQNActor,
+            make_learner=make_learner,
+            make_forward=make_forward,
+            weights_from_checkpoint=weights_from_checkpoint,
+            export_module=export_module,
+        )
+    )

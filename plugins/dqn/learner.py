@@ -1,0 +1,457 @@
+"""DQN's learner side, in torch: the Q-network, a torch forward, the replay buffer and the learner.
+
+Only the learner process (and a worker or inference server that asks for the
+torch forward) imports this module; :mod:`mqttrl_plugins.dqn` imports it
+lazily, so a worker without torch never does.
+
+1. ``QNetwork`` and ``TorchQForward``: the network of :func:`.common.net_info` (an MLP
+   or CNN torso from :mod:`mqttrl.nets`, then the heads) and the forward over it that
+   actors and inference servers can use;
+2. ``SumTree``: proportional priorities for prioritized replay;
+3. ``DQNLearner`` (an :class:`~mqttrl.plugin.algorithm.AsyncLearner`): replay buffer
+   (uniform or proportional prioritized), double-DQN targets, Huber loss (or C51's
+   cross-entropy to the projected target, or QR-DQN's quantile Huber loss: :mod:`.heads`),
+   noisy heads resampled at each update, target network, Adam; checkpoints as numpy arrays plus JSON metadata (no
+   pickle, no torch.load).
+
+The learner's pace is set by ``replay_ratio``: the mean number of times each
+sample is replayed, ``updates * batch_size / samples_added``. The learner
+trains while it is below that ratio, and ``behind()`` asks workers to pause
+when it owes more than ``max_update_debt`` updates, so a slow learner sees
+the same data-to-update ratio as a fast one. A backlog (the broker handing over
+what workers made during an outage) would owe minutes of updates and pause every
+worker that long; updates owed beyond ``forgive_debt_above`` are forgiven instead
+(counted in ``updates_forgiven``): those samples are replayed less often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from mqttrl.envs.rollout import obs_dtype
+from mqttrl.nets.torch_torso import Torso
+from mqttrl.plugin.algorithm import Tensors
+from mqttrl.state.rng import rng_from_json, rng_to_json
+from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
+from mqttrl.wire import SampleBatch
+
+from .common import DQNParams, actor_priorities, check_spaces, net_info, sample_spec
+from .frames import frame_layout
+from .heads import combine, expected_q, linear_layer, td_loss
+from .numpy_heads import HeadSpec
+from .numpy_net import follow_weights, torso_of
+from .replay import SumTree, make_replay
+
+__all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
+
+# --------------------------------------------------------------------------
+# 1. Q-network and the torch forward
+# --------------------------------------------------------------------------
+
+
+class QNetwork(nn.Module):
+    """The network of :func:`.common.net_info`: a torso (:class:`mqttrl.nets.torch_torso.Torso`, MLP or
+    CNN, taking observations in their native dtype) as ``trunk``, then dueling value/advantage layers or
+    one ``head`` (:mod:`.heads`: plain or noisy; 1, n_atoms or n_quantiles outputs per action).
+
+    ``forward`` gives the expected Q-values (N, n_actions); :meth:`outputs` the per-action outputs
+    (N, n_actions, K): Q-values, C51 logits or QR quantiles. A noisy head uses the noise its layers
+    hold (:meth:`reset_noise`) unless ``noise=False`` (the mean weights)."""
+
+    def __init__(self, torso: Mapping[str, Any], head: HeadSpec, sigma0: float = 0.5):
+        super().__init__()
+        self.trunk = Torso(torso)
+        width = self.trunk.out_size
+        self.spec = head
+        self.dueling = head.dueling
+        for name, out in head.layers():
+            setattr(self, name, linear_layer(head, width, out, sigma0))
+        self.register_buffer("support", torch.from_numpy(head.support()), persistent=False)
+
+    def head_layers(self) -> list[nn.Module]:
+        return [getattr(self, name) for name, _ in self.spec.layers()]
+
+    def outputs(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        x = self.trunk(obs)
+        if self.spec.noisy:
+            return combine(self.spec, [layer(x, noise) for layer in self.head_layers()])
+        return combine(self.spec, [layer(x) for layer in self.head_layers()])
+
+    def q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """Per-action outputs -> expected Q (N, n_actions)."""
+        return expected_q(self.spec, out, self.support)
+
+    def forward(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        return self.q_values(self.outputs(obs, noise))
+
+    def reset_noise(self, rows: int | None = None, generator: torch.Generator | None = None) -> None:
+        """New noise in every noisy layer (one draw, or one per row of the next ``rows``); nothing without."""
+        if self.spec.noisy:
+            for layer in self.head_layers():
+                layer.reset_noise(rows, generator)
+
+
+def _net_from_info(info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None, sigma0: float = 0.5) -> QNetwork:
+    return QNetwork(torso_of(info, obs_shape), HeadSpec.of(info), sigma0)
+
+
+class TorchQForward:
+    """Q-values with torch (inference mode), loaded from the exported weights; observations go in
+    in their native dtype (the network converts them). A noisy head samples fresh noise at each call,
+    one draw per row, from this forward's own generator (see :class:`.numpy_net.NumpyQForward`)."""
+
+    def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+        self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        self.obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.info = net_info(self.obs_dim, self.n_actions, params)
+        with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
+            torch.manual_seed(seed)
+            self.net = _net_from_info(self.info, self.obs_shape, params.noisy_sigma0)
+        self.net.eval()
+        #: a noisy head's noise: fresh at every call, one draw per row (as the numpy forward's), seeded
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        full = follow_weights(self.info, info)
+        with torch.random.fork_rng(devices=[]):
+            net = _net_from_info(full, self.obs_shape)
+        load_module(net, tensors)  # raises before anything is replaced
+        net.eval()
+        self.net = net  # the swap: one assignment
+        self.info = full
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        obs = np.asarray(obs)
+        if not obs.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
+            obs = obs.copy()
+        x = torch.from_numpy(np.ascontiguousarray(obs))
+        with torch.inference_mode():
+            net = self.net
+            net.reset_noise(len(x), self.generator)
+            return {"q": net(x).numpy()}
+
+    def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """As a call, with a noisy head's mean weights (greedy evaluation)."""
+        obs = np.asarray(obs)
+        if not obs.flags.writeable:
+            obs = obs.copy()
+        with torch.inference_mode():
+            return {"q": self.net(torch.from_numpy(np.ascontiguousarray(obs)), noise=False).numpy()}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# --------------------------------------------------------------------------
+# 2. Replay: SumTree, ArrayReplay and FrameReplay live in :mod:`.replay` (numpy only)
+# --------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------
+# 3. The learner
+# --------------------------------------------------------------------------
+
+
+class DQNLearner:
+    """Ape-X's learner: replay fed by any worker at any time, trained at ``replay_ratio``."""
+
+    def __init__(
+        self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+    ):
+        self.params = p = params
+        self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        self.spec = sample_spec(params, obs_space, act_space)
+        self.device = torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.online = _net_from_info(net_info(self.obs_dim, self.n_actions, p), sigma0=p.noisy_sigma0).to(self.device)
+        self.target = _net_from_info(net_info(self.obs_dim, self.n_actions, p), sigma0=p.noisy_sigma0).to(self.device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.requires_grad_(False)
+        #: noisy heads' noise: the learner's own generator (on the CPU, in checkpoints as ``rng.noise``),
+        #: so that neither another user of torch's global RNG nor the device changes the draws
+        self.noise_rng = torch.Generator().manual_seed(seed)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
+
+        # replay: a ring over ``capacity`` slots; image observations as frames, each stored once
+        self.capacity = cap = p.buffer_size
+        obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.replay = make_replay(cap, frame_layout(p.frames, obs_space), obs_shape, obs_dtype(obs_space))
+        self.tree = SumTree(cap) if p.prioritized else None
+        # a uint8 batch goes to a GPU as uint8 (4x fewer bytes) through pinned staging buffers, allocated
+        # once (pinning per step costs more than the copy); the network makes it float
+        self._pin = self.device.type == "cuda"
+        self._staging: dict[str, torch.Tensor] = {}
+        self.max_priority = 1.0  # new samples get the highest priority seen so far (already ** alpha)
+        #: replayed samples' priorities: the distributional loss (Rainbow) only when the actors send none;
+        #: else the expected |TD error|, the quantity the actors' priorities are (one scale for both)
+        self._loss_priorities = p.distributional != "none" and not actor_priorities(p)
+
+        #: gradient updates done
+        self.updates = 0
+        #: transitions ever added
+        self.samples_added = 0
+        #: updates owed beyond forgive_debt_above, written off (a backlog after an outage)
+        self.forgiven = 0.0
+
+    # ---- pacing
+
+    def _debt(self) -> float:
+        """Updates owed to reach replay_ratio."""
+        return self.samples_added * self.params.replay_ratio / self.params.batch_size - self.updates - self.forgiven
+
+    @property
+    def size(self) -> int:
+        """Transitions in replay."""
+        return self.replay.size
+
+    def train_due(self) -> bool:
+        return self.size >= max(self.params.learning_starts, self.params.batch_size) and self._debt() > 0
+
+    _paused = False
+
+    def behind(self) -> bool:
+        # before learning starts nothing can be trained, so pausing workers would deadlock
+        if self.size < max(self.params.learning_starts, self.params.batch_size):
+            return False
+        # hysteresis: pause above max_update_debt, resume only once half of it is paid off, so the
+        # retained flow message flips a few times a second at most, not on every batch
+        debt = self._debt()
+        if self._paused:
+            self._paused = debt > self.params.max_update_debt / 2
+        else:
+            self._paused = debt > self.params.max_update_debt
+        return self._paused
+
+    # ---- replay
+
+    def add(self, batch: SampleBatch) -> int:
+        self.spec.validate(batch.arrays, batch.count)  # raises Rejected; nothing is dropped silently
+        n = batch.count
+        # a batch larger than the buffer keeps its newest rows; frames are shared per sending process
+        idx = self.replay.add(batch.arrays, n, source=f"{batch.worker}/{batch.incarnation}")
+        if self.tree is not None:
+            self.tree.set(idx, self._initial_priorities(batch, n, len(idx)))
+        self.samples_added += n
+        over = self._debt() - self.params.forgive_debt_above
+        if over > 0:
+            self.forgiven += over
+        return n
+
+    def _initial_priorities(self, batch: SampleBatch, n: int, m: int) -> np.ndarray:
+        """Priorities of the ``m`` newest rows of a batch of ``n``: the actors' TD errors (Ape-X) when
+        they send them, else the highest priority so far."""
+        sent = batch.arrays.get("priority")
+        if sent is None:
+            return np.full(m, self.max_priority)
+        prio = (np.asarray(sent[n - m :], np.float64) + self.params.per_eps) ** self.params.per_alpha
+        self.max_priority = max(self.max_priority, float(prio.max(initial=0.0)))
+        return prio
+
+    def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Indices of one batch and, when prioritized, their importance-sampling weights."""
+        B = self.params.batch_size
+        if self.tree is None:
+            return self.rng.integers(0, self.size, B), None
+        total = self.tree.total()
+        mass = (np.arange(B) + self.rng.random(B)) * (total / B)  # stratified: one draw per segment
+        idx = np.minimum(self.tree.find(mass), self.size - 1)
+        prio = self.tree.get(idx)
+        p_min = self.tree.min(self.size)
+        beta = self._beta()
+        weights = (prio / p_min) ** (-beta)  # = (N P(i))^-beta / max_j (N P(j))^-beta
+        return idx, weights
+
+    def _beta(self) -> float:
+        p = self.params
+        return p.per_beta0 + (1.0 - p.per_beta0) * min(1.0, self.updates / p.per_beta_updates)
+
+    # ---- training
+
+    def train_step(self) -> dict[str, float]:
+        """One update, top to bottom: sample, targets, loss, optimizer step, priorities, target sync."""
+        p = self.params
+        idx, weights = self._sample()
+        batch = {name: self._to_device(name, arr) for name, arr in self.replay.sample(idx).items()}
+        obs, action, reward, next_obs, discount = (
+            batch[k] for k in ("obs", "action", "reward", "next_obs", "discount")
+        )
+        if self.online.spec.noisy:  # Rainbow: new noise for both nets at every update
+            self.online.reset_noise(generator=self.noise_rng)
+            self.target.reset_noise(generator=self.noise_rng)
+
+        next_out = self._next_targets(next_obs)
+        loss, elementwise, target, q = self._loss(obs, action, reward, discount, next_out, weights)
+        td = target - q
+        grad_norm = self._optimize(loss)
+
+        td_abs = td.detach().abs().cpu().numpy().astype(np.float64)
+        if self.tree is not None:
+            self._reprioritize(idx, elementwise, td_abs)
+
+        self.updates += 1
+        if self.updates % p.target_update_every == 0:
+            self._update_target()
+
+        metrics = {
+            "loss": float(loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "td_abs_mean": float(td_abs.mean()),
+            "target_mean": float(target.mean()),
+            "grad_norm": grad_norm,
+            "buffer_size": float(self.size),
+            "replay_ratio": self.updates * p.batch_size / max(1, self.samples_added),
+            "updates_forgiven": self.forgiven,
+        }
+        if weights is not None:
+            metrics["per_beta"] = self._beta()
+        return metrics
+
+    def _next_targets(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """The target net's output (B, K) at the next action, which the online net picks when ``double``."""
+        net = self.online
+        with torch.no_grad():
+            next_target = self.target.outputs(next_obs)  # B, A, K
+            if self.params.double:  # the online net's expected Q picks the next action
+                next_action = self.online(next_obs).argmax(dim=1)
+            else:
+                next_action = net.q_values(next_target).argmax(dim=1)
+            return next_target[torch.arange(len(next_action), device=self.device), next_action]  # B, K
+
+    def _loss(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_out: torch.Tensor,
+        weights: np.ndarray | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, per-sample loss, target, Q of the taken action): the head's TD loss, weighted by
+        the importance-sampling weights when prioritized."""
+        net = self.online
+        out_all = net.outputs(obs)
+        out = out_all[torch.arange(len(action), device=self.device), action]  # B, K
+        elementwise, target = td_loss(net.spec, out, next_out, reward, discount, net.support, self.params.qr_kappa)
+        q = net.q_values(out_all.detach()).gather(1, action.unsqueeze(1)).squeeze(1)
+        if weights is not None:
+            loss = (torch.from_numpy(weights.astype(np.float32)).to(self.device) * elementwise).mean()
+        else:
+            loss = elementwise.mean()
+        return loss, elementwise, target, q
+
+    def _optimize(self, loss: torch.Tensor) -> float:
+        """Backward, clip (``grad_clip`` > 0) and step; the gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.params.grad_clip > 0:
+            grad_norm = float(nn.utils.clip_grad_norm_(self.online.parameters(), self.params.grad_clip))
+        else:
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.online.parameters()])))
+        self.optimizer.step()
+        return grad_norm
+
+    def _reprioritize(self, idx: np.ndarray, elementwise: torch.Tensor, td_abs: np.ndarray) -> None:
+        """The replayed samples' new priorities, on the actors' scale (see DQNParams.initial_priority)."""
+        p = self.params
+        # |E[target] - E[Z(s, a)]| (plain DQN's |TD error|), on the actors' scale; the sample's own
+        # loss (Rainbow's cross-entropy, QR's quantile Huber loss) only when nothing else sets
+        # priorities (initial_priority "max"): see DQNParams.initial_priority
+        err = elementwise.detach().cpu().numpy().astype(np.float64) if self._loss_priorities else td_abs
+        prio = (np.maximum(err, 0.0) + p.per_eps) ** p.per_alpha
+        self.tree.set(idx, prio)
+        self.max_priority = max(self.max_priority, float(prio.max()))
+
+    def _to_device(self, name: str, arr: np.ndarray) -> torch.Tensor:
+        """A sampled array on the learner's device, in its own dtype (the network converts images).
+
+        On CUDA it goes through a pinned buffer kept per field: the copy is asynchronous, and the
+        buffer is free again by the next step (each step reads its loss back, which waits for it).
+        """
+        t = torch.from_numpy(arr)
+        if not self._pin:
+            return t.to(self.device)
+        buf = self._staging.get(name)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = self._staging[name] = torch.empty(t.shape, dtype=t.dtype).pin_memory()
+        buf.copy_(t)
+        return buf.to(self.device, non_blocking=True)
+
+    def _update_target(self) -> None:
+        tau = self.params.tau
+        with torch.no_grad():
+            if tau >= 1.0:
+                self.target.load_state_dict(self.online.state_dict())
+            else:
+                for t, o in zip(self.target.parameters(), self.online.parameters()):
+                    t.lerp_(o, tau)
+
+    # ---- weights and checkpoints
+
+    def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
+        return export_module(self.online), net_info(self.obs_dim, self.n_actions, self.params)
+
+    def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
+        tensors = {**export_module(self.online, "online."), **export_module(self.target, "target.")}
+
+        opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
+
+        tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
+        if self.params.noisy:
+            tensors["rng.noise"] = self.noise_rng.get_state().numpy().copy()
+        meta: dict[str, Any] = {
+            "algorithm": "dqn",
+            "net": net_info(self.obs_dim, self.n_actions, self.params),
+            "updates": self.updates,
+            "samples_added": self.samples_added,
+            "updates_forgiven": self.forgiven,
+            "max_priority": self.max_priority,
+            "optimizer": opt_meta,
+            "rng_numpy": rng_to_json(self.rng.bit_generator.state),
+            "replay": None,
+        }
+        if include_replay:
+            replay_tensors, meta["replay"] = self.replay.state()
+            tensors.update(replay_tensors)
+            if self.tree is not None:
+                tensors["replay.priorities"] = self.tree.get(np.arange(self.size)).copy()
+        return tensors, meta
+
+    def load_state_dict(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        if meta.get("algorithm") != "dqn":
+            raise ValueError(f"not a dqn checkpoint (algorithm={meta.get('algorithm')!r})")
+        net = meta["net"]
+        mine = net_info(self.obs_dim, self.n_actions, self.params)
+        if dict(net) != mine:
+            raise ValueError(f"checkpoint network {dict(net)} differs from the configured one {mine}")
+        load_module(self.online, tensors, "online.")
+        load_module(self.target, tensors, "target.")
+
+        load_optimizer_state(self.optimizer, tensors, meta["optimizer"], self.device)
+
+        self.updates = int(meta["updates"])
+        self.samples_added = int(meta["samples_added"])
+        self.forgiven = float(meta.get("updates_forgiven", 0.0))
+        self.max_priority = float(meta["max_priority"])
+        self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
+        torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
+        if "rng.noise" in tensors:
+            self.noise_rng.set_state(torch.from_numpy(np.array(tensors["rng.noise"], dtype=np.uint8)))
+
+        replay = meta.get("replay")
+        if replay:
+            n = int(replay["size"])
+            self.replay.load_state(tensors, replay)
+            if self.tree is not None:
+                self.tree = SumTree(self.capacity)
+                if "replay.priorities" in tensors:
+                    prio = np.asarray(tensors["replay.priorities"], dtype=np.float64)
+                else:  # saved without prioritization: start uniform
+                    prio = np.full(n, self.max_priority)
+                self.tree.set(np.arange(n), prio)

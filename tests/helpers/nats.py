@@ -1,0 +1,147 @@
+"""A 3-node NATS cluster with JetStream and MQTT listeners, running broker/nats/node.conf as shipped."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.paths import BROKER_KIT
+from helpers.servers import stop_server
+from mqttrl.broker.embedded import free_port
+
+NATS_NODE_CONF = BROKER_KIT / "nats" / "node.conf"
+#: the ports of the shipped node config, by role
+NATS_SHIPPED_PORTS = {"client": 4222, "http": 8222, "cluster": 6222, "mqtt": 1883}
+
+
+def nats_node_config(text: str, name: str, store: Path, ports: dict[str, int], cluster_ports: list[int]) -> str:
+    """broker/nats/node.conf with its placeholders filled in and test ports (on 127.0.0.1).
+
+    ``ports`` is this node's port per role (:data:`NATS_SHIPPED_PORTS`), ``cluster_ports`` the
+    cluster ports of nodes 1, 2 and 3 (the routes). Fails when the shipped file lacks a
+    listener or a route, so the test cannot run another configuration than the one shipped."""
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")) + "\n"
+    text = text.replace("@NAME@", name).replace("@STORE@", str(store))
+    for i, port in enumerate(cluster_ports, 1):
+        route = f"nats-route://@NODE{i}@:{NATS_SHIPPED_PORTS['cluster']}"
+        assert text.count(route) == 1, f"the shipped config lacks the route {route}"
+        text = text.replace(route, f"nats-route://127.0.0.1:{port}")
+    for role, shipped in NATS_SHIPPED_PORTS.items():
+        for key in ("listen", "http"):
+            line = f"{key}: 0.0.0.0:{shipped}"
+            if line in text:
+                assert text.count(line) == 1, f"{line!r} twice"
+                text = text.replace(line, f"{key}: 127.0.0.1:{ports[role]}")
+                break
+        else:
+            raise AssertionError(f"the shipped config has no {role} listener on port {shipped}")
+    assert "@" not in text, "a placeholder is left"
+    return "\n".join(comments) + "\n" + text
+
+
+class NatsNode:
+    def __init__(self, workdir: Path, name: str):
+        self.workdir, self.name = workdir, name
+        self.ports = {role: free_port() for role in NATS_SHIPPED_PORTS}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.ports['mqtt']}"
+
+    @property
+    def mqtt_port(self) -> int:
+        return self.ports["mqtt"]
+
+    def monitor(self, path: str) -> dict:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['http']}{path}", timeout=2) as r:
+            return json.loads(r.read())
+
+    def start(self, conf: str) -> None:
+        (self.workdir / "nats.conf").write_text(conf)
+        self.log = open(self.workdir / "nats.log", "ab")
+        self.proc = subprocess.Popen(
+            ["nats-server", "-c", str(self.workdir / "nats.conf")], stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye to the cluster, no flush (a crashed host)."""
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        self.proc = None
+
+    def stop(self) -> None:
+        stop_server(self.proc, self.log)
+        self.proc = None
+
+    def log_text(self) -> str:
+        return (self.workdir / "nats.log").read_text(errors="replace")
+
+
+class NatsCluster:
+    """Three nats-server processes running broker/nats/node.conf as shipped, on free ports."""
+
+    def __init__(self, workdir: Path):
+        if not shutil.which("nats-server"):
+            pytest.skip("nats-server is not on PATH: apt-get install nats-server (scripts/test.sh does this)")
+        self.workdir = workdir
+        self.nodes = []
+        for i in (1, 2, 3):
+            (workdir / f"nats-{i}").mkdir(parents=True)
+            self.nodes.append(NatsNode(workdir / f"nats-{i}", f"nats-{i}"))
+
+    def start(self, timeout: float = 30) -> NatsCluster:
+        shipped = NATS_NODE_CONF.read_text()
+        cluster_ports = [n.ports["cluster"] for n in self.nodes]
+        for n in self.nodes:
+            n.start(nats_node_config(shipped, n.name, n.workdir / "jetstream", n.ports, cluster_ports))
+        deadline = time.monotonic() + timeout
+        why = "not started"
+        while time.monotonic() < deadline:
+            if any(n.proc.poll() is not None for n in self.nodes):
+                why = "a nats-server exited"
+                break
+            why = self._not_ready()
+            if not why:
+                return self
+            time.sleep(0.2)
+        logs = "\n".join(f"--- {n.name}\n{n.log_text()[-1500:]}" for n in self.nodes)
+        self.stop()
+        pytest.fail(f"the NATS cluster did not form in {timeout:.0f}s ({why}):\n{logs}")
+
+    def _not_ready(self) -> str:
+        """'' once every node has its 2 routes, sees the same JetStream meta leader of a
+        3-node meta group and accepts MQTT connections; else what is missing."""
+        import socket
+
+        leaders = set()
+        for n in self.nodes:
+            try:
+                routes = n.monitor("/routez")["num_routes"]
+                meta = n.monitor("/jsz").get("meta_cluster", {})
+            except OSError:
+                return f"{n.name}: no monitoring port yet"
+            if routes < 2:
+                return f"{n.name}: {routes} routes"
+            if meta.get("cluster_size") != 3 or not meta.get("leader"):
+                return f"{n.name}: JetStream meta group {meta}"
+            leaders.add(meta["leader"])
+            try:
+                socket.create_connection(("127.0.0.1", n.mqtt_port), timeout=0.5).close()
+            except OSError:
+                return f"{n.name}: MQTT port closed"
+        return "" if len(leaders) == 1 else f"meta leaders disagree: {leaders}"
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.proc is not None:
+                n.stop()

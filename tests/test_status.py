@@ -1,0 +1,82 @@
+"""``mqttrl status``: prints into a pipe, fits 80 columns, shows no negative lag and no null fields."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+from rich.console import Console
+
+from mqttrl.cli.fleet import FleetView
+from mqttrl.transport.topics import Topics
+
+BIN = Path(sys.executable).parent
+
+
+def feed(view: FleetView, topic: str, body: dict) -> None:
+    view.handle(topic, json.dumps(body).encode())
+
+
+def view_with_a_worker_ahead() -> FleetView:
+    """The learner's metrics say version 7; the worker's newer heartbeat already says 8."""
+    view = FleetView("r1")
+    t = Topics("r1")
+    feed(view, t.learner_state, {"status": "online", "model_version": 7})
+    feed(view, t.learner_metrics, {"model_version": 7, "updates_per_s": 120.0})
+    feed(view, t.heartbeat("w0"), {"env_steps": 1000, "model_version": 8, "time": 100.0})
+    feed(view, t.heartbeat("w1"), {"env_steps": 500, "model_version": 4, "time": 100.0})
+    return view
+
+
+def test_lag_is_never_negative():
+    view = view_with_a_worker_ahead()
+    lags = {row["node"]: row.get("lag") for row in view.rows()}
+    assert lags == {"learner": None, "w0": 0, "w1": 3}
+
+
+def test_json_rows_hold_no_nulls():
+    """A worker seen once has no step rate yet: the key is left out, not null."""
+    rows = view_with_a_worker_ahead().rows()
+    assert all(v is not None for row in rows for v in row.values()), rows
+    assert "rate" not in rows[1] and rows[1]["steps"] == 1000
+
+
+def test_the_table_fits_80_columns():
+    view = view_with_a_worker_ahead()
+    feed(view, Topics("r1").heartbeat("worker-with-a-long-name-7"), {"env_steps": 123456789, "model_version": 7})
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(view.table())
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if "node" in line)
+    for title in ("status", "steps/s", "model", "lag", "return", "restarts"):
+        assert title in header, header  # no column title cut or wrapped
+
+
+def test_status_prints_into_a_pipe(mosquitto, tmp_path):
+    """Live mode with stdout not a terminal prints the table every --every seconds (it printed nothing)."""
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    publisher.connect("127.0.0.1", mosquitto.port)
+    publisher.loop_start()
+    t = Topics("piped")
+    publisher.publish(t.learner_state, json.dumps({"status": "online", "model_version": 3}), qos=1, retain=True)
+    env = {**os.environ, "COLUMNS": "80"}
+    argv = [str(BIN / "mqttrl"), "status", "--run", "piped", "--broker", mosquitto.url, "--every", "0.5"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(3)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        publisher.loop_stop()
+        publisher.disconnect()
+    assert "Traceback" not in err, err
+    assert out.count("mqttrl run piped") >= 2, out + err
+    assert "learner" in out and "online" in out
