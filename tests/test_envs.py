@@ -15,6 +15,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers.fake_node import FakeNode
 
 from mqttrl.config import AlgorithmSection, RunConfig
 from mqttrl.envs.rollout import EnvFailing, EnvSet
@@ -324,32 +325,6 @@ def test_ppo_truncate_at_the_rollouts_first_step_does_nothing():
 
 # ---- the worker shell ---------------------------------------------------------------------------
 RUN = "crash"
-
-
-class FakeNode:
-    """What WorkerNode uses of MqttNode: an inbox to fill, and a list of what it published."""
-
-    def __init__(self, settings: BrokerSettings):
-        self.settings = settings
-        self.inbox = __import__("queue").Queue()
-        self.published: list[tuple[str, bytes]] = []
-        self.outbox_size = 0
-        self.dropped: dict[str, int] = {}
-
-    def start(self, wait=None):
-        return self
-
-    def publish(self, topic, payload, qos=1, retain=False, kind="other", tag=None):
-        self.published.append((topic, payload))
-
-    def stop(self, final=(), flush_timeout=5.0):
-        self.published.extend((m.topic, m.payload) for m in final)
-
-    def take_acked(self):
-        return []
-
-    def take_dropped(self):
-        return []
 
 
 class Recording:

@@ -38,8 +38,12 @@ from mqttrl.wire import decode_weights
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def retained(url: str, run: str, timeout: float = 20) -> dict[str, object]:
-    """The retained config and weights an mqttrl client gets on connecting to ``url`` now."""
+def retained(url: str, run: str, timeout: float = 60) -> dict[str, object]:
+    """The retained config and weights an mqttrl client gets on connecting to ``url`` now.
+
+    Right after a node is lost, a surviving node may refuse subscriptions for a while (CI saw
+    ~20 s, "Unspecified error") while JetStream elects new leaders for its MQTT streams; the
+    client tries again with backoff (as every mqttrl node does), so the wait is generous."""
     t = Topics(run)
     node = MqttNode(
         BrokerSettings(url=url), f"late-{time.monotonic_ns()}", subscriptions=[(t.config, 1), (t.weights, 1)]

@@ -9,13 +9,13 @@ send its share and wait for the next model forever).
 from __future__ import annotations
 
 import collections
-import queue
 import threading
 
 import attrs
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers.fake_node import FakeNode
 
 from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
@@ -361,28 +361,6 @@ def test_heartbeat_contents():
 
 
 # ---- the shell over a fake MQTT node ------------------------------------------------------
-class FakeNode:
-    """What WorkerNode uses of MqttNode: an inbox to fill, and a list of what it published."""
-
-    def __init__(self, settings: BrokerSettings):
-        self.settings = settings
-        self.inbox: queue.Queue[Message] = queue.Queue()
-        self.published: list[tuple[str, bytes]] = []
-        self.outbox_size = 0
-        self.dropped: collections.Counter[str] = collections.Counter()
-        self.stopped = False
-
-    def start(self, wait=None):
-        return self
-
-    def publish(self, topic, payload, qos=1, retain=False, kind="other", tag=None):
-        self.published.append((topic, payload))
-
-    def stop(self, final=(), flush_timeout=5.0):
-        self.published.extend((m.topic, m.payload) for m in final)
-        self.stopped = True
-
-
 class FakeForward:
     def __init__(self):
         self.closed = False
