@@ -210,6 +210,10 @@ class MqttNode:
         self.refused = 0
         self.connects = 0
         self.disconnects = 0
+        #: connect attempts made, and the one whose drop was last reported: paho reports a
+        #: keepalive timeout twice (its keepalive check, then its loop), one drop is one disconnect
+        self._attempts = 0
+        self._drop_reported = 0
         #: a QoS 1 message unacknowledged for this long means a frozen link: the connection is
         #: recycled (0: never). Keepalive cannot see it while incoming traffic keeps the link busy
         self.ack_timeout_s = ack_timeout_s
@@ -295,6 +299,7 @@ class MqttNode:
 
     # ---- callbacks (paho's network thread): record and wake, nothing more ----------
     def _on_pre_connect(self, client, userdata):
+        self._attempts += 1
         self._failover.attempt_started()
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
@@ -314,7 +319,9 @@ class MqttNode:
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
         self._connected.clear()
         self._subs.settled.clear()
-        if not self._stopping:
+        first_report = self._drop_reported != self._attempts
+        self._drop_reported = self._attempts
+        if not self._stopping and first_report:
             self.disconnects += 1
             log.warning("%s: disconnected from broker %s (%s); reconnecting", self.client_id, self.broker, reason_code)
         self._fail_over(client)
