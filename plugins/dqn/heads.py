@@ -6,7 +6,8 @@ The layout (layer names, outputs per action, the dueling combination per output)
 1. ``NoisyLinear``: Fortunato et al. 2018's factorised Gaussian noisy layer;
 2. ``combine`` / ``expected_q``: the layers' outputs -> per-action outputs -> expected Q;
 3. the losses, per sample (prioritized replay's priorities with ``initial_priority = "max"``):
-   ``c51_project`` (the categorical projection of r + discount * z onto the support),
+   ``c51_project`` (the categorical projection of r + discount * z onto the support, O(B K)),
+   ``edge_mass`` (the share of that target on the two edge atoms: is the support wide enough?),
    ``c51_loss`` (cross-entropy to it), ``quantile_huber_loss`` (QR-DQN), ``td_loss`` (dispatch).
 """
 
@@ -113,13 +114,31 @@ def c51_project(
     ``reward + discount * Z``, Z with probabilities ``next_probs`` (B, K) on ``support`` (K,), onto the
     support: each shifted atom Tz_j = clip(r + discount z_j, v_min, v_max) splits its probability
     between its two neighbouring atoms in proportion to closeness, m_i = sum_j [1 - |Tz_j - z_i| /
-    dz]_0^1 p_j. (The hat form needs no special case for a Tz_j that lands exactly on an atom.)
-    ``discount`` is the batch's n-step discount: 0 after a termination (all mass at r)."""
+    dz]_0^1 p_j. ``discount`` is the batch's n-step discount: 0 after a termination (all mass at r).
+
+    O(B K): only the two atoms around Tz_j get a non-zero hat weight: l_j = min(floor((Tz_j - v_min) /
+    dz), K - 2) and l_j + 1, each weighted by the hat formula itself (the same float arithmetic as
+    the (B, K, K) form it replaced, ~7x slower at K = 51), added with two ``scatter_add``. A Tz_j
+    exactly on an atom keeps all its mass there (v_max: weight 0 on K - 2, 1 on K - 1)."""
     v_min, v_max = float(support[0]), float(support[-1])
-    dz = (v_max - v_min) / (support.numel() - 1)
+    k = support.numel()
+    dz = (v_max - v_min) / (k - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)  # B, K (j)
-    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs() / dz).clamp(min=0.0)  # B, K (i), K (j)
-    return (weight * next_probs.unsqueeze(1)).sum(dim=2)
+    low = ((tz - v_min) / dz).floor().clamp(0, k - 2).long()
+    high = low + 1
+    w_low = (1.0 - (tz - support[low]).abs() / dz).clamp(min=0.0)
+    w_high = (1.0 - (tz - support[high]).abs() / dz).clamp(min=0.0)
+    m = torch.zeros_like(next_probs)
+    m.scatter_add_(1, low, next_probs * w_low)
+    m.scatter_add_(1, high, next_probs * w_high)
+    return m
+
+
+def edge_mass(target_probs: torch.Tensor) -> torch.Tensor:
+    """The mean share of a projected C51 target's mass on the support's two edge atoms (v_min and
+    v_max): near 0 when the support spans the returns; large when targets are being clipped to it
+    (then the support is too narrow for the game's returns). A scalar tensor (no device sync)."""
+    return (target_probs[:, 0] + target_probs[:, -1]).mean()
 
 
 def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
@@ -150,15 +169,19 @@ def td_loss(
     discount: torch.Tensor,
     support: torch.Tensor | None,
     kappa: float = 1.0,
+    stats: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample loss and the target's expected value, for the taken actions' outputs ``out``
     (B, K, with gradient) and the next state's outputs ``target_out`` (B, K, the target net's at the
     chosen next action): Huber to r + discount * Q' (plain), cross-entropy to the projected
-    distribution (C51), quantile Huber loss to r + discount * theta' (QR)."""
+    distribution (C51), quantile Huber loss to r + discount * theta' (QR). ``stats``, when given,
+    gets C51's ``target_edge_mass`` (:func:`edge_mass`, a scalar tensor)."""
     with torch.no_grad():
         if spec.distributional == "c51":
             m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support)
             target_value = m @ support
+            if stats is not None:
+                stats["target_edge_mass"] = edge_mass(m)
         else:
             target_all = reward.unsqueeze(1) + discount.unsqueeze(1) * target_out  # B, K
             target_value = target_all.mean(dim=1)
