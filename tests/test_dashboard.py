@@ -105,7 +105,12 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
         # cumulative counts; the learner restarts at i == 40 (stale_version resets)
         point("rejections", {"reason": "stale_version"}, {"count": i if i < 40 else i - 40}, t)
         point("rejections", {"reason": "garbage"}, {"count": 4 if i >= 50 else 0}, t)
-        point("telemetry", {}, {"loop_ms": 0.5, "messages_per_s": 120.0 + off, "pending_points": i % 3}, t)
+        point(
+            "telemetry",
+            {},
+            {"loop_ms": 0.5, "messages_per_s": 120.0 + off, "pending_points": i % 3, "rejected_total": 0},
+            t,
+        )
         if i % 6 == 0:
             point(
                 "eval",

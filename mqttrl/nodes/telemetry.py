@@ -132,6 +132,9 @@ class TelemetryNode:
             log,
         )
         self.rejections = self.dispatch.rejections
+        #: the refusal count last logged by :meth:`report_rejections`, and when
+        self._rejections_logged = 0
+        self._rejections_logged_at = -1e18
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-telemetry-{run}",
@@ -432,27 +435,41 @@ class TelemetryNode:
                     next_agg = now + self.s.interval_s
                     self._maybe_send_best()
                     points = self.aggregate_points(time.time())
-                    n = self._handled - window_n
-                    points.append(
-                        Point(
-                            "telemetry",
-                            {"run": self.run_name},
-                            {
-                                "loop_ms": (self._handle_time / n * 1000) if n else 0.0,
-                                "messages_per_s": n / max(now - window_t, 1e-6),
-                                "pending_points": int(sum(getattr(s, "pending", 0) for s in self.storages)),
-                            },
-                            time.time(),
-                        )
-                    )
+                    points.append(self.telemetry_point(now - window_t, self._handled - window_n, time.time()))
+                    self.report_rejections(now)
                     self._handle_time, window_n, window_t = 0.0, self._handled, now
                     self._write(points)
                 if deadline and now > deadline:
                     break
         finally:
             self._write(self.aggregate_points(time.time()))
+            self.report_rejections(time.monotonic(), final=True)
             self._close_storages()
             self.node.stop()
+
+    def telemetry_point(self, seconds: float, handled: int, wall_time: float) -> Point:
+        """The ``telemetry`` point of an interval of ``seconds`` in which ``handled`` messages were
+        handled: this node's own health, with the messages it refused (cumulative)."""
+        return Point(
+            "telemetry",
+            {"run": self.run_name},
+            {
+                "loop_ms": (self._handle_time / handled * 1000) if handled else 0.0,
+                "messages_per_s": handled / max(seconds, 1e-6),
+                "pending_points": int(sum(getattr(s, "pending", 0) for s in self.storages)),
+                "rejected_total": self.rejections.total,
+            },
+            wall_time,
+        )
+
+    def report_rejections(self, now: float, final: bool = False) -> None:
+        """Log the messages this node refused, by reason, when the count grew: at most once a
+        minute (each refusal is also logged, rate-limited, as it happens), and at the end."""
+        total = self.rejections.total
+        if total == self._rejections_logged or (not final and now - self._rejections_logged_at < 60.0):
+            return
+        self._rejections_logged, self._rejections_logged_at = total, now
+        log.warning("telemetry refused %d message(s) so far: %s", total, self.rejections.snapshot())
 
     def _close_storages(self) -> None:
         for st in self.storages:
