@@ -27,6 +27,7 @@ EXPECTED = [
     "status",
     "check-plugin",
     "enjoy",
+    "record",
     "export",
     "broker",
 ]

@@ -20,6 +20,7 @@ from mqttrl.cli import (
     learner,
     plugins,
     quicksave,
+    record,
     settings,
     status,
     telemetry,
@@ -45,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "status": status.COMMAND,
     "check-plugin": check_plugin.COMMAND,
     "enjoy": enjoy.COMMAND,
+    "record": record.COMMAND,
     "export": export.COMMAND,
     "broker": broker.COMMAND,
 }
