@@ -65,6 +65,33 @@ class EnvConfig:
     )
     kwargs: dict = setting(factory=dict, doc="constructor keyword arguments")  # noqa: RUF009 (an attrs field)
     num_envs: int = setting(4, doc="envs per worker process; their policy calls are batched", validator=positive)
+    control_hz: float = setting(
+        0.0,
+        unit="Hz",
+        doc="real-time stepping (a game on its own clock): the worker sends the action at the start of each "
+        "period of 1/control_hz s, waits for its end, then reads the observation (docs/real-time.md). 0: envs "
+        "are stepped as fast as they go",
+        validator=non_negative,
+    )
+    clock: str = setting(
+        "elastic",
+        doc='real-time clock: `"elastic"` (a late period is read at once, the next one is shorter: the schedule '
+        'stays anchored and never bursts) or `"strict"` (observations only on the schedule: a read later than the '
+        "tolerance waits for the next period, counted as skipped)",
+        validator=one_of("elastic", "strict"),
+    )
+    overrun_tolerance: float = setting(
+        0.1,
+        doc="a period that ends later than this fraction of a period counts as an overrun (reported in heartbeats, "
+        "`mqttrl status`, metrics and `summary.json`)",
+        validator=non_negative,
+    )
+    act_buf_len: int = setting(
+        0,
+        doc="the last N actions appended to the observation (one-hot for discrete actions; a flat Box observation "
+        "only): in real time each action lands a period late, so the net needs to see them",
+        validator=non_negative,
+    )
 
 
 @attrs.define

@@ -1,0 +1,244 @@
+"""Real-time stepping for any env: the action at the start of a period, the observation at its end.
+
+A game runs on its own clock, so a worker's step is not "compute the next state" but: send
+the action, wait for the period to end (:class:`~mqttrl.envs.realtime_clock.ControlClock`),
+read what the game shows. Each action therefore lands one period late, and the last
+``act_buf_len`` actions are part of the observation (:class:`ActionHistory`), so the spaces
+that nets, actors and the learner see are ordinary ones.
+
+An env may speak the real-time protocol itself (:class:`RealTimeGame`: ``send_action``,
+``read_obs``, ``reset``; optionally ``pause``/``resume``/``set_speed``); any other gymnasium env
+is driven in lock-step (its ``step`` runs at the period's end with the action sent at its start).
+The settings are ``[env] control_hz``, ``clock``, ``overrun_tolerance``, ``act_buf_len``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from mqttrl.envs.realtime_clock import ControlClock
+from mqttrl.envs.rollout import EnvSet
+
+
+@runtime_checkable
+class RealTimeGame(Protocol):
+    """What a game that runs on its own clock implements (looked up on ``env.unwrapped``).
+
+    ``send_action(action)`` applies the action now and returns at once; ``read_obs()`` returns
+    ``(obs, reward, terminated, truncated, info)`` for the time since the last read (the newest
+    frame, the reward accumulated meanwhile); ``reset(seed=, options=)`` is gymnasium's. Optional:
+    ``pause()``/``resume()`` (the game's clock stops; mqttrl pauses a game while its worker has
+    nothing useful to do) and ``set_speed(factor)``.
+    """
+
+    def send_action(self, action: Any) -> None: ...
+
+    def read_obs(self) -> tuple[Any, float, bool, bool, dict]: ...
+
+
+def game_of(env: gym.Env) -> RealTimeGame | None:
+    """The env's real-time protocol, where it speaks it (on the env or its unwrapped core)."""
+    for candidate in (env, env.unwrapped):
+        if callable(getattr(candidate, "send_action", None)) and callable(getattr(candidate, "read_obs", None)):
+            return candidate
+    return None
+
+
+def can_pause(env: gym.Env) -> bool:
+    game = game_of(env)
+    return game is not None and callable(getattr(game, "pause", None)) and callable(getattr(game, "resume", None))
+
+
+# ---- the last actions, part of the observation -------------------------------------------
+def _action_width(space: gym.Space) -> int:
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
+    raise ValueError(f"act_buf_len: action space {space} is not Discrete, MultiDiscrete or Box")
+
+
+class ActionHistory(gym.Wrapper):
+    """The observation with the last ``length`` actions appended (one-hot for discrete actions):
+    a flat ``Box`` observation becomes a longer flat ``Box``. The history starts with zeros at
+    each reset; :meth:`push` records an action as sent (a real-time step pushes it when sent)."""
+
+    def __init__(self, env: gym.Env, length: int):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(
+                f"act_buf_len={length}: needs a flat Box observation (got {space}); "
+                "for images keep act_buf_len = 0 (the frame stack shows the motion)"
+            )
+        self.length = length
+        self.width = _action_width(env.action_space)
+        low = np.concatenate([space.low.astype(np.float32), np.full(length * self.width, -np.inf, np.float32)])
+        high = np.concatenate([space.high.astype(np.float32), np.full(length * self.width, np.inf, np.float32)])
+        if isinstance(env.action_space, gym.spaces.Box):
+            lo, hi = env.action_space.low.ravel(), env.action_space.high.ravel()
+            low[space.shape[0] :] = np.tile(lo, length)
+            high[space.shape[0] :] = np.tile(hi, length)
+        else:
+            low[space.shape[0] :] = 0.0
+            high[space.shape[0] :] = 1.0
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+        self.history = np.zeros((length, self.width), np.float32)
+
+    def encode(self, action: Any) -> np.ndarray:
+        space = self.env.action_space
+        row = np.zeros(self.width, np.float32)
+        if isinstance(space, gym.spaces.Discrete):
+            row[int(np.asarray(action).item()) - int(space.start)] = 1.0
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            offsets = np.concatenate([[0], np.cumsum(space.nvec)[:-1]])
+            row[offsets + np.asarray(action, dtype=np.int64).ravel()] = 1.0
+        else:
+            row[:] = np.asarray(action, np.float32).ravel()
+        return row
+
+    def push(self, action: Any) -> None:
+        self.history = np.roll(self.history, -1, axis=0)
+        self.history[-1] = self.encode(action)
+
+    def observe(self, obs: Any) -> np.ndarray:
+        return np.concatenate([np.asarray(obs, np.float32).ravel(), self.history.ravel()])
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.history[:] = 0.0
+        return self.observe(obs), info
+
+    def step(self, action):
+        self.push(action)
+        obs, r, term, trunc, info = self.env.step(action)
+        return self.observe(obs), r, term, trunc, info
+
+
+def make_run_env(env_config, registry=None) -> gym.Env:
+    """The run's env as every node sees its spaces: made from ``[env]`` and, with
+    ``act_buf_len``, its observation carrying the last actions. Stepped freely (an evaluator, a
+    learner reading spaces); a worker with ``control_hz`` wraps it in :class:`RealTimeEnv`."""
+    from mqttrl.envs.make import make_env
+
+    env = make_env(env_config.id, env_config.kwargs, registry)
+    length = getattr(env_config, "act_buf_len", 0)
+    return ActionHistory(env, length) if length else env
+
+
+# ---- the real-time step ---------------------------------------------------------------------
+class RealTimeEnv(gym.Wrapper):
+    """One env stepped on a :class:`ControlClock`: ``step(a)`` sends ``a`` (at the period's
+    start: right after the previous observation), waits for the period's end, then reads.
+
+    :meth:`send` may be called ahead of :meth:`step` (a worker's :class:`RealTimeEnvSet` sends
+    every env's action first, then reads them in turn, so no game waits on another's period).
+    A reset restarts the clock and its time is excused; ``pause``/``resume`` stop and restart
+    a game that can pause (:func:`can_pause`), else they only mark the time.
+    """
+
+    def __init__(self, env: gym.Env, clock: ControlClock):
+        super().__init__(env)
+        self.clock = clock
+        self.history: ActionHistory | None = env if isinstance(env, ActionHistory) else None
+        inner = env.env if self.history is not None else env
+        self.game = game_of(inner)
+        self.inner = inner
+        self.pausable = can_pause(inner)
+        self._sent = False
+        self._send_error: Exception | None = None
+
+    def send(self, action: Any) -> None:
+        """Apply ``action`` now (a failure is raised by the next :meth:`step`, where the
+        worker's restart path handles it)."""
+        self._sent = True
+        try:
+            if self.history is not None:
+                self.history.push(action)
+            if self.game is not None:
+                self.game.send_action(action)
+            else:
+                self._action = action  # lock-step: the env steps at the period's end
+        except Exception as e:
+            self._send_error = e
+
+    def step(self, action):
+        if not self._sent:
+            self.send(action)
+        self._sent = False
+        if self._send_error is not None:
+            err, self._send_error = self._send_error, None
+            raise err
+        self.clock.wait()
+        if self.game is not None:
+            obs, r, term, trunc, info = self.game.read_obs()
+        else:
+            obs, r, term, trunc, info = self.inner.step(self._action)
+        if self.history is not None:
+            obs = self.history.observe(obs)
+        return obs, r, term, trunc, info
+
+    def reset(self, **kwargs):
+        started = self.clock.now()
+        self._sent = False
+        self._send_error = None
+        out = self.env.reset(**kwargs)
+        self.clock.excuse_reset(started)
+        return out
+
+    def pause(self) -> None:
+        if self.pausable and not self.clock.paused:
+            self.game.pause()
+        self.clock.pause()
+
+    def resume(self) -> None:
+        if self.pausable and self.clock.paused:
+            self.game.resume()
+        self.clock.resume()
+
+
+class RealTimeEnvSet(EnvSet):
+    """A worker's envs, each a :class:`RealTimeEnv` on its own clock: a step sends every
+    env's action first, then waits out the period and reads each (the first read waits; the
+    others' periods have ended by then), so each action goes out at its period's start."""
+
+    def __init__(self, make: Callable[[], gym.Env], num_envs: int, seed: int, *, make_clock, **kwargs):
+        self.make_clock = make_clock
+        super().__init__(lambda: RealTimeEnv(make(), make_clock()), num_envs, seed, **kwargs)
+
+    def step(self, actions: np.ndarray):
+        acts = actions.tolist() if actions.ndim == 1 else list(actions)
+        for env, a in zip(self.envs, acts):
+            env.send(a)
+        return super().step(actions)
+
+    def pause(self) -> None:
+        for env in self.envs:
+            env.pause()
+
+    def resume(self) -> None:
+        for env in self.envs:
+            env.resume()
+
+    @property
+    def pausable(self) -> bool:
+        return all(env.pausable for env in self.envs)
+
+    def remaining(self) -> float:
+        """Seconds left in the current period (of the first env: the one the step waits on)."""
+        return self.envs[0].clock.remaining()
+
+
+def real_time_settings(env_config) -> dict | None:
+    """The clock settings of ``[env]``, or None when the run steps freely (``control_hz = 0``)."""
+    hz = float(getattr(env_config, "control_hz", 0.0) or 0.0)
+    if hz <= 0:
+        return None
+    return {"hz": hz, "mode": env_config.clock, "tolerance": env_config.overrun_tolerance}
+

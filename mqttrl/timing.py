@@ -1,0 +1,163 @@
+"""Where the time goes: per-block seconds and control-period errors, as plain objects.
+
+A node times its blocks (a worker: env step, forward, encode, publish, wait; a learner:
+receive, sample, train step, publish) with :class:`BlockTimes`, and a real-time worker
+records how late each control period ended with :class:`PeriodStats`. Both are read the same
+way by heartbeats, metrics messages, telemetry, ``summary.json`` and the Prometheus endpoint
+(:mod:`mqttrl.prometheus`): a snapshot is a small JSON-able dict. No clock reads here except
+in :meth:`BlockTimes.timed`, which takes an injectable clock, so tests drive them with made-up
+times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
+
+import numpy as np
+
+#: upper edges (ms) of the control-period error histogram; the last bucket is everything above
+ERROR_BUCKETS_MS: tuple[float, ...] = (
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+)
+
+
+class BlockTimes:
+    """Seconds spent per named block, and how often each ran; :meth:`take` reads and clears
+    the window, while :attr:`total` keeps counting (Prometheus counters read it)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.window: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.total: dict[str, float] = {}
+
+    def add(self, block: str, seconds: float) -> None:
+        self.window[block] = self.window.get(block, 0.0) + seconds
+        self.calls[block] = self.calls.get(block, 0) + 1
+        self.total[block] = self.total.get(block, 0.0) + seconds
+
+    @contextmanager
+    def timed(self, block: str):
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            self.add(block, self.clock() - t0)
+
+    def take(self) -> dict[str, dict[str, float]]:
+        """Per block, seconds and calls since the last take: ``{"forward": {"s": .., "n": ..}}``."""
+        out = {b: {"s": round(s, 6), "n": self.calls.get(b, 0)} for b, s in self.window.items()}
+        self.window = {}
+        self.calls = {}
+        return out
+
+
+def add_windows(windows: Iterable[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """The sum of several :meth:`BlockTimes.take` windows (the fleet's, from heartbeats)."""
+    out: dict[str, dict[str, float]] = {}
+    for w in windows:
+        for block, v in w.items():
+            if not isinstance(v, Mapping):
+                continue
+            o = out.setdefault(block, {"s": 0.0, "n": 0})
+            o["s"] += float(v.get("s", 0.0) or 0.0)
+            o["n"] += int(v.get("n", 0) or 0)
+    return out
+
+
+def percentile_from_histogram(counts: list[int], q: float) -> float | None:
+    """The upper edge (ms) of the bucket that holds quantile ``q`` of a histogram over
+    :data:`ERROR_BUCKETS_MS` (an upper bound: the fleet's percentiles come from summed histograms)."""
+    total = sum(counts)
+    if not total:
+        return None
+    need = q * total
+    acc = 0
+    for i, c in enumerate(counts):
+        acc += c
+        if acc >= need:
+            return ERROR_BUCKETS_MS[i] if i < len(ERROR_BUCKETS_MS) else float("inf")
+    return float("inf")
+
+
+class PeriodStats:
+    """How late control periods ended: exact p50/p99/max of the recent window (bounded ring),
+    a histogram of the whole run, and the counters a real-time worker reports.
+
+    ``overruns``: periods that ended later than the tolerance; ``skipped``: whole periods
+    missed (the schedule skipped them instead of bursting to catch up); ``lost_s``: their
+    time; ``reset_s`` and ``paused_s``: time excused (a game resetting or paused is not late).
+    """
+
+    def __init__(self, window: int = 4096):
+        self._ring = np.zeros(window, dtype=np.float64)
+        self._n = 0  # values in the ring since the last take (capped at its size)
+        self._pos = 0
+        self.hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
+        self._edges = np.asarray(ERROR_BUCKETS_MS) / 1000.0
+        self.periods = 0
+        self.overruns = 0
+        self.skipped = 0
+        self.lost_s = 0.0
+        self.reset_s = 0.0
+        self.paused_s = 0.0
+        self.max_s = 0.0
+
+    def record(self, error_s: float) -> None:
+        """One period ended ``error_s`` seconds after it should have."""
+        self._ring[self._pos] = error_s
+        self._pos = (self._pos + 1) % len(self._ring)
+        self._n = min(self._n + 1, len(self._ring))
+        self.hist[int(np.searchsorted(self._edges, error_s, side="left"))] += 1
+        self.periods += 1
+        if error_s > self.max_s:
+            self.max_s = error_s
+
+    def take(self) -> dict:
+        """The report since the last take (window percentiles) with the run's totals."""
+        window = self._ring[: self._n]  # filled from 0 since the last take; all of it once wrapped
+        if self._n:
+            p50, p99 = np.percentile(window, [50, 99])
+            wmax = float(window.max())
+        else:
+            p50 = p99 = wmax = None
+        self._n = 0
+        self._pos = 0
+        ms = lambda v: None if v is None else round(float(v) * 1000.0, 3)  # noqa: E731
+        return {
+            "period_err_ms": {"p50": ms(p50), "p99": ms(p99), "max": ms(wmax)},
+            "run_err_ms": {
+                "p50": percentile_from_histogram(self.hist, 0.5),
+                "p99": percentile_from_histogram(self.hist, 0.99),
+                "max": ms(self.max_s) if self.periods else None,
+            },
+            "periods": self.periods,
+            "overruns": self.overruns,
+            "skipped": self.skipped,
+            "lost_s": round(self.lost_s, 4),
+            "reset_s": round(self.reset_s, 4),
+            "paused_s": round(self.paused_s, 4),
+            "hist": list(self.hist),
+        }

@@ -1,0 +1,193 @@
+"""Real-time stepping on a fake clock: the anchored schedule, the simulated game PC, the
+action history in the observation, the worker's env set (no sleeps: time is a number)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from mqttrl.envs.realtime import ActionHistory, RealTimeEnv, RealTimeEnvSet, can_pause, game_of
+from mqttrl.envs.realtime_clock import ControlClock
+from mqttrl.envs.realtime_sim import WallClockGame
+from mqttrl.timing import BlockTimes, PeriodStats, percentile_from_histogram
+
+
+class FakeTime:
+    def __init__(self, t: float = 100.0):
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, d: float) -> None:
+        self.t += max(0.0, d)
+
+
+def clock(ft: FakeTime, hz=20.0, mode="elastic", tolerance=0.1) -> ControlClock:
+    c = ControlClock(hz, mode, tolerance, now=ft.now, sleep=ft.sleep)
+    c.start()
+    return c
+
+
+def test_on_time_periods_stay_on_the_grid():
+    ft = FakeTime()
+    c = clock(ft)
+    for k in range(1, 6):
+        ft.t += 0.01  # forward + chores, well inside the 50 ms period
+        assert c.wait() == pytest.approx(100.0 + k * 0.05)
+    s = c.stats.take()
+    assert s["overruns"] == 0 and s["skipped"] == 0 and s["period_err_ms"]["max"] == pytest.approx(0.0)
+
+
+def test_elastic_late_period_is_absorbed_and_the_schedule_stays_anchored():
+    """rtgym restarts its schedule from "now" past its tolerance (time never made up); this
+    clock reads late once, then the next period ends on the original grid."""
+    ft = FakeTime()
+    c = clock(ft)
+    ft.t += 0.08  # 30 ms late for the first period's end (100.05)
+    assert c.wait() == pytest.approx(100.08)
+    assert c.stats.overruns == 1 and c.stats.skipped == 0
+    assert c.wait() == pytest.approx(100.10)  # back on the grid: a shorter period, no lost time
+    assert c.stats.lost_s == 0.0
+
+
+def test_elastic_skips_whole_periods_instead_of_bursting():
+    ft = FakeTime()
+    c = clock(ft)
+    ft.t += 0.05 + 0.12  # 2.4 periods late
+    c.wait()
+    assert c.stats.skipped == 2 and c.stats.lost_s == pytest.approx(0.1)
+    t = c.wait()
+    assert t == pytest.approx(100.2)  # the next grid point after 100.17, not three quick reads
+    assert c.stats.take()["period_err_ms"]["max"] == pytest.approx(120.0)
+
+
+def test_strict_reads_only_on_the_grid():
+    ft = FakeTime()
+    c = clock(ft, mode="strict")
+    ft.t += 0.05 + 0.02  # 20 ms late, past 5 ms tolerance
+    assert c.wait() == pytest.approx(100.10)  # waited for the next grid point
+    assert c.stats.overruns == 1 and c.stats.skipped == 1
+    ft.t += 0.052  # 2 ms late: within tolerance, read now
+    assert c.wait() == pytest.approx(100.152)
+
+
+def test_reset_and_pause_are_excused_not_overruns():
+    ft = FakeTime()
+    c = clock(ft)
+    started = ft.t
+    ft.t += 3.0  # a level reload
+    c.excuse_reset(started)
+    c.pause()
+    ft.t += 2.0
+    c.resume()
+    c.wait()
+    s = c.stats.take()
+    assert s["overruns"] == 0 and s["reset_s"] == pytest.approx(3.0) and s["paused_s"] == pytest.approx(2.0)
+    assert s["period_err_ms"]["max"] == pytest.approx(0.0)
+
+
+def test_period_stats_percentiles_and_histogram():
+    st = PeriodStats(window=8)
+    for ms in [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 40.0]:
+        st.record(ms / 1000)
+    s = st.take()
+    assert s["period_err_ms"]["max"] == pytest.approx(40.0)  # ring keeps the newest 8
+    assert s["run_err_ms"]["max"] == pytest.approx(40.0) and s["periods"] == 10
+    assert percentile_from_histogram(s["hist"], 0.5) == 0.5
+    assert st.take()["period_err_ms"]["p99"] is None  # the window was read
+
+
+def test_block_times_window_and_totals():
+    ft = FakeTime(0.0)
+    bt = BlockTimes(clock=ft.now)
+    with bt.timed("forward"):
+        ft.t += 0.002
+    bt.add("forward", 0.001)
+    assert bt.take() == {"forward": {"s": 0.003, "n": 2}}
+    assert bt.take() == {} and bt.total["forward"] == pytest.approx(0.003)
+
+
+def sim(ft: FakeTime, **kw) -> WallClockGame:
+    return WallClockGame("CartPole-v1", world_hz=20.0, clock=ft.now, sleep=ft.sleep, **kw)
+
+
+def test_wall_clock_game_late_action_is_a_missed_action():
+    ft = FakeTime()
+    g = sim(ft)
+    g.reset(seed=0)
+    g.send_action(1)
+    ft.t += 0.05
+    obs, r, *_ = g.read_obs()
+    assert g.total_ticks == 1 and g.missed == 0 and r == 1.0
+    ft.t += 0.06  # no action for a tick: the world moved on with the old one
+    g.read_obs()
+    assert g.total_ticks == 2 and g.missed == 1
+    g.send_action(0)
+    g.read_obs()  # read before the next tick: nothing new
+    assert g.early_reads == 1 and g.total_ticks == 2
+
+
+def test_wall_clock_game_pause_stops_the_world():
+    ft = FakeTime()
+    g = sim(ft)
+    g.reset(seed=0)
+    g.pause()
+    ft.t += 10.0
+    g.resume()
+    g.read_obs()
+    assert g.total_ticks == 0 and g.paused_s == pytest.approx(10.0)
+    assert can_pause(g) and game_of(g) is g
+
+
+def test_action_history_is_part_of_the_observation():
+    env = ActionHistory(gym.make("CartPole-v1"), 3)
+    assert env.observation_space.shape == (4 + 3 * 2,)
+    obs, _ = env.reset(seed=0)
+    assert obs[4:].sum() == 0
+    obs, *_ = env.step(1)
+    obs, *_ = env.step(0)
+    assert obs[4:].tolist() == [0, 0, 0, 1, 1, 0]
+    assert env.observation_space.contains(obs)
+    with pytest.raises(ValueError, match="flat Box"):
+        ActionHistory(_ImageEnv(), 1)
+
+
+class _ImageEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (4, 4), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_real_time_env_set_sends_every_action_before_any_tick():
+    """Two games on one worker: both actions go out at their period's start, so neither misses a
+    tick, and each read happens after the tick (the games advance exactly one tick a period)."""
+    ft = FakeTime()
+    stats = PeriodStats()
+    games: list[WallClockGame] = []
+
+    def make():
+        g = sim(ft)
+        games.append(g)
+        return ActionHistory(g, 2)
+
+    envs = RealTimeEnvSet(
+        make, 2, seed=0, make_clock=lambda: ControlClock(20.0, now=ft.now, sleep=ft.sleep, stats=stats)
+    )
+    for _ in range(5):
+        ft.t += 0.004  # the forward
+        _, rewards, next_obs, *_ = envs.step(np.array([1, 0]))
+        assert rewards.tolist() == [1.0, 1.0]
+    assert [g.missed for g in games] == [0, 0] and [g.total_ticks for g in games] == [5, 5]
+    assert next_obs.shape == (2, 4 + 2 * 2) and next_obs[0, 4:].tolist() == [0, 1, 0, 1]
+    assert stats.overruns == 0 and stats.periods == 10
+
+
+def test_real_time_env_lock_steps_a_plain_env():
+    ft = FakeTime()
+    env = RealTimeEnv(gym.make("CartPole-v1"), ControlClock(50.0, now=ft.now, sleep=ft.sleep))
+    env.reset(seed=0)
+    t0 = ft.t
+    env.step(1)
+    env.step(0)
+    assert ft.t == pytest.approx(t0 + 0.04) and env.game is None
