@@ -419,14 +419,6 @@ def test_birth_makes_a_member_and_last_will_drops_it_from_the_round():
     assert list(r.batches) == ["w1"]
 
 
-def test_a_cleared_state_forgets_the_worker():
-    core, _ = make()
-    birth(core, "w0")
-    core.on_worker_state("w0", b"", 0.0)
-    assert "w0" not in core.workers
-    assert reason(core.on_samples, "w0", payload("w0", 0, 0), 0.0) == "unknown_sender"
-
-
 def test_liveness_timeout_marks_offline_and_drops_from_the_round():
     core, _ = make("sync", worker_timeout_s=10.0)
     birth(core, "w0", 0.0)

@@ -77,6 +77,8 @@ class WorkerStatus:
     restarts: int = 0
     #: envs its current process made afresh after their game crashed (its heartbeat says)
     env_restarts: int = 0
+    #: the same, of its earlier processes under this name (the run's count is cumulative)
+    env_restarts_before: int = 0
     #: last sequence number seen, per incarnation (a late batch of a previous process still counts right)
     seqs: dict[str, int] = attrs.Factory(dict)
     #: per incarnation, the sequence numbers below its last that never came (counted in ``missing``)
@@ -106,6 +108,8 @@ class WorkerStatus:
         if self.incarnation or self.seqs:
             self.restarts += 1
         self.incarnation = incarnation
+        self.env_restarts_before += self.env_restarts  # the new process counts from 0
+        self.env_restarts = 0
         self.first_seq = -1
         while len(self.seqs) >= MAX_INCARNATIONS and incarnation not in self.seqs:
             oldest = next(iter(self.seqs))
@@ -141,11 +145,18 @@ class WorkerStatus:
         """Last sequence number seen (accepted or refused) from the current incarnation."""
         return self.seqs.get(self.incarnation, -1)
 
+    @property
+    def env_restarts_total(self) -> int:
+        """Env restarts of every process that ran under this name."""
+        return self.env_restarts_before + self.env_restarts
+
 
 #: incarnations remembered per worker name (a late batch from an older process is still recognised)
 MAX_INCARNATIONS = 8
 #: sequence numbers remembered as holes per incarnation (how far back a late batch is still taken)
 MAX_HOLES = 4096
+#: forgotten workers whose sequence numbers are still remembered (a resend stays a duplicate)
+MAX_RETIRED = 4096
 
 
 @attrs.frozen
@@ -333,6 +344,11 @@ class LearnerCore:
         self._reported: dict[str, tuple] = {}
         #: where the next turn of the per-worker table starts, for fleets bigger than one message holds
         self._table_cursor = 0
+        #: forgotten workers' sequence numbers, newest last (at most MAX_RETIRED): dedupe does not
+        #: depend on the table of workers, nor on their retained states
+        self._retired: dict[str, dict[str, int]] = {}
+        #: env restarts of forgotten workers (the run's count stays cumulative)
+        self.env_restarts_forgotten = 0
 
     @classmethod
     def create(cls, rules: Rules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
@@ -396,7 +412,7 @@ class LearnerCore:
         if status is None:
             if self.rules.require_announce:
                 raise Rejected("unknown_sender", f"worker {worker!r} never announced itself on state/workers/{worker}")
-            status = self.workers[worker] = WorkerStatus(name=worker, last_seen=now)
+            status = self.workers[worker] = self._new_status(worker, last_seen=now)
         inc = batch.incarnation
         if inc not in status.seqs and inc != status.incarnation:
             status.switch_to(inc)  # a process whose birth we missed: a new sender, not a duplicate
@@ -418,7 +434,7 @@ class LearnerCore:
         self.mode.take(batch)
         self.old_epoch_batches += old_epoch
         status.samples += batch.count
-        status.seen_online(now)
+        self._heard_from(status, now)
         self.samples_total += batch.count
         self.batches_total += 1
 
@@ -427,20 +443,27 @@ class LearnerCore:
         status = self.workers.get(worker)
         if status is None:
             raise Rejected("unknown_sender", f"heartbeat from {worker!r}, which never announced itself")
-        status.seen_online(now)
+        self._heard_from(status, now)
         status.model_version = hb["model_version"]
         status.env_steps = hb["env_steps"]
         status.episodes = int(hb.get("episodes", status.episodes))
-        if isinstance(hb.get("env_restarts"), int):
+        inc = hb.get("incarnation")
+        other = isinstance(inc, str) and status.incarnation and inc != status.incarnation
+        if isinstance(hb.get("env_restarts"), int) and not other:  # not a late one of an earlier process
             status.env_restarts = hb["env_restarts"]
 
     def on_worker_state(self, worker: str, payload: bytes, now: float) -> None:
-        """A birth message, a last will / clean exit (offline: the open round goes on without it), or a clear."""
+        """A birth message, a last will / clean exit (offline: the open round goes on without it), or a clear.
+
+        A clear (an empty retained state) changes nothing: the worker's sequence numbers must outlive
+        its retained state (a resend after it is still a duplicate), and a worker that is gone is
+        forgotten after ``forget_offline_s`` like any other."""
         if not payload:  # retained state cleared
-            self.workers.pop(worker, None)
             return
         st = decode_json(payload, {"status": str})
-        status = self.workers.setdefault(worker, WorkerStatus(name=worker))
+        status = self.workers.get(worker)
+        if status is None:
+            status = self.workers[worker] = self._new_status(worker)
         if st["status"] == "online":
             if isinstance(st.get("incarnation"), str):
                 status.switch_to(st["incarnation"])
@@ -453,6 +476,35 @@ class LearnerCore:
                 log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
             status.went_offline(now)
             self.mode.drop(worker)
+
+    # ---- membership ----------------------------------------------------------------
+    def _new_status(self, name: str, last_seen: float | None = None) -> WorkerStatus:
+        """A worker the table does not hold; one forgotten earlier keeps its sequence numbers."""
+        seqs = self._retired.pop(name, {})
+        return WorkerStatus(name=name, last_seen=last_seen, incarnation=next(reversed(seqs), ""), seqs=seqs)
+
+    def _retire(self, status: WorkerStatus) -> None:
+        """``status`` leaves the table: its sequence numbers are kept (bounded), its env restarts counted."""
+        self.env_restarts_forgotten += status.env_restarts_total
+        seqs = {k: v for k, v in status.seqs.items() if v >= 0 and k != status.incarnation}
+        if status.last_seq >= 0:
+            seqs[status.incarnation] = status.last_seq  # the current incarnation last: the one resumed
+        if seqs:
+            self._retired.pop(status.name, None)
+            self._retired[status.name] = seqs
+            while len(self._retired) > MAX_RETIRED:
+                del self._retired[next(iter(self._retired))]
+
+    @staticmethod
+    def _heard_from(status: WorkerStatus, now: float) -> None:
+        """A batch or heartbeat came: online. One that had been marked offline (its link was
+        silent, the process the same) is said to be back, with how long it was silent."""
+        if not status.online:
+            if status.last_seen is not None:
+                log.info("worker %s back after %.0fs silent (same process)", status.name, now - status.last_seen)
+            else:
+                log.info("worker %s back (not heard from by this learner before)", status.name)
+        status.seen_online(now)
 
     # ---- time --------------------------------------------------------------------
     def check_liveness(self, now: float) -> list[str]:
@@ -468,7 +520,7 @@ class LearnerCore:
             elif not w.online and w.offline_since is not None and now - w.offline_since > self.rules.forget_offline_s:
                 forget.append(w.name)
         for name in forget:
-            del self.workers[name]
+            self._retire(self.workers.pop(name))
             self._reported.pop(name, None)
         if forget:
             log.info("forgot %d workers offline for over %.0fs", len(forget), self.rules.forget_offline_s)
@@ -547,7 +599,7 @@ class LearnerCore:
             "paused_workers": self.paused,
             "missing_batches": sum(w.missing for w in workers),
             "worker_restarts": sum(w.restarts for w in workers),
-            "env_restarts": sum(w.env_restarts for w in workers),
+            "env_restarts": self.env_restarts_forgotten + sum(w.env_restarts_total for w in workers),
             "epoch": self.epoch,
             "old_epoch_batches": self.old_epoch_batches,
             "workers_online": sum(w.online for w in workers),
@@ -563,7 +615,7 @@ class LearnerCore:
                     "missing_batches": w.missing,
                     "incarnation": w.incarnation,
                     "restarts": w.restarts,
-                    "env_restarts": w.env_restarts,
+                    "env_restarts": w.env_restarts_total,
                     "first_seq": w.first_seq,
                     "last_seq": w.last_seq,
                 }
