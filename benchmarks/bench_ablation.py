@@ -16,9 +16,11 @@ configs/cartpole_rainbow.toml, ``dqn`` is configs/cartpole_dqn.toml's run. Varia
 - ``rainbow``: the preset, ``algorithm.preset=rainbow`` (C51, noisy, prioritized with actor
   priorities, double, dueling, 3-step), with its keys also set over the config's own.
 
-C51 takes its support (v_min, v_max) from the config: configs/cartpole_rainbow.toml has CartPole's
-[0, 100]; with another config C51 uses the defaults [-10, 10] (the Atari paper's, for clipped
-rewards) unless you pass a support that fits its returns with ``--set algorithm.v_min=...``.
+C51 takes its support (v_min, v_max) from the config, which must set one (a C51 head without it is
+refused): configs/cartpole_rainbow.toml has CartPole's [0, 100], configs/lunarlander_dqn.toml
+[-200, 200], configs/minatar_breakout_dqn.toml Dopamine's MinAtar [-100, 100]; another config
+needs ``--set algorithm.v_min=... --set algorithm.v_max=...`` (or ``algorithm.reward_max=...``).
+Each run's learner metrics carry ``target_edge_mass``: the share of C51's targets on the edge atoms.
 
     python benchmarks/bench_ablation.py --config configs/cartpole_rainbow.toml --budget 300 --threshold 475
     python benchmarks/bench_ablation.py --config configs/minatar_breakout_dqn.toml --seeds 0 1 2 --budget 600

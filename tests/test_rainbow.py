@@ -63,7 +63,7 @@ def random_arrays(n: int, rng: np.random.Generator, space=CARTPOLE_OBS) -> dict:
 
 def test_params_defaults_and_validation():
     p = DQNParams()
-    assert (p.distributional, p.n_atoms, p.v_min, p.v_max, p.n_quantiles, p.qr_kappa) == ("none", 51, -10, 10, 51, 1)
+    assert (p.distributional, p.n_atoms, p.v_min, p.v_max, p.n_quantiles, p.qr_kappa) == ("none", 51, None, None, 51, 1)
     assert (p.noisy, p.noisy_sigma0) == (False, 0.5)
     for bad in (
         dict(distributional="iqn"),
@@ -103,7 +103,8 @@ def registry_params(name: str) -> type:
 
 
 def test_rainbow_preset_fills_in_every_ingredient():
-    got = load_config(None, ["algorithm.preset=rainbow"], registry_params).algorithm.params
+    support = ["algorithm.v_min=0", "algorithm.v_max=100"]  # C51 needs one: the preset sets none
+    got = load_config(None, ["algorithm.preset=rainbow", *support], registry_params).algorithm.params
     assert set(PRESETS) == {"none", "rainbow"} and PRESETS["none"] == {}
     rainbow = {
         "distributional": "c51",
@@ -115,7 +116,7 @@ def test_rainbow_preset_fills_in_every_ingredient():
         "n_step": 3,
     }
     assert PRESETS["rainbow"] == rainbow
-    assert got == DQNParams(preset="rainbow", **rainbow)  # and every other key at its default
+    assert got == DQNParams(preset="rainbow", **rainbow, v_min=0, v_max=100)  # every other key at its default
     assert DQNParams().preset == "none"
     assert load_config(None, [], registry_params).algorithm.params == DQNParams()  # no preset: nothing filled in
 
@@ -542,7 +543,9 @@ def test_learner_trains_and_checkpoints_continue_identically(dist, noisy, priori
 def test_learner_trains_on_images_with_every_head():
     rng = np.random.default_rng(0)
     for dist in HEADS:
-        p = params(distributional=dist, noisy=True, n_atoms=11, n_quantiles=8, batch_size=8, frames="off")
+        p = params(
+            distributional=dist, noisy=True, n_atoms=11, v_min=-5, v_max=5, n_quantiles=8, batch_size=8, frames="off"
+        )
         learner = DQNLearner(p, IMAGE_OBS, ACT, "cpu", 0)
         learner.add(through_the_wire(random_arrays(32, rng, IMAGE_OBS)))
         for _ in range(2):

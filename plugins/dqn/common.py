@@ -11,6 +11,7 @@ so it needs nothing but numpy, gymnasium and mqttrl's own modules.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 import attrs
@@ -23,6 +24,8 @@ from mqttrl.nets import NETWORKS, ObsSize, describe
 from mqttrl.wire import FieldSpec, SampleSpec
 
 from .frames import FRAME_MODES, frame_layout
+
+log = logging.getLogger("mqttrl.dqn")
 
 # --------------------------------------------------------------------------
 # 1. Hyperparameters
@@ -44,7 +47,8 @@ def _at_least(low: int):
 #: "rainbow" (Hessel et al. 2018) is every ingredient at once: C51 (``distributional = "qr"`` over
 #: it gives a QR-DQN Rainbow), noisy nets instead of the epsilon ladder, prioritized replay with
 #: the actors' initial priorities (Ape-X), double DQN, dueling, 3-step returns. It sets no support
-#: (v_min, v_max), learning rate or replay settings: those belong to the environment and the config.
+#: (v_min, v_max: required, or reward_max), learning rate or replay settings: those belong to the
+#: environment and the config.
 PRESETS: dict[str, dict[str, Any]] = {
     "none": {},
     "rainbow": {
@@ -104,10 +108,15 @@ class DQNParams:
     distributional: str = attrs.field(default="none", validator=attrs.validators.in_(DISTRIBUTIONS))
     #: C51: atoms of the support (evenly spaced from v_min to v_max)
     n_atoms: int = attrs.field(default=51, validator=_at_least(2))
-    #: C51: the lowest atom; targets below it count as it (choose it below the lowest discounted return)
-    v_min: float = -10.0
-    #: C51: the highest atom; targets above it count as it (CartPole at gamma 0.99 needs about 100)
-    v_max: float = 10.0
+    #: C51: the lowest atom; targets below it count as it. Required with distributional = "c51"
+    #: (choose it just below the lowest discounted return), or derived from ``reward_max``
+    v_min: float | None = None
+    #: C51: the highest atom; targets above it count as it (CartPole at gamma 0.99 needs about 100).
+    #: Required with distributional = "c51", or derived from ``reward_max``
+    v_max: float | None = None
+    #: C51 without v_min/v_max: the largest |reward| of one env step; the support is then derived as
+    #: [-v, v] with v = reward_max / (1 - gamma), the bound of any discounted return, and logged
+    reward_max: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive))
     #: QR-DQN: quantiles per action. 51 rather than the paper's 200: the loss compares every pair of
     #: quantiles (batch * N^2), 15x cheaper at 51, and small control tasks do not need finer quantiles
     n_quantiles: int = attrs.field(default=51, validator=positive)
@@ -183,7 +192,9 @@ class DQNParams:
     def __attrs_post_init__(self):
         if self.buffer_size < self.batch_size:
             raise ConfigError(f"buffer_size={self.buffer_size}: must be >= batch_size ({self.batch_size})")
-        if not self.v_min < self.v_max:
+        if self.distributional == "c51" and (self.v_min is None or self.v_max is None):
+            self._derive_support()
+        if self.v_min is not None and self.v_max is not None and not self.v_min < self.v_max:
             raise ConfigError(f"v_min={self.v_min}, v_max={self.v_max}: v_min must be < v_max")
 
 
@@ -207,6 +218,28 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
     """The Q-network as the weights' ``info`` describes it (and checkpoints check it).
 
     A torso (:mod:`mqttrl.nets`, its tensors under ``trunk.``), then ``value`` and ``advantage``
+    def _derive_support(self) -> None:
+        """C51's support from ``reward_max`` (one log line), or one clear error: a support that
+        does not span the game's returns clips every target to its edge atoms, silently."""
+        if self.reward_max is None:
+            raise ConfigError(
+                'distributional = "c51" needs its support: set v_min and v_max just outside the game\'s '
+                "discounted returns (CartPole at gamma 0.99: 0 and 100), or reward_max (the largest |reward| "
+                "of one env step) to derive +-reward_max / (1 - gamma)"
+            )
+        bound = float(self.reward_max) / (1.0 - self.gamma) if self.gamma < 1.0 else None
+        if bound is None:
+            raise ConfigError("reward_max cannot derive C51's support at gamma = 1: set v_min and v_max")
+        self.v_min = -bound if self.v_min is None else self.v_min
+        self.v_max = bound if self.v_max is None else self.v_max
+        log.info(
+            "C51 support derived: v_min=%g, v_max=%g (reward_max %g / (1 - gamma %g)); set v_min/v_max to narrow it",
+            self.v_min,
+            self.v_max,
+            self.reward_max,
+            self.gamma,
+        )
+
     heads (dueling) or one ``head``; the torch ``QNetwork`` and the numpy forward both follow
     this layout. An MLP over float observations (``trunk.{0,2,...}`` Linear + ReLU) is described
     by ``obs_dim`` and ``hidden`` alone, as before there were other torsos (so older weights and

@@ -1,0 +1,48 @@
+"""DQN's data-efficiency settings: C51's required (or derived) support, target periods in env
+steps, the shipped configs' supports."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from mqttrl.config import ConfigError, load_config
+from mqttrl_plugins.dqn.common import DQNParams
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_c51_without_a_support_is_one_clear_error():
+    with pytest.raises(ConfigError, match="needs its support: set v_min and v_max"):
+        DQNParams(distributional="c51")
+    DQNParams(distributional="qr")  # quantiles need no support
+    DQNParams()  # nor does the plain head
+
+
+def test_c51_support_derived_from_reward_max_with_one_log_line(caplog):
+    with caplog.at_level(logging.INFO, logger="mqttrl.dqn"):
+        p = DQNParams(distributional="c51", reward_max=1.0, gamma=0.99)
+    assert (p.v_min, p.v_max) == pytest.approx((-100.0, 100.0))
+    lines = [r.getMessage() for r in caplog.records if r.name == "mqttrl.dqn"]
+    assert len(lines) == 1 and "v_max=100" in lines[0] and "reward_max 1" in lines[0]
+    # one side given: only the other is derived
+    assert DQNParams(distributional="c51", reward_max=2.0, gamma=0.9, v_min=0.0).v_max == pytest.approx(20.0)
+    with pytest.raises(ConfigError, match="gamma = 1"):
+        DQNParams(distributional="c51", reward_max=1.0, gamma=1.0)
+
+
+def _registry_params(name):
+    from mqttrl.plugin.manager import get_registry
+
+    return get_registry().algorithm(name).params
+
+
+@pytest.mark.parametrize("config", ["lunarlander_dqn.toml", "minatar_breakout_dqn.toml", "cartpole_rainbow.toml"])
+def test_shipped_configs_run_c51_with_their_own_support(config):
+    """The ablation's ``--set algorithm.distributional=c51`` over these configs gets a support that
+    fits the game, not a clipped one."""
+    cfg = load_config(REPO / "configs" / config, ["algorithm.distributional=c51"], _registry_params)
+    p = cfg.algorithm.params
+    assert p.v_min is not None and p.v_max is not None and p.v_max - p.v_min >= 100
