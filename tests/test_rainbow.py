@@ -601,7 +601,7 @@ def test_replayed_priorities_are_the_expected_td_error_by_hand(dist, initial):
     online, target = copy.deepcopy(learner.online), copy.deepcopy(learner.target)  # as the update sees them
     seen = _record_samples(learner)
     learner.train_step()
-    (idx,) = seen
+    idx = seen[0]  # the batch it trained on (the next one is already made: prefetch)
     b = learner.replay.sample(idx)
     rows = np.arange(len(idx))
     with torch.no_grad():
@@ -671,7 +671,7 @@ def test_an_actors_priority_is_what_the_learner_gives_the_same_transition(dist):
     sent = learner.tree.get(np.arange(n)).copy()  # the actor's priority + per_eps
     seen = _record_samples(learner)
     learner.train_step()
-    (idx,) = seen
+    idx = seen[0]  # the batch it trained on (the next one is already made: prefetch)
     d, r = batch["discount"][idx], batch["reward"][idx]
     assert (d == 0).any() and (d > 0).any() and (r > 10).any()  # terminations, over the support, and bootstraps
     np.testing.assert_allclose(learner.tree.get(idx), sent[idx], rtol=1e-4, atol=2e-4)

@@ -33,6 +33,10 @@ log = logging.getLogger("mqttrl.dqn")
 
 #: what ``DQNParams.distributional`` accepts
 DISTRIBUTIONS = ("none", "c51", "qr")
+#: the ``replay_device`` choices (:mod:`.device_replay`)
+REPLAY_SIDES = ("auto", "device", "host")
+#: the ``compile`` choices: torch.compile modes for the update's forwards and loss
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
 def _at_least(low: int):
@@ -179,6 +183,23 @@ class DQNParams:
     #: units), so beside the actors' priorities fresh transitions would be sampled far too often or
     #: too seldom, while with "max" every priority is a loss, as in the paper
     initial_priority: str = attrs.field(default="actor", validator=attrs.validators.in_(["actor", "max"]))
+    # --- the learner on a GPU (docs/benchmarks.md, "GPU learner")
+    #: where the replay lives: "device" (frame store, references, scalars and priorities on the
+    #: learner's torch device; sampling, the stack rebuild and the priority updates run there and
+    #: never wait for the host), "host" (numpy; each batch gathered on the CPU and copied over), or
+    #: "auto" (the device when it is a CUDA GPU and the replay needs at most half of its free
+    #: memory). The learner logs the side it chose and why. The host keeps the bookkeeping either way
+    replay_device: str = attrs.field(default="auto", validator=attrs.validators.in_(REPLAY_SIDES))
+    #: make the next batch while the current update runs on the device (host replay: its sampling,
+    #: gathering and copy overlap the GPU's work). Uniform replay gets the same batches in the same
+    #: order; prioritized host replay draws the next batch before this update's priorities are written
+    prefetch: bool = True
+    #: "bf16": the update's forwards and losses under bfloat16 autocast (weights, Adam, targets' sums
+    #: and priorities stay float32); "off": float32 throughout
+    autocast: str = attrs.field(default="off", validator=attrs.validators.in_(["off", "bf16"]))
+    #: torch.compile the update's forwards and loss (fewer kernel launches): "off", "default",
+    #: "reduce-overhead" (CUDA graphs) or "max-autotune-no-cudagraphs"; the first updates compile
+    compile: str = attrs.field(default="off", validator=attrs.validators.in_(COMPILE_MODES))
     # --- exploration (per env: max(ladder value, linear decay from epsilon_start))
     #: Ape-X ladder: env i of N explores with epsilon_base ** (1 + epsilon_alpha * i / (N - 1))
     epsilon_base: float = attrs.field(default=0.4, validator=unit_interval)

@@ -26,6 +26,8 @@ worker that long; updates owed beyond ``forgive_debt_above`` are forgiven instea
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,13 +44,17 @@ from mqttrl.state.torch_state import export_module, load_module, load_optimizer_
 from mqttrl.wire import SampleBatch
 
 from .common import DQNParams, actor_priorities, check_spaces, net_info, sample_spec
+from .device_replay import DeviceReplay, choose_side
 from .frames import frame_layout
 from .heads import combine, expected_q, linear_layer, td_loss
 from .numpy_heads import HeadSpec
 from .numpy_net import follow_weights, torso_of
+from .pipeline import LaggedReadback, Staging, draw_noise
 from .replay import SumTree, make_replay
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
+
+log = logging.getLogger("mqttrl.dqn")
 
 # --------------------------------------------------------------------------
 # 1. Q-network and the torch forward
@@ -177,17 +183,16 @@ class DQNLearner:
         #: noisy heads' noise: the learner's own generator (on the CPU, in checkpoints as ``rng.noise``),
         #: so that neither another user of torch's global RNG nor the device changes the draws
         self.noise_rng = torch.Generator().manual_seed(seed)
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps)
+        # fused Adam on CUDA: one kernel for the whole step instead of several per tensor
+        fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps, fused=fused)
 
         # replay: a ring over ``capacity`` slots; image observations as frames, each stored once
         self.capacity = cap = p.buffer_size
         obs_shape = tuple(int(s) for s in obs_space.shape)
         self.replay = make_replay(cap, frame_layout(p.frames, obs_space), obs_shape, obs_dtype(obs_space))
         self.tree = SumTree(cap) if p.prioritized else None
-        # a uint8 batch goes to a GPU as uint8 (4x fewer bytes) through pinned staging buffers, allocated
-        # once (pinning per step costs more than the copy); the network makes it float
-        self._pin = self.device.type == "cuda"
-        self._staging: dict[str, torch.Tensor] = {}
+        self._gpu_path(seed)
         self.max_priority = 1.0  # new samples get the highest priority seen so far (already ** alpha)
         #: replayed samples' priorities: the distributional loss (Rainbow) only when the actors send none;
         #: else the expected |TD error|, the quantity the actors' priorities are (one scale for both)
@@ -235,9 +240,17 @@ class DQNLearner:
         self.spec.validate(batch.arrays, batch.count)  # raises Rejected; nothing is dropped silently
         n = batch.count
         # a batch larger than the buffer keeps its newest rows; frames are shared per sending process
-        idx = self.replay.add(batch.arrays, n, source=f"{batch.worker}/{batch.incarnation}")
+        source = f"{batch.worker}/{batch.incarnation}"
+        dr = self.device_replay
+        idx = self.replay.add(batch.arrays, n, source=source) if dr is None else dr.add(batch.arrays, n, source)
         if self.tree is not None:
             self.tree.set(idx, self._initial_priorities(batch, n, len(idx)))
+        elif dr is not None and dr.priorities is not None:
+            rows = torch.from_numpy(idx).to(self.device, non_blocking=True)
+            if "priority" in batch.arrays:
+                dr.set_priorities(rows, torch.from_numpy(self._initial_priorities(batch, n, len(idx))))
+            else:
+                dr.set_max_priority(rows)
         self.samples_added += n
         over = self._debt() - self.params.forgive_debt_above
         if over > 0:
@@ -253,6 +266,75 @@ class DQNLearner:
         prio = (np.asarray(sent[n - m :], np.float64) + self.params.per_eps) ** self.params.per_alpha
         self.max_priority = max(self.max_priority, float(prio.max(initial=0.0)))
         return prio
+
+    def _gpu_path(self, seed: int) -> None:
+        """Where the replay lives (logged), and the parts that keep a GPU's queue full: the next batch
+        made ahead, values read back one update late, noise drawn on the device, autocast, compile."""
+        p = self.params
+        side, why = choose_side(p.replay_device, self.device, self.replay)
+        log.info("dqn learner on %s: replay on the %s (%s)", self.device, side, why)
+        #: the replay's data on the device, sampled there (None: sampled on the host)
+        self.device_replay = DeviceReplay(self.replay, self.device, p.prioritized, seed) if side == "device" else None
+        if self.device_replay is not None:
+            self.tree = None  # the device holds the priorities
+        # a host batch goes to a GPU in its own dtype (uint8 images: 4x fewer bytes than float) through
+        # pinned buffers allocated once (pinning per step costs more than the copy); the network makes it float
+        self._staging = Staging(self.device)
+        self._readback = LaggedReadback(self.device)
+        self._prefetched: tuple | None = None
+        #: noisy heads' noise on a GPU: drawn there (the CPU keeps ``noise_rng``, as before)
+        self._device_noise = (
+            torch.Generator(device=self.device).manual_seed(seed) if self.device.type == "cuda" else None
+        )
+        self._compute = self._losses if p.compile == "off" else torch.compile(self._losses, mode=p.compile)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.params.autocast == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _make_batch(self) -> tuple[Any, torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The next batch: its ring slots, importance-sampling weights (prioritized) and tensors on the device."""
+        B, dr = self.params.batch_size, self.device_replay
+        if dr is not None:
+            if self.params.prioritized:
+                idx, weights = dr.sample_prioritized(B, self._beta())
+            else:
+                idx, weights = dr.sample_uniform(B), None
+            return idx, weights, dr.gather(idx)
+        idx, weights = self._sample()
+        self._staging.next_set()
+        batch = {name: self._staging.to_device(name, arr) for name, arr in self.replay.sample(idx).items()}
+        if weights is not None:
+            weights = self._staging.to_device("weights", weights.astype(np.float32))
+        return idx, weights, batch
+
+    def _prefetch(self) -> None:
+        """Make the next batch now, keeping the samplers' states from before (see :meth:`_cancel_prefetch`)."""
+        dr = self.device_replay
+        self._before_prefetch = (
+            self.rng.bit_generator.state,
+            dr.generator.get_state() if dr is not None else None,
+        )
+        self._prefetched = self._make_batch()
+
+    def _cancel_prefetch(self) -> None:
+        """Forget the batch made ahead and rewind the samplers to before it: a checkpoint then holds
+        the state that draws that batch again, so a resumed learner goes on as this one does."""
+        if self._prefetched is None:
+            return
+        self._prefetched = None
+        host, device = self._before_prefetch
+        self.rng.bit_generator.state = host
+        if device is not None:
+            self.device_replay.generator.set_state(device)
+
+    def _take_batch(self) -> tuple[Any, torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The batch made ahead during the last update (if it still has the batch size), else a new one."""
+        ready, self._prefetched = self._prefetched, None
+        if ready is not None and len(ready[0]) == self.params.batch_size:
+            return ready
+        return self._make_batch()
 
     def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Indices of one batch and, when prioritized, their importance-sampling weights."""
@@ -275,43 +357,66 @@ class DQNLearner:
     # ---- training
 
     def train_step(self) -> dict[str, float]:
-        """One update, top to bottom: sample, targets, loss, optimizer step, priorities, target sync."""
-        p = self.params
-        idx, weights = self._sample()
-        batch = {name: self._to_device(name, arr) for name, arr in self.replay.sample(idx).items()}
-        obs, action, reward, next_obs, discount = (
-            batch[k] for k in ("obs", "action", "reward", "next_obs", "discount")
+        """One update, top to bottom: sample, targets, loss, optimizer step, priorities, target sync.
+
+        On a GPU the host waits for nothing it just queued: the metrics are the previous update's
+        (:class:`.pipeline.LaggedReadback`), and the next batch is made (``prefetch``) while this
+        update runs. Prioritized host replay reads this update's TD errors back for its sum tree."""
+        p, dr = self.params, self.device_replay
+        idx, weights, batch = self._take_batch()
+        self._reset_noise()
+        loss, elementwise, target, q = self._compute(
+            batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["discount"], weights
         )
-        if self.online.spec.noisy:  # Rainbow: new noise for both nets at every update
-            self.online.reset_noise(generator=self.noise_rng)
-            self.target.reset_noise(generator=self.noise_rng)
-
-        next_out = self._next_targets(next_obs)
-        loss, elementwise, target, q = self._loss(obs, action, reward, discount, next_out, weights)
-        td = target - q
+        td_abs = (target.float() - q.float()).abs()
         grad_norm = self._optimize(loss)
-
-        td_abs = td.detach().abs().cpu().numpy().astype(np.float64)
-        if self.tree is not None:
-            self._reprioritize(idx, elementwise, td_abs)
+        if dr is not None and dr.priorities is not None:
+            err = elementwise.detach().double() if self._loss_priorities else td_abs.double()
+            dr.set_priorities(idx, (err.clamp(min=0.0) + p.per_eps) ** p.per_alpha)
 
         self.updates += 1
         if self.updates % p.target_update_every == 0:
             self._update_target()
+        stats = torch.stack([loss.detach().float(), q.float().mean(), td_abs.mean(), target.float().mean(), grad_norm])
+        values = self._readback.push(stats)  # waits for the previous update only (on a GPU)
+        if p.prefetch:  # the host samples and gathers while the device runs this update
+            self._prefetch()
+        if self.tree is not None:
+            self._reprioritize(idx, elementwise, td_abs.cpu().numpy().astype(np.float64))
 
-        metrics = {
-            "loss": float(loss.detach()),
-            "q_mean": float(q.detach().mean()),
-            "td_abs_mean": float(td_abs.mean()),
-            "target_mean": float(target.mean()),
-            "grad_norm": grad_norm,
-            "buffer_size": float(self.size),
-            "replay_ratio": self.updates * p.batch_size / max(1, self.samples_added),
-            "updates_forgiven": self.forgiven,
-        }
+        metrics = dict(zip(("loss", "q_mean", "td_abs_mean", "target_mean", "grad_norm"), values))
+        metrics.update(
+            buffer_size=float(self.size),
+            replay_ratio=self.updates * p.batch_size / max(1, self.samples_added),
+            updates_forgiven=self.forgiven,
+        )
         if weights is not None:
             metrics["per_beta"] = self._beta()
         return metrics
+
+    def _reset_noise(self) -> None:
+        """Rainbow: new noise for both nets at every update (on a GPU drawn there, else from ``noise_rng``)."""
+        if not self.online.spec.noisy:
+            return
+        for net in (self.online, self.target):
+            if self._device_noise is not None:
+                draw_noise(net, self._device_noise)
+            else:
+                net.reset_noise(generator=self.noise_rng)
+
+    def _losses(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        discount: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The update's forwards and loss (what ``compile`` compiles), under ``autocast``."""
+        with self._autocast():
+            next_out = self._next_targets(next_obs)
+            return self._loss(obs, action, reward, discount, next_out, weights)
 
     def _next_targets(self, next_obs: torch.Tensor) -> torch.Tensor:
         """The target net's output (B, K) at the next action, which the online net picks when ``double``."""
@@ -331,31 +436,31 @@ class DQNLearner:
         reward: torch.Tensor,
         discount: torch.Tensor,
         next_out: torch.Tensor,
-        weights: np.ndarray | None,
+        weights: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(loss, per-sample loss, target, Q of the taken action): the head's TD loss, weighted by
-        the importance-sampling weights when prioritized."""
+        the importance-sampling weights (on the device) when prioritized."""
         net = self.online
         out_all = net.outputs(obs)
         out = out_all[torch.arange(len(action), device=self.device), action]  # B, K
         elementwise, target = td_loss(net.spec, out, next_out, reward, discount, net.support, self.params.qr_kappa)
         q = net.q_values(out_all.detach()).gather(1, action.unsqueeze(1)).squeeze(1)
         if weights is not None:
-            loss = (torch.from_numpy(weights.astype(np.float32)).to(self.device) * elementwise).mean()
+            loss = (weights * elementwise).mean()
         else:
             loss = elementwise.mean()
         return loss, elementwise, target, q
 
-    def _optimize(self, loss: torch.Tensor) -> float:
-        """Backward, clip (``grad_clip`` > 0) and step; the gradient norm before clipping."""
+    def _optimize(self, loss: torch.Tensor) -> torch.Tensor:
+        """Backward, clip (``grad_clip`` > 0) and step; the gradient norm before clipping (a device scalar)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.params.grad_clip > 0:
-            grad_norm = float(nn.utils.clip_grad_norm_(self.online.parameters(), self.params.grad_clip))
+            grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), self.params.grad_clip)
         else:
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.online.parameters()])))
+            grad_norm = torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.online.parameters()]))
         self.optimizer.step()
-        return grad_norm
+        return grad_norm.float()
 
     def _reprioritize(self, idx: np.ndarray, elementwise: torch.Tensor, td_abs: np.ndarray) -> None:
         """The replayed samples' new priorities, on the actors' scale (see DQNParams.initial_priority)."""
@@ -367,21 +472,6 @@ class DQNLearner:
         prio = (np.maximum(err, 0.0) + p.per_eps) ** p.per_alpha
         self.tree.set(idx, prio)
         self.max_priority = max(self.max_priority, float(prio.max()))
-
-    def _to_device(self, name: str, arr: np.ndarray) -> torch.Tensor:
-        """A sampled array on the learner's device, in its own dtype (the network converts images).
-
-        On CUDA it goes through a pinned buffer kept per field: the copy is asynchronous, and the
-        buffer is free again by the next step (each step reads its loss back, which waits for it).
-        """
-        t = torch.from_numpy(arr)
-        if not self._pin:
-            return t.to(self.device)
-        buf = self._staging.get(name)
-        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
-            buf = self._staging[name] = torch.empty(t.shape, dtype=t.dtype).pin_memory()
-        buf.copy_(t)
-        return buf.to(self.device, non_blocking=True)
 
     def _update_target(self) -> None:
         tau = self.params.tau
@@ -398,6 +488,7 @@ class DQNLearner:
         return export_module(self.online), net_info(self.obs_dim, self.n_actions, self.params)
 
     def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
+        self._cancel_prefetch()
         tensors = {**export_module(self.online, "online."), **export_module(self.target, "target.")}
 
         opt_meta = optimizer_state(self.optimizer, tensors)  # Adam moments and steps by flat name
@@ -405,6 +496,10 @@ class DQNLearner:
         tensors["rng.torch"] = torch.get_rng_state().numpy().copy()
         if self.params.noisy:
             tensors["rng.noise"] = self.noise_rng.get_state().numpy().copy()
+        dr = self.device_replay
+        if dr is not None:  # the device's running maximum and its sampler
+            self.max_priority = max(self.max_priority, float(dr.max_priority))
+            tensors["rng.replay"] = dr.generator.get_state().numpy().copy()
         meta: dict[str, Any] = {
             "algorithm": "dqn",
             "net": net_info(self.obs_dim, self.n_actions, self.params),
@@ -421,6 +516,8 @@ class DQNLearner:
             tensors.update(replay_tensors)
             if self.tree is not None:
                 tensors["replay.priorities"] = self.tree.get(np.arange(self.size)).copy()
+            elif dr is not None and dr.priorities is not None:
+                tensors["replay.priorities"] = dr.priorities_host()
         return tensors, meta
 
     def load_state_dict(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -455,3 +552,25 @@ class DQNLearner:
                 else:  # saved without prioritization: start uniform
                     prio = np.full(n, self.max_priority)
                 self.tree.set(np.arange(n), prio)
+            self._load_device_replay(tensors, n)
+        self._prefetched = None  # drawn from the state before the load
+        self._readback.drain()
+        dr = self.device_replay
+        saved = tensors.get("rng.replay")
+        if dr is not None and saved is not None and len(saved) == len(dr.generator.get_state()):
+            dr.generator.set_state(torch.from_numpy(np.array(saved, dtype=np.uint8)))
+        elif dr is not None:  # saved on another device kind, or by a host replay: seeded from the checkpoint
+            dr.generator.manual_seed(int(self.rng.integers(2**62)))
+
+    def _load_device_replay(self, tensors: Mapping[str, np.ndarray], n: int) -> None:
+        """The loaded host replay copied to the device, with its priorities."""
+        dr = self.device_replay
+        if dr is None:
+            return
+        dr.mirror_all()
+        dr.max_priority = torch.tensor(self.max_priority, dtype=torch.float64, device=self.device)
+        if dr.priorities is not None:
+            saved = tensors.get("replay.priorities")
+            prio = np.asarray(saved, np.float64) if saved is not None else np.full(n, self.max_priority)
+            dr.priorities.zero_()
+            dr.set_priorities(torch.arange(n, device=self.device), torch.from_numpy(prio))

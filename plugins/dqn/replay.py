@@ -185,6 +185,8 @@ class FrameReplay(_Ring):
         #: (sender, serial) -> slot, for frames batches repeat
         self.index: dict[tuple[int, int], int] = {}
         self.senders: dict[str, int] = {}
+        #: the frame slots the last ``add`` wrote (a device copy of the store copies just these)
+        self.written: list[int] = []
 
     def _alloc_store(self, slots: int) -> None:
         self.frames = np.zeros((slots, *self.layout.frame_shape), self.layout.dtype)
@@ -232,12 +234,14 @@ class FrameReplay(_Ring):
         obs_ref, next_ref = arrays["obs_ref"][keep], arrays["next_obs_ref"][keep]
         sender = self.senders.setdefault(source, len(self.senders))
         slot_of = np.full(len(frames), -1, np.int64)
+        self.written = []
         for j in np.unique(np.concatenate([obs_ref.ravel(), next_ref.ravel()])).tolist():
             key = (sender, int(serials[j]))
             s = self.index.get(key)
             if s is None or not np.array_equal(self.frames[s], frames[j]):
                 s = self._alloc()
                 self.frames[s] = frames[j]
+                self.written.append(s)
                 self.index[key] = s
                 self.slot_key[s] = key
             slot_of[j] = s
