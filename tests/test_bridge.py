@@ -14,9 +14,6 @@ TLS/password lines with broker/bridge/acl-site work against the shipped producti
 from __future__ import annotations
 
 import os
-import socket
-import struct
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,12 +22,12 @@ import paho.mqtt.client as mqtt
 import pytest
 from helpers.broker_kit import BROKER_USERS, ProductionMosquitto, create_users
 from helpers.configs import cartpole_dqn_toml
+from helpers.link import Link
 from helpers.paths import BROKER_KIT, REPO
 from helpers.procs import Proc, node_env, script
 from helpers.servers import Mosquitto
 from helpers.watch import Watcher
 
-from mqttrl.broker.embedded import free_port
 from mqttrl.ledger import read as read_ledger
 from mqttrl.transport.topics import TABLE, Kind, Topics
 from mqttrl.wire import decode_weights
@@ -121,78 +118,6 @@ def test_the_site_bridge_covers_every_topic_of_the_table():
         qos = 0 if spec.kind == Kind.WEIGHTS else spec.qos
         expected[topics.filter(spec.kind).replace("mqttrl/RUN/", "mqttrl/@RUN@/", 1)] = (direction, qos)
     assert bridged == expected
-
-
-class LinkProxy:
-    """A TCP forwarder standing for the WAN link between the site and the central broker.
-
-    :meth:`cut` resets every connection through it (unsent data is lost, as in a real
-    cut) and refuses new ones until :meth:`restore`.
-    """
-
-    def __init__(self, target_port: int):
-        self.target_port = target_port
-        self.port = free_port()
-        self.connections = 0
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._up = threading.Event()
-
-    def restore(self) -> None:
-        srv = socket.socket()
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", self.port))
-        srv.listen(8)
-        srv.settimeout(0.1)
-        self._up.set()
-        threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
-
-    def _accept(self, srv: socket.socket) -> None:
-        with srv:
-            while self._up.is_set():
-                try:
-                    down, _ = srv.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                try:
-                    up = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
-                except OSError:
-                    down.close()
-                    continue
-                for s in (down, up):
-                    s.settimeout(None)
-                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                with self._lock:
-                    self._socks += [down, up]
-                    self.connections += 1
-                threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
-                threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while data := a.recv(1 << 16):
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self._up.clear()  # the listener closes within 0.1 s: reconnects are refused
-        with self._lock:
-            socks, self._socks = self._socks, []
-        for s in socks:
-            try:  # SO_LINGER 0: close with a reset, dropping whatever is still buffered
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.close()
-            except OSError:
-                pass
-        time.sleep(0.3)
 
 
 class SiteMosquitto(Mosquitto):
@@ -333,8 +258,7 @@ def test_a_worker_behind_a_bridge_loses_no_batch_when_the_link_is_cut(tmp_path):
     central = Mosquitto(tmp_path / "central")
     central.workdir.mkdir()
     central.start()
-    link = LinkProxy(central.port)
-    link.restore()
+    link = Link(central.port)  # the WAN link between the site and central
     site_broker = SiteMosquitto(tmp_path / "site", f"127.0.0.1:{link.port}", run, site)
     site_broker.workdir.mkdir()
     site_broker.start()

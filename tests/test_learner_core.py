@@ -82,6 +82,7 @@ class FakeSync(_Common):
 
 def make(mode: str = "async", now: float = 0.0, **rules):
     learner = FakeAsync() if mode == "async" else FakeSync()
+    rules.setdefault("weights_every_s", 0.0)  # the fake clock stands still: versions by updates alone
     core = LearnerCore.create(Rules(run=RUN, **rules), SPEC, mode, learner, now)
     return core, learner
 
@@ -595,7 +596,8 @@ class LearnerRules(RuleBasedStateMachine):
         self.now = 0.0
         self.core, self.learner = make(
             self.mode,
-            max_staleness=STALENESS,
+            max_staleness=STALENESS,  # the deprecated rule in versions, which the model below follows
+            max_staleness_s=1e9,
             round_timeout_s=ROUND_TIMEOUT,
             worker_timeout_s=WORKER_TIMEOUT,
             publish_every=PUBLISH_EVERY,

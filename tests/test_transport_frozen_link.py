@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import paho.mqtt.client as mqtt
-from helpers.link import FreezableLink
+from helpers.link import Link
 
 from mqttrl.transport.client import BrokerSettings, MqttNode
 
@@ -24,10 +24,10 @@ def received(port: int, topic: str) -> list[bytes]:
     return c
 
 
-def publish_through_frozen_link(mosquitto, ack_timeout_s: float) -> tuple[MqttNode, FreezableLink, mqtt.Client, int]:
+def publish_through_frozen_link(mosquitto, ack_timeout_s: float) -> tuple[MqttNode, Link, mqtt.Client, int]:
     """Five QoS 1 messages sent into a link frozen after connecting; also the link's connection
     count then (the protocol probe before the node's own connection counts too)."""
-    link = FreezableLink(mosquitto.port)
+    link = Link(mosquitto.port)
     sub = received(mosquitto.port, "t/frozen")
     time.sleep(0.3)
     node = MqttNode(BrokerSettings(f"mqtt://127.0.0.1:{link.port}"), "frozen-w0", ack_timeout_s=ack_timeout_s)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 import time
 
-from helpers.link import FreezableLink
+from helpers.link import Link
 
 from mqttrl.transport.client import BrokerSettings, MqttNode
 
 
 def test_a_keepalive_timeout_is_logged_and_counted_once(mosquitto, caplog):
-    link = FreezableLink(mosquitto.port)
+    link = Link(mosquitto.port)
     node = MqttNode(BrokerSettings(f"mqtt://127.0.0.1:{link.port}", keepalive=1), "keepalive-w0")
     try:
         node.start(wait=10)

@@ -21,6 +21,11 @@ from .errors import Rejected
 
 FORMAT = "mqttrl.weights"
 
+#: what float32 tensors may travel as (``learner.weights_dtype``); workers cast them back to float32
+WIRE_DTYPES = ("float32", "float16", "bfloat16")
+#: the largest finite float16: a tensor with a bigger magnitude goes in float32
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
+
 
 @attrs.frozen
 class WeightsMessage:
@@ -58,8 +63,11 @@ def encode_weights(
     info: Mapping[str, object] | None = None,
     published_at: float = 0.0,
     epoch: int = 0,
+    wire_dtype: str = "float32",
 ) -> bytes:
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    """``wire_dtype`` "float16" or "bfloat16" sends float32 tensors in half the bytes; the
+    metadata names each cast tensor (``cast``), and :func:`decode_weights` casts it back."""
+    tensors, cast = narrow(tensors, wire_dtype)
     meta = {
         "format": FORMAT,
         "protocol": str(PROTOCOL_VERSION),
@@ -71,7 +79,48 @@ def encode_weights(
         "published_at": repr(float(published_at)),
         "info": json.dumps(dict(info or {}), separators=(",", ":")),
     }
+    if cast:
+        meta["cast"] = json.dumps(cast, separators=(",", ":"), sort_keys=True)
     return st_save(tensors, metadata=meta)
+
+
+def narrow(tensors: Mapping[str, np.ndarray], wire_dtype: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors as they travel: float32 ones in ``wire_dtype`` (bfloat16 as its uint16 bit
+    pattern, which safetensors' numpy API can carry), and which were cast to what."""
+    if wire_dtype not in WIRE_DTYPES:
+        raise ValueError(f"weights wire dtype {wire_dtype!r}: use one of {', '.join(WIRE_DTYPES)}")
+    out: dict[str, np.ndarray] = {}
+    cast: dict[str, str] = {}
+    for name, value in tensors.items():
+        arr = np.ascontiguousarray(value)
+        if wire_dtype != "float32" and arr.dtype == np.float32:
+            if wire_dtype == "bfloat16":
+                arr, cast[name] = _to_bfloat16_bits(arr), "bfloat16"
+            elif arr.size == 0 or float(np.abs(arr).max()) <= _FLOAT16_MAX:
+                arr, cast[name] = arr.astype(np.float16), "float16"
+        out[name] = arr
+    return out, cast
+
+
+def _to_bfloat16_bits(arr: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even), as uint16 bit patterns."""
+    bits = arr.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def widen(tensors: dict[str, np.ndarray], cast: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Back to float32: each tensor the metadata names as cast. Raises :class:`Rejected` for a
+    cast that names a tensor that is not there or a dtype that does not match."""
+    for name, how in cast.items():
+        arr = tensors.get(name)
+        if how == "float16" and arr is not None and arr.dtype == np.float16:
+            tensors[name] = arr.astype(np.float32)
+        elif how == "bfloat16" and arr is not None and arr.dtype == np.uint16:
+            tensors[name] = (arr.astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise Rejected("bad_header", f"weights say tensor {name!r} was cast to {how!r}, which it is not")
+    return tensors
 
 
 def _metadata(payload: bytes) -> dict[str, str]:
@@ -105,10 +154,11 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         epoch = int(meta.get("epoch", "0"))
         published_at = float(meta.get("published_at", "0"))
         info = json.loads(meta.get("info", "{}"))
+        cast = json.loads(meta.get("cast", "{}"))
         algorithm, run, digest = meta["algorithm"], meta["run"], meta["checksum"]
     except (KeyError, ValueError, TypeError, RecursionError) as exc:
         raise Rejected("bad_header", f"weights metadata incomplete ({exc})") from None
-    if version < 0 or not 0 <= epoch < 2**62 or not isinstance(info, dict):
+    if version < 0 or not 0 <= epoch < 2**62 or not isinstance(info, dict) or not isinstance(cast, dict):
         raise Rejected("bad_header", "negative version, epoch out of range or bad info")
     try:
         tensors = st_load(bytes(payload))
@@ -116,6 +166,7 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         raise Rejected("truncated", f"safetensors could not read the tensors ({exc})") from None
     if checksum(tensors) != digest:
         raise Rejected("checksum", "tensor data does not match its checksum")
+    tensors = widen(tensors, cast)
     for name, arr in tensors.items():
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise Rejected("non_finite", f"tensor {name} contains NaN or inf")

@@ -20,6 +20,8 @@ round is complete.
 from __future__ import annotations
 
 import logging
+import warnings
+from collections import deque
 from collections.abc import Mapping
 
 import attrs
@@ -38,7 +40,10 @@ class Rules:
     declaration's in :mod:`mqttrl.config`); :meth:`from_config` takes them from a run's config."""
 
     run: str
-    max_staleness: int
+    max_staleness_s: float
+    #: deprecated: the old rule in versions, on only when a config sets it
+    max_staleness: int | None
+    weights_every_s: float
     require_announce: bool
     worker_timeout_s: float
     round_timeout_s: float
@@ -172,21 +177,69 @@ class Step:
 
 
 class AsyncAdmission:
-    """Async mode (Ape-X): any batch within the staleness window goes to the learner at once."""
+    """Async mode (Ape-X): any batch in time goes to the learner at once.
+
+    **In time** is measured in seconds, not versions: a batch made with version ``v`` is admitted
+    while ``v`` is the current model, and for ``max_staleness_s`` seconds after the version that
+    replaced it was opened. Counted in versions, a learner that publishes 16 versions a second
+    gives a worker a fraction of a second (every batch made around a broker restart, or behind a
+    150 ms link, was refused); counted in seconds, how fast the learner trains or how slowly the
+    weights travel changes nothing. New versions are also opened at most every
+    ``weights_every_s`` seconds, which bounds each worker's weight traffic (one model per
+    interval, whatever the learner's speed).
+    """
 
     mode: Mode = "async"
 
-    def __init__(self, learner: AsyncLearner, max_staleness: int, publish_every: int):
+    def __init__(
+        self,
+        learner: AsyncLearner,
+        max_staleness_s: float,
+        publish_every: int,
+        weights_every_s: float = 0.0,
+        max_staleness_versions: int | None = None,
+    ):
         self.learner = learner
-        self.max_staleness = max_staleness
+        self.max_staleness_s = max_staleness_s
+        self.max_staleness_versions = max_staleness_versions
         self.publish_every = publish_every
+        self.weights_every_s = weights_every_s
         self.last_publish_update = learner.updates
+        #: when each version of this epoch was opened, oldest first: (version, opened at)
+        self._opened: deque[tuple[int, float]] = deque()
+        #: every version up to this one was replaced more than ``max_staleness_s`` ago
+        self._stale_through = -1
 
-    def check(self, batch: SampleBatch, version: int) -> None:
-        if version - batch.model_version > self.max_staleness:
+    def check(self, batch: SampleBatch, version: int, now: float) -> None:
+        v = batch.model_version
+        if self.max_staleness_versions is not None and version - v > self.max_staleness_versions:
             raise Rejected(
-                "stale_version", f"version {batch.model_version} is older than {version} - {self.max_staleness}"
+                "stale_version", f"version {v} is older than {version} - {self.max_staleness_versions} (max_staleness)"
             )
+        replaced = self.replaced_at(v, now)
+        if replaced is not None and now - replaced > self.max_staleness_s:
+            raise Rejected(
+                "stale_version",
+                f"version {v} was replaced {now - replaced:.2f}s ago, max_staleness_s is {self.max_staleness_s:g}",
+            )
+
+    def replaced_at(self, version: int, now: float) -> float | None:
+        """When a newer version than ``version`` was first opened (None: it is still the newest);
+        ``-inf`` when that was so long ago that it is no longer held."""
+        self._forget(now)
+        if version <= self._stale_through:
+            return float("-inf")
+        for v, t in self._opened:
+            if v > version:
+                return t
+        return None
+
+    def _forget(self, now: float) -> None:
+        """Drop the opening times no check needs: a version whose successor was opened more than
+        ``max_staleness_s`` ago is stale whatever comes (bounded memory at any publishing rate)."""
+        opened = self._opened
+        while len(opened) > 1 and now - opened[1][1] > self.max_staleness_s:
+            self._stale_through = opened.popleft()[0]
 
     def take(self, batch: SampleBatch) -> None:
         self.learner.add(batch)
@@ -196,14 +249,21 @@ class AsyncAdmission:
 
     def opened(self, version: int, members: set[str], now: float) -> None:
         self.last_publish_update = self.learner.updates
+        self._opened.append((version, now))
+        self._forget(now)
 
     def step(self, now: float, online: set[str]) -> Step:
-        """One training step if the learner says one is due; a new version every ``publish_every`` updates."""
+        """One training step if the learner says one is due; a new version once ``publish_every``
+        updates were made and ``weights_every_s`` passed since the last one."""
         if not self.learner.train_due():
             return Step()
         metrics = self.learner.train_step()
-        publish = self.learner.updates - self.last_publish_update >= self.publish_every
+        publish = self.learner.updates - self.last_publish_update >= self.publish_every and self._publish_allowed(now)
         return Step(trained=True, publish=publish, metrics=metrics)
+
+    def _publish_allowed(self, now: float) -> bool:
+        """Whether ``weights_every_s`` passed since the newest version was opened."""
+        return not self._opened or now - self._opened[-1][1] >= self.weights_every_s
 
     def behind(self) -> bool:
         return bool(self.learner.behind())
@@ -241,7 +301,7 @@ class SyncRounds:
         self.completed = 0
         self.short = 0  # rounds that trained without some member (death or timeout)
 
-    def check(self, batch: SampleBatch, version: int) -> None:
+    def check(self, batch: SampleBatch, version: int, now: float) -> None:
         r = self.round
         if batch.model_version != r.version:
             raise Rejected(
@@ -355,7 +415,17 @@ class LearnerCore:
         """Select the mode strategy once, from the algorithm's mode."""
         if mode == "sync":
             return cls(rules, spec, SyncRounds(learner, rules.round_timeout_s, now))
-        return cls(rules, spec, AsyncAdmission(learner, rules.max_staleness, rules.publish_every))
+        if rules.max_staleness is not None:
+            message = (
+                f"learner.max_staleness = {rules.max_staleness} (versions) is deprecated: staleness is "
+                f"learner.max_staleness_s (now {rules.max_staleness_s:g} s); both rules apply"
+            )
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            log.warning("%s", message)
+        admission = AsyncAdmission(
+            learner, rules.max_staleness_s, rules.publish_every, rules.weights_every_s, rules.max_staleness
+        )
+        return cls(rules, spec, admission)
 
     # ---- versions ----------------------------------------------------------------
     def restore(
@@ -429,7 +499,7 @@ class LearnerCore:
         else:
             if batch.model_version > self.version:
                 raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
-            self.mode.check(batch, self.version)
+            self.mode.check(batch, self.version, now)
         self.spec.validate(batch.arrays, batch.count)
         self.mode.take(batch)
         self.old_epoch_batches += old_epoch

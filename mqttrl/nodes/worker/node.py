@@ -105,6 +105,8 @@ class WorkerNode:
         self.actor: Actor | None = None
         #: env restarts so far (games that crashed and were made afresh): heartbeats report it
         self.env_restarts = 0
+        #: weights messages never decoded because a newer one was queued behind them
+        self.weights_superseded = 0
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
@@ -383,14 +385,25 @@ class WorkerNode:
 
     # ---- inbox ---------------------------------------------------------------------
     def _drain(self, timeout: float = 0.0) -> None:
-        """Handle every queued message, waiting up to ``timeout`` for the first."""
+        """Handle every queued message, waiting up to ``timeout`` for the first.
+
+        A worker only needs the newest model: of the weights messages queued, only the last is
+        decoded (the others are counted in ``weights_superseded``), and after every other message,
+        so flow, learner state and config are never handled behind a model being decoded."""
+        newest = None
         try:
             msg = self.node.inbox.get(timeout=timeout) if timeout else self.node.inbox.get_nowait()
             while True:
-                self.dispatch(msg.topic, msg.payload)
+                if msg.topic == self.topics.weights:
+                    self.weights_superseded += newest is not None
+                    newest = msg
+                else:
+                    self.dispatch(msg.topic, msg.payload)
                 msg = self.node.inbox.get_nowait()
         except queue.Empty:
             pass
+        if newest is not None:
+            self.dispatch(newest.topic, newest.payload)
 
     def _wait_for(self, what: str, ready: Callable[[], bool]) -> bool:
         """Handle messages until ``ready()``; False when stopped first. Says every 10 s what it waits for."""
