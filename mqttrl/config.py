@@ -140,36 +140,12 @@ class WorkerConfig:
 @attrs.define
 class LearnerConfig:
     publish_every: int = setting(50, doc="updates per published model version", validator=positive)
-    max_staleness_s: float = setting(
-        10.0,
-        unit="s",
-        doc="async mode: accept a batch made with a model that was replaced by a newer version at most this long "
-        "ago (the current model's batches are always in time). Seconds, not versions: a fast learner (more "
-        "versions a second) or a slow link (weights arrive later) does not make a batch stale sooner. A batch of "
-        "a previous learner epoch is admitted whatever its version (see docs/workers.md)",
+    max_staleness: int = setting(
+        3,
+        doc="async mode: accept a batch made with a model at most N versions older than the current one, so N+1 "
+        "versions (v, v−1 … v−N); 0 accepts only the current version. A batch of a previous learner epoch is "
+        "admitted whatever its version (see docs/workers.md)",
         validator=non_negative,
-    )
-    max_staleness: int | None = setting(
-        None,
-        doc="deprecated (use `max_staleness_s`; the learner warns when it is set): also refuse a batch made more "
-        'than N versions before the current one, the old rule; `"none"`: off',
-        validator=attrs.validators.optional(non_negative),
-    )
-    weights_every_s: float = setting(
-        1.0,
-        unit="s",
-        doc="async mode: at most one new model version (a weights message to every worker) per this many seconds, "
-        "however fast the learner trains (`publish_every` updates are also needed). Bounds each worker's weight "
-        "traffic to one model per interval: 68 kB/s for CartPole's DQN in float32 (docs/architecture.md, "
-        '"Weights on a slow link"); 0: every `publish_every` updates',
-        validator=non_negative,
-    )
-    weights_dtype: str = setting(
-        "float32",
-        doc='float tensors of the weights on the wire: `"float32"` (exact), `"float16"` or `"bfloat16"` (half '
-        "the bytes; workers cast back to float32; a tensor that does not fit float16 is sent in float32). "
-        "Checkpoints and `best/` keep float32",
-        validator=one_of("float32", "float16", "bfloat16"),
     )
     checkpoint_every: int = setting(
         2000, doc="updates between checkpoints (0: only at exit and on quicksave)", validator=non_negative
@@ -294,6 +270,49 @@ class TrainConfig:
     )
 
 
+def demo_ratio(inst, attribute, value):
+    if not 0 <= value < 1:
+        raise ConfigError(f"{attribute.name}={value!r}: must be >= 0 and < 1")
+
+
+demo_ratio.allowed = ">= 0 and < 1"
+
+
+@attrs.define
+class DemosConfig:
+    """Learning from demonstrations (`mqttrl record` datasets; docs/demonstrations.md)."""
+
+    path: str = setting(
+        "",
+        doc="a demonstration dataset directory (`mqttrl train --demos DIR` sets it; `mqttrl record` writes one); "
+        '`""`: none. The learner loads it whole into a part of its replay that is never evicted, or refuses to '
+        "start with one line naming the bad file",
+    )
+    ratio: float = setting(
+        0.25,
+        doc="DQN: share of each update's rows drawn from the demonstrations (rows are appended to the "
+        "`batch_size` replay rows, so the batch grows to batch_size / (1 − ratio))",
+        validator=demo_ratio,
+    )
+    margin_loss: float = setting(
+        0.0,
+        doc="DQN: weight of DQfD's large-margin supervised loss on the demonstration rows "
+        "(max_a [Q(s, a) + margin·[a ≠ a_E]] − Q(s, a_E)); 0: off",
+        validator=non_negative,
+    )
+    margin: float = setting(0.8, doc="DQN: the margin of that loss (DQfD's 0.8)", validator=non_negative)
+    pretrain_updates: int = setting(
+        1000,
+        doc="gradient updates on the demonstrations alone before the first model is published (DQN: TD + "
+        "margin loss, DQfD's pretraining; PPO: behaviour cloning minibatches of `algorithm.minibatch_size`); "
+        "not repeated by a resumed learner",
+        validator=non_negative,
+    )
+    max_mb: float = setting(
+        4096.0, unit="MiB", doc="a dataset larger than this is refused before it is read", validator=positive
+    )
+
+
 @attrs.define
 class AlgorithmSection:
     name: str = setting("dqn", doc="the algorithm, as a plugin registers it (`mqttrl plugins` lists them)")
@@ -310,6 +329,7 @@ class RunConfig:
     learner: LearnerConfig = attrs.field(factory=LearnerConfig)
     train: TrainConfig = attrs.field(factory=TrainConfig)
     inference: InferenceConfig = attrs.field(factory=InferenceConfig)
+    demos: DemosConfig = attrs.field(factory=DemosConfig)
 
     def to_dict(self) -> dict:
         d = attrs.asdict(self, recurse=True)
@@ -323,6 +343,7 @@ _SECTIONS = {
     "learner": LearnerConfig,
     "train": TrainConfig,
     "inference": InferenceConfig,
+    "demos": DemosConfig,
 }
 
 

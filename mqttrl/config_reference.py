@@ -16,6 +16,7 @@ from pathlib import Path
 from mqttrl.config import (
     AlgorithmSection,
     ConfigError,
+    DemosConfig,
     EnvConfig,
     InferenceConfig,
     LearnerConfig,
@@ -29,7 +30,7 @@ from mqttrl.settings import Described, describe, toml_value, type_name
 #: the name of the top-level keys (``run``) in ``mqttrl settings`` and the doc markers
 TOP = "top"
 #: RunConfig's fields that are sections, not keys
-SECTIONS = ("env", "algorithm", "worker", "learner", "train", "inference")
+SECTIONS = ("env", "algorithm", "worker", "learner", "train", "inference", "demos")
 
 
 def sections() -> dict[str, list[Described]]:
@@ -42,6 +43,7 @@ def sections() -> dict[str, list[Described]]:
         "learner": describe(LearnerConfig),
         "inference": describe(InferenceConfig),
         "train": describe(TrainConfig),
+        "demos": describe(DemosConfig),
         "algorithm": describe(AlgorithmSection, skip=("params",)),
     }
 

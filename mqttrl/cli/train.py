@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml --run-dir runs/cp --max-seconds 600
   mqttrl train configs/cartpole_dqn.toml --run-dir runs/cp --resume      (continue that run)
   mqttrl train configs/cartpole_dqn.toml --init-from runs/cp             (a new run from its model)
+  mqttrl train configs/lunarlander_dqn.toml --demos demos/lunar      (learn from demonstrations)
 from Python: mqttrl.train("configs/cartpole_dqn.toml", seed=1) (docs/python-api.md)
 
 exit codes (docs/cli.md):
@@ -71,6 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(a new run, as Stable-Baselines3's load(...).learn())",
     )
     p.add_argument(
+        "--demos",
+        metavar="DIR",
+        help="learn from a demonstration dataset (mqttrl record writes one): sets demos.path; the [demos] "
+        "section says how (docs/demonstrations.md)",
+    )
+    p.add_argument(
         "--embedded-broker",
         default="auto",
         choices=["auto", "mosquitto", "amqtt"],
@@ -106,7 +114,13 @@ def run(args: argparse.Namespace) -> None:
         _usage_error(f"--init-from {args.init_from}: no such run directory or file")
     if (args.resume or args.overwrite) and not args.run_dir:
         _usage_error(f"--{'resume' if args.resume else 'overwrite'} needs --run-dir (the run to continue or replace)")
+    if args.demos:
+        overrides.append(f"demos.path={json.dumps(str(Path(args.demos).resolve()))}")
     cfg = load(args.config, overrides)
+    if cfg.demos.path:  # a dataset that cannot be used ends the command here, not in the learner's restarts
+        from mqttrl.demos.dataset import check_run_demos
+
+        check_run_demos(cfg)
     credentials = None
     if args.credentials:
         credentials = _credentials(args, cfg.run)

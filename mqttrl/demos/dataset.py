@@ -262,6 +262,14 @@ def check_fits(dataset: Dataset, observation_space: gym.Space, action_space: gym
     )
 
 
+def read_for_run(settings, observation_space: gym.Space, action_space: gym.Space) -> Dataset:
+    """The dataset a run's ``[demos]`` section names, whole and recorded in the run's spaces, or
+    DatasetError (one line)."""
+    dataset = read_dataset(settings.path, max_bytes=int(settings.max_mb * 1024 * 1024))
+    check_fits(dataset, observation_space, action_space)
+    return dataset
+
+
 def summary(dataset: Dataset) -> dict[str, Any]:
     """Figures for a log line or ``summary.json``: episodes, steps, mean return, who played."""
     r = dataset.returns
@@ -272,3 +280,22 @@ def summary(dataset: Dataset) -> dict[str, Any]:
         "mean_return": float(np.mean(r)),
         "played_by": sorted({ep.played_by for ep in dataset.episodes}),
     }
+
+
+def check_run_demos(config) -> Dataset:
+    """What the learner will do with a run config's ``[demos]``, done up front (``mqttrl train``): the
+    algorithm learns from demonstrations, the dataset reads whole, in the spaces of the run's env."""
+    from mqttrl.config import ConfigError
+    from mqttrl.envs.make import make_env
+    from mqttrl.plugin.manager import get_registry
+
+    registry = get_registry()
+    if registry.algorithm(config.algorithm.name).learn_from_demos is None:
+        raise ConfigError(
+            f"demos.path is set, but algorithm {config.algorithm.name!r} does not learn from demonstrations"
+        )
+    env = make_env(config.env.id, config.env.kwargs, registry)
+    try:
+        return read_for_run(config.demos, env.observation_space, env.action_space)
+    finally:
+        env.close()

@@ -13,14 +13,17 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.settings import ConfigError
+
 #: the arrays of one episode file, and nothing else
 EPISODE_ARRAYS = ("obs", "actions", "rewards")
 #: an episode longer than this is refused as oversize (a corrupt manifest, not a game)
 MAX_EPISODE_STEPS = 10_000_000
 
 
-class DatasetError(ValueError):
-    """A dataset that cannot be used: ``str(e)`` is one line naming the file and the problem."""
+class DatasetError(ConfigError):
+    """A dataset that cannot be used: ``str(e)`` is one line naming the file and the problem (a
+    ConfigError: a command that was given the dataset ends with that line and exit code 2)."""
 
     def __init__(self, file: Path | str, problem: str):
         self.file = str(file)

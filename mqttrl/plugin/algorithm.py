@@ -193,6 +193,14 @@ class AlgorithmInfo:
     #: the forward's outputs as a tuple, named by the module's ``output_names`` attribute (a tuple of
     #: str); what ``mqttrl export`` writes as ONNX or TorchScript; may import torch. None: not exportable
     export_module: Callable[..., Any] | None = None
+    #: ``learn_from_demos(learner, dataset, settings, pretrain)``: take a demonstration dataset (a
+    #: :class:`mqttrl.demos.Dataset`, every episode already checked against the run's spaces) into the
+    #: learner ``make_learner`` made, before it trains on any worker's sample: DQN keeps it as a replay part
+    #: that is never evicted, PPO clones it. ``settings`` is the run's ``[demos]`` section; ``pretrain`` is
+    #: False for a learner resumed from a checkpoint (the demonstrations are taken again, any pretraining
+    #: is not repeated). Returns figures for the log. None: the algorithm does not learn from
+    #: demonstrations, and a run with ``demos.path`` set is refused with one line
+    learn_from_demos: Callable[[Any, Any, Any, bool], Mapping[str, float]] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("async", "sync"):

@@ -22,6 +22,7 @@ from mqttrl.plugin.algorithm import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import DQNActor
 from .common import DQNParams, sample_spec
+from .demo_replay import learn_from_demos
 from .export import export_module, weights_from_checkpoint
 from .numpy_net import NumpyQForward
 
@@ -61,5 +62,6 @@ def mqttrl_register_algorithms(register):
             make_forward=make_forward,
             weights_from_checkpoint=weights_from_checkpoint,
             export_module=export_module,
+            learn_from_demos=learn_from_demos,
         )
     )

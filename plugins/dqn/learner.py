@@ -167,6 +167,9 @@ class TorchQForward:
 class DQNLearner:
     """Ape-X's learner: replay fed by any worker at any time, trained at ``replay_ratio``."""
 
+    #: demonstrations (``mqttrl train --demos``): a replay part never evicted (:mod:`.demo_replay`)
+    demos = None
+
     def __init__(
         self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
     ):
@@ -364,10 +367,14 @@ class DQNLearner:
         update runs. Prioritized host replay reads this update's TD errors back for its sum tree."""
         p, dr = self.params, self.device_replay
         idx, weights, batch = self._take_batch()
+        if self.demos is not None:  # demonstration rows appended (.demo_replay)
+            weights, batch = self.demos.mix(weights, batch, self.device)
         self._reset_noise()
         loss, elementwise, target, q = self._compute(
             batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["discount"], weights
         )
+        if self.demos is not None:  # the margin loss; only the replay's rows go on
+            loss, elementwise, target, q = self.demos.after_loss(self.online, batch, loss, elementwise, target, q)
         td_abs = (target.float() - q.float()).abs()
         grad_norm = self._optimize(loss)
         if dr is not None and dr.priorities is not None:

@@ -58,9 +58,6 @@ log = logging.getLogger("mqttrl.learner")
 #: the core's clock: worker liveness and round ages are measured on it
 clock = time.monotonic
 
-#: weights go out at QoS 1 (docs/architecture.md, "Weights on a slow link", says why not 0)
-WEIGHTS_QOS = 1
-
 
 class LearnerNode:
     def __init__(
@@ -115,6 +112,7 @@ class LearnerNode:
         self._last_weights: bytes | None = None
         if resume:
             self._resume()
+        self._take_demos()
         write_resolved(config, self.run_dir / "config.json")
         self.node = self._make_client(broker)
         #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
@@ -182,6 +180,30 @@ class LearnerNode:
         load_into(self.algo, source, self.config.algorithm.name)
         self.initialised_from = source.origin
         log.info("initialised the %s networks from %s", self.config.algorithm.name, source.origin)
+
+    def _take_demos(self) -> None:
+        """``demos.path``: the demonstration dataset, read whole and checked against the run's spaces,
+        handed to the algorithm (``AlgorithmInfo.learn_from_demos``) before any sample; pretraining only
+        in a new run, not a resumed one. A dataset that cannot be used, or an algorithm that does not
+        learn from demonstrations, stops the learner with one line (a ConfigError, exit 2)."""
+        settings = self.config.demos
+        if not settings.path:
+            return
+        if self.info.learn_from_demos is None:
+            raise ConfigError(
+                f"demos.path is set, but algorithm {self.config.algorithm.name!r} does not learn from demonstrations"
+            )
+        from mqttrl.demos.dataset import read_for_run
+
+        dataset = read_for_run(settings, self.obs_space, self.act_space)
+        started = time.monotonic()
+        figures = self.info.learn_from_demos(self.algo, dataset, settings, self.resumed_from is None)
+        log.info(
+            "demonstrations: %s; %s (%.1f s)",
+            dataset.describe(),
+            ", ".join(f"{k} {v:g}" for k, v in figures.items()),
+            time.monotonic() - started,
+        )
 
     # ---- resume ----------------------------------------------------------------
     def _resume(self) -> None:
@@ -265,31 +287,24 @@ class LearnerNode:
         ]
         weights = self._last_weights  # one read: the main thread may swap in newer ones meanwhile
         if weights is not None:
-            birth.append(Outgoing(self.topics.weights, weights, WEIGHTS_QOS, True, "weights"))
+            birth.append(Outgoing(self.topics.weights, weights, 1, True, "weights"))
         return birth
 
     def _flow_payload(self) -> bytes:
         return encode_json({"pause": self.core.paused, "model_version": self.version, "time": time.time()})
 
     def publish_weights(self) -> None:
-        """Publish the learner's weights as the core's current version (retained: late workers get them).
-
-        In ``learner.weights_dtype`` on the wire (float16/bfloat16 halve the bytes); the copy kept
-        for ``best/`` is float32. How often this runs is bounded by ``learner.weights_every_s``
-        (the core opens versions no faster), which bounds every worker's weight traffic."""
+        """Publish the learner's weights as the core's current version (retained: late workers get them)."""
         tensors, info = self.algo.export_weights()
         info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker()}
-        head = (self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
-        exact = encode_weights(*head, epoch=self.core.epoch)
-        wire_dtype = self.lc.weights_dtype
-        payload = (
-            exact if wire_dtype == "float32" else encode_weights(*head, epoch=self.core.epoch, wire_dtype=wire_dtype)
+        payload = encode_weights(
+            self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time(), epoch=self.core.epoch
         )
-        self._recent_weights[self.version] = exact
+        self._recent_weights[self.version] = payload
         self._last_weights = payload
         while len(self._recent_weights) > 32:
             self._recent_weights.popitem(last=False)
-        self.node.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
+        self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")
 
     def _handle(self, msg: Message) -> None:
         """Dispatch one message, then acknowledge it to the broker (it is ours now)."""
