@@ -140,12 +140,36 @@ class WorkerConfig:
 @attrs.define
 class LearnerConfig:
     publish_every: int = setting(50, doc="updates per published model version", validator=positive)
-    max_staleness: int = setting(
-        3,
-        doc="async mode: accept a batch made with a model at most N versions older than the current one, so N+1 "
-        "versions (v, v−1 … v−N); 0 accepts only the current version. A batch of a previous learner epoch is "
-        "admitted whatever its version (see docs/workers.md)",
+    max_staleness_s: float = setting(
+        10.0,
+        unit="s",
+        doc="async mode: accept a batch made with a model that was replaced by a newer version at most this long "
+        "ago (the current model's batches are always in time). Seconds, not versions: a fast learner (more "
+        "versions a second) or a slow link (weights arrive later) does not make a batch stale sooner. A batch of "
+        "a previous learner epoch is admitted whatever its version (see docs/workers.md)",
         validator=non_negative,
+    )
+    max_staleness: int | None = setting(
+        None,
+        doc="deprecated (use `max_staleness_s`; the learner warns when it is set): also refuse a batch made more "
+        'than N versions before the current one, the old rule; `"none"`: off',
+        validator=attrs.validators.optional(non_negative),
+    )
+    weights_every_s: float = setting(
+        1.0,
+        unit="s",
+        doc="async mode: at most one new model version (a weights message to every worker) per this many seconds, "
+        "however fast the learner trains (`publish_every` updates are also needed). Bounds each worker's weight "
+        "traffic to one model per interval: 68 kB/s for CartPole's DQN in float32 (docs/architecture.md, "
+        '"Weights on a slow link"); 0: every `publish_every` updates',
+        validator=non_negative,
+    )
+    weights_dtype: str = setting(
+        "float32",
+        doc='float tensors of the weights on the wire: `"float32"` (exact), `"float16"` or `"bfloat16"` (half '
+        "the bytes; workers cast back to float32; a tensor that does not fit float16 is sent in float32). "
+        "Checkpoints and `best/` keep float32",
+        validator=one_of("float32", "float16", "bfloat16"),
     )
     checkpoint_every: int = setting(
         2000, doc="updates between checkpoints (0: only at exit and on quicksave)", validator=non_negative

@@ -58,6 +58,9 @@ log = logging.getLogger("mqttrl.learner")
 #: the core's clock: worker liveness and round ages are measured on it
 clock = time.monotonic
 
+#: weights go out at QoS 1 (docs/architecture.md, "Weights on a slow link", says why not 0)
+WEIGHTS_QOS = 1
+
 
 class LearnerNode:
     def __init__(
@@ -287,24 +290,31 @@ class LearnerNode:
         ]
         weights = self._last_weights  # one read: the main thread may swap in newer ones meanwhile
         if weights is not None:
-            birth.append(Outgoing(self.topics.weights, weights, 1, True, "weights"))
+            birth.append(Outgoing(self.topics.weights, weights, WEIGHTS_QOS, True, "weights"))
         return birth
 
     def _flow_payload(self) -> bytes:
         return encode_json({"pause": self.core.paused, "model_version": self.version, "time": time.time()})
 
     def publish_weights(self) -> None:
-        """Publish the learner's weights as the core's current version (retained: late workers get them)."""
+        """Publish the learner's weights as the core's current version (retained: late workers get them).
+
+        In ``learner.weights_dtype`` on the wire (float16/bfloat16 halve the bytes); the copy kept
+        for ``best/`` is float32. How often this runs is bounded by ``learner.weights_every_s``
+        (the core opens versions no faster), which bounds every worker's weight traffic."""
         tensors, info = self.algo.export_weights()
         info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker()}
-        payload = encode_weights(
-            self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time(), epoch=self.core.epoch
+        head = (self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
+        exact = encode_weights(*head, epoch=self.core.epoch)
+        wire_dtype = self.lc.weights_dtype
+        payload = (
+            exact if wire_dtype == "float32" else encode_weights(*head, epoch=self.core.epoch, wire_dtype=wire_dtype)
         )
-        self._recent_weights[self.version] = payload
+        self._recent_weights[self.version] = exact
         self._last_weights = payload
         while len(self._recent_weights) > 32:
             self._recent_weights.popitem(last=False)
-        self.node.publish(self.topics.weights, payload, qos=1, retain=True, kind="weights")
+        self.node.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
 
     def _handle(self, msg: Message) -> None:
         """Dispatch one message, then acknowledge it to the broker (it is ours now)."""
