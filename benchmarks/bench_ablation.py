@@ -25,7 +25,12 @@ Each run's learner metrics carry ``target_edge_mass``: the share of C51's target
     python benchmarks/bench_ablation.py --config configs/cartpole_rainbow.toml --budget 300 --threshold 475
     python benchmarks/bench_ablation.py --config configs/minatar_breakout_dqn.toml --seeds 0 1 2 --budget 600
     python benchmarks/bench_ablation.py --config configs/lunarlander_dqn.toml --variants dqn per-actor rainbow
+    python benchmarks/bench_ablation.py --config configs/minatar_breakout_dqn.toml --variants dqn rainbow \\
+        --env-steps 100000 --budget 1800 --seeds 0     # at equal data: 100k env steps each
     python benchmarks/bench_ablation.py --from-json ablation.json     # report and plot saved results
+
+Each figure has two panels: the greedy mean against the env steps its model was trained on (runs
+compared at equal data) and against the whole command's wall clock.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minatar import _fmt, _median, _median_time, run_mqttrl, save_figure, stats
+from bench_minatar import _fmt, _median, _median_time, plot_curves, run_mqttrl, stats
 
 from mqttrl_plugins.dqn.common import PRESETS
 
@@ -79,7 +84,9 @@ VARIANTS: dict[str, list[str]] = {
 def report(res: dict, threshold: float | None) -> None:
     print()
     print(
-        f"{res['config']} ({res['env']}), budget {res['budget']:.0f} s per run, seeds {res['seeds']}; "
+        f"{res['config']} ({res['env']}), budget {res['budget']:.0f} s"
+        + (f" or {res['env_steps']:,} env steps" if res.get("env_steps") else "")
+        + f" per run, seeds {res['seeds']}; "
         f"{res['cores']} cores, Python {res['python']}, {res['date']}"
     )
     th = threshold if threshold is not None else float("inf")
@@ -94,31 +101,14 @@ def report(res: dict, threshold: float | None) -> None:
 
 
 def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    colours = plt.get_cmap("tab10")
-    for k, (variant, runs) in enumerate(res["variants"].items()):
-        for j, run in enumerate(runs):
-            curve = run.get("curve") or []
-            ax.plot(
-                [c["t"] for c in curve],
-                [c["mean"] for c in curve],
-                color=colours(k),
-                alpha=0.8,
-                lw=1.1,
-                marker=".",
-                label=variant if j == 0 else None,
-            )
-    ax.set_xlabel("wall-clock seconds of the whole command")
-    ax.set_ylabel("greedy return, mean of the run's evaluation episodes")
-    ax.set_title(f"{res['env']}: ablation, seeds {res['seeds']}, {res['cores']} cores")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
-    save_figure(fig, path)
+    """Each variant's curves by env step (equal data) and by wall clock, side by side."""
+    colours = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "olive", "cyan")]
+    series = [
+        (variant, colours[k % len(colours)], [run.get("curve") or [] for run in runs])
+        for k, (variant, runs) in enumerate(res["variants"].items())
+    ]
+    budget = f"{res['budget']:.0f} s" + (f" or {res['env_steps']:,} env steps" if res.get("env_steps") else "")
+    plot_curves(series, path, f"{res['env']}: ablation, {budget} per run, seeds {res['seeds']}, {res['cores']} cores")
 
 
 def main() -> None:
@@ -127,6 +117,7 @@ def main() -> None:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="which to run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", type=float, default=600.0, help="seconds per run (train.max_seconds)")
+    p.add_argument("--env-steps", type=int, help="also stop each run at this many env steps (train.max_env_steps)")
     p.add_argument("--threshold", type=float, help="report the first time the greedy mean reached this")
     p.add_argument("--episodes", type=int, default=20, help="greedy episodes of the final evaluation")
     p.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for every run")
@@ -143,6 +134,7 @@ def main() -> None:
             "config": args.config,
             "env": env,
             "budget": args.budget,
+            "env_steps": args.env_steps,
             "seeds": args.seeds,
             "cores": os.cpu_count(),
             "python": platform.python_version(),
@@ -153,7 +145,7 @@ def main() -> None:
             for variant in args.variants:
                 sets = [x for kv in [*VARIANTS[variant], *args.extra] for x in ("--set", kv)]
                 print(f"seed {seed}: {variant} for {args.budget:.0f} s ...", flush=True)
-                run = run_mqttrl(args.config, seed, args.budget, None, sets, True, args.episodes)
+                run = run_mqttrl(args.config, seed, args.budget, None, sets, True, args.episodes, args.env_steps)
                 res["variants"][variant].append(run)
                 s = stats(run, args.threshold if args.threshold is not None else float("inf"))
                 print(f"seed {seed}: {variant} best {_fmt(s['best'])} final {_fmt(s['final'])}", flush=True)

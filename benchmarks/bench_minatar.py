@@ -91,7 +91,9 @@ SB3_TOTAL_STEPS = 100_000_000
 
 
 def read_curve(run_dir: Path) -> list[dict]:
-    """Greedy evaluations of a run: wall_s, training_s, env_steps, mean per row of evaluations.csv."""
+    """Greedy evaluations of a run: wall_s, training_s, env_steps, mean per row of evaluations.csv;
+    env_steps are those the evaluated model was trained on (``model_env_steps``: the learner's count
+    when it published it), or all workers' count when the result came in for a run without them."""
     path = run_dir / "evaluations.csv"
     if not path.exists():
         return []
@@ -102,7 +104,7 @@ def read_curve(run_dir: Path) -> list[dict]:
                 {
                     "t": float(r["wall_s"]),
                     "training_s": float(r["training_s"]) if r.get("training_s") not in (None, "", "None") else None,
-                    "env_steps": int(float(r["env_steps"])),
+                    "env_steps": int(float(r.get("model_env_steps") or r["env_steps"])),
                     "mean": float(r["mean"]),
                     "model_version": int(float(r["model_version"])),
                 }
@@ -137,8 +139,17 @@ def evaluate_final(run_dir: Path, episodes: int, seed: int) -> dict | None:
 
 
 def run_mqttrl(
-    config: str, seed: int, budget: float, workers: int | None, extra: list[str], final_eval: bool, episodes: int
+    config: str,
+    seed: int,
+    budget: float,
+    workers: int | None,
+    extra: list[str],
+    final_eval: bool,
+    episodes: int,
+    env_steps: int | None = None,
 ) -> dict:
+    """One `mqttrl train` run for ``budget`` seconds (and, given ``env_steps``, until that many env
+    steps: ``train.max_env_steps``, the run then evaluates its last model itself); its curve."""
     base = Path(tempfile.mkdtemp(prefix=f"bench-minatar-s{seed}-"))
     run_dir = base / "run"
     argv = [
@@ -158,6 +169,8 @@ def run_mqttrl(
     ]
     if workers:
         argv += ["--workers", str(workers)]
+    if env_steps:
+        argv += ["--set", f"train.max_env_steps={int(env_steps)}"]
     t0 = time.monotonic()
     with open(base / "train.log", "wb") as log:
         try:
@@ -405,47 +418,49 @@ def report(results: list[dict], threshold: float) -> None:
         )
 
 
-def plot(results: list[dict], path: Path, threshold: float) -> None:
+def plot_curves(series: list[tuple[str, str, list[list[dict]]]], path: Path, title: str, threshold=None) -> None:
+    """One figure, two panels: greedy mean against env steps (the data each evaluated model was
+    trained on: runs compared at equal data) and against wall-clock seconds. ``series``: (label,
+    colour, curves), each curve a list of {"env_steps", "t", "mean"} (one per seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, (by_steps, by_clock) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for label, colour, curves in series:
+        for j, curve in enumerate(c for c in curves if c):
+            style = dict(color=colour, alpha=0.85, marker=".", lw=1.2, label=label if j == 0 else None)
+            steps = [(c["env_steps"], c["mean"]) for c in curve if c.get("env_steps") is not None]
+            if steps:
+                by_steps.plot(*zip(*steps), **style)
+            by_clock.plot([c["t"] for c in curve], [c["mean"] for c in curve], **style)
+    by_steps.set_xlabel("env steps the evaluated model was trained on")
+    by_clock.set_xlabel("wall-clock seconds (mqttrl: whole command; SB3: training, evaluation excluded)")
+    by_steps.set_ylabel("greedy return, mean of the evaluation episodes")
+    for ax in (by_steps, by_clock):
+        if threshold is not None and math.isfinite(threshold):
+            ax.axhline(threshold, color="grey", ls="--", lw=0.8)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+    by_steps.legend(loc="upper left", fontsize=8)
+    fig.suptitle(title)
+    save_figure(fig, path)
+
+
+def plot(results: list[dict], path: Path, threshold: float) -> None:
     colours = iter(["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"])
-    budget = 0.0
+    series = []
     for res in results:
-        budget = max(budget, res["budget"])
-        series = [("mqttrl", res["name"], next(colours))]
+        series.append((res["name"], next(colours), [(r.get("mqttrl") or {}).get("curve") or [] for r in res["rows"]]))
         if any("sb3" in r for r in res["rows"]):
-            series.append(("sb3", "SB3 DQN (training clock)", "tab:orange"))
-        for key, name, colour in series:
-            first = True
-            for row in res["rows"]:
-                curve = (row.get(key) or {}).get("curve") or []
-                if not curve:
-                    continue
-                ax.plot(
-                    [c["t"] for c in curve],
-                    [c["mean"] for c in curve],
-                    color=colour,
-                    alpha=0.85,
-                    marker=".",
-                    lw=1.2,
-                    label=name if first else None,
-                )
-                first = False
-    ax.axhline(threshold, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("wall-clock seconds (mqttrl: whole command; SB3: training, evaluation excluded)")
-    ax.set_ylabel("greedy return, mean of 20 episodes")
+            series.append(("SB3 DQN", "tab:orange", [(r.get("sb3") or {}).get("curve") or [] for r in res["rows"]]))
     env = results[0]["env"] if results else ""
     seeds = sorted({r["seed"] for res in results for r in res["rows"]})
-    ax.set_title(f"{env}: greedy evaluation vs time, seeds {', '.join(map(str, seeds))}, {os.cpu_count()} cores")
-    ax.set_xlim(0, budget * 1.05 if budget else None)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    save_figure(fig, path)
+    title = (
+        f"{env}: greedy evaluation by env step and by clock, seeds {', '.join(map(str, seeds))}, {os.cpu_count()} cores"
+    )
+    plot_curves(series, path, title, threshold)
 
 
 def main() -> None:
@@ -453,6 +468,9 @@ def main() -> None:
     p.add_argument("--config", default="configs/minatar_breakout_dqn.toml", help="mqttrl run config")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", type=float, default=900.0, help="seconds per run (mqttrl: train.max_seconds)")
+    p.add_argument(
+        "--env-steps", type=int, help="also stop each mqttrl run at this many env steps (train.max_env_steps)"
+    )
     p.add_argument("--workers", type=int, help="override train.workers")
     p.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for mqttrl train")
     p.add_argument("--sb3", action="store_true", help="also run SB3 DQN per seed, same env and budget")
@@ -495,7 +513,16 @@ def main() -> None:
         for seed in args.seeds:
             row: dict = {"seed": seed}
             print(f"seed {seed}: mqttrl train {args.config} for {args.budget:.0f} s ...", flush=True)
-            m = run_mqttrl(args.config, seed, args.budget, args.workers, extra, not args.no_final_eval, args.episodes)
+            m = run_mqttrl(
+                args.config,
+                seed,
+                args.budget,
+                args.workers,
+                extra,
+                not args.no_final_eval,
+                args.episodes,
+                args.env_steps,
+            )
             row["mqttrl"] = m
             s = stats(m, args.threshold)
             print(

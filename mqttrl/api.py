@@ -87,7 +87,9 @@ class Result:
     config: RunConfig = attrs.field(repr=False)
     #: everything ``summary.json`` holds (env steps at solve, restarts, rejections by reason ...)
     summary: dict = attrs.field(repr=False)
-    #: the learning curve: one (env_steps, wall_s, greedy mean) per evaluation (evaluations.csv)
+    #: the learning curve: one (env_steps, wall_s, greedy mean) per evaluation (evaluations.csv), env_steps
+    #: being those the evaluated model was trained on (the learner's count when it published it), so
+    #: that runs compare at equal data; plot against wall_s for the clock
     curve: list[tuple[int, float, float]] = attrs.field(factory=list, repr=False)
     #: every episode's (env_steps, return): all workers' env steps when it ended (episodes.csv)
     episode_returns: list[tuple[int, float]] = attrs.field(factory=list, repr=False)
@@ -139,8 +141,15 @@ def _csv_rows(path: Path) -> list[dict]:
 
 
 def read_curve(path: Path) -> list[tuple[int, float, float]]:
-    """(env_steps, wall_s, mean) of each evaluation in a run's ``evaluations.csv``."""
-    return [(int(r["env_steps"]), float(r["wall_s"]), float(r["mean"])) for r in _csv_rows(path)]
+    """(env_steps, wall_s, mean) of each evaluation in a run's ``evaluations.csv``: the env steps its
+    model was trained on (``model_env_steps``), or, in a file without them (an older run, a learner
+    that does not say), all workers' env steps when the result came in (``env_steps``)."""
+    return [(_model_steps(r), float(r["wall_s"]), float(r["mean"])) for r in _csv_rows(path)]
+
+
+def _model_steps(row: Mapping[str, Any]) -> int:
+    steps = row.get("model_env_steps")
+    return int(steps) if steps not in (None, "") else int(row["env_steps"])
 
 
 def read_episode_returns(path: Path) -> list[tuple[int, float]]:

@@ -61,6 +61,10 @@ def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
     with open(run_dir / "evaluations.csv") as f:
         evals = list(csv.DictReader(f))
     assert len(evals) == summary["evaluations"] and all(int(e["episodes"]) == 20 for e in evals)
+    # each evaluation at the env steps its model was trained on (the learner's count at publication)
+    model_steps = [int(e["model_env_steps"]) for e in evals]
+    assert model_steps == sorted(model_steps) and 0 < model_steps[-1] <= summary["env_steps"]
+    assert [c["env_steps"] for c in summary["curve"]] == model_steps
     assert (run_dir / "best" / "weights.safetensors").exists()
     assert (run_dir / "checkpoints" / "latest").exists()
     assert "not solved" in out.stdout

@@ -3,8 +3,9 @@
 Reads the run config and weights from their retained messages (like a worker; or is handed the
 config, as ``mqttrl train`` does), evaluates every ``every_s`` seconds when a newer model exists
 (:func:`mqttrl.envs.rollout.evaluate_model`: the one evaluation, seeded by model version), and
-publishes each result on ``eval/<name>``. ``mqttrl evaluate`` runs it in the foreground and can
-stop once a target is met; ``mqttrl train`` runs the same node in a thread, takes each result
+publishes each result on ``eval/<name>``, with ``env_steps``: the env steps the learner had taken
+in when it published the evaluated model, so that curves compare runs at equal data. ``mqttrl
+evaluate`` runs it in the foreground and can stop once a target is met; ``mqttrl train`` runs the same node in a thread, takes each result
 through ``on_result`` and asks for a last evaluation of the newest model with :meth:`final`.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.rollout import evaluate_model, greedy_actor
+from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
@@ -29,6 +31,13 @@ log = logging.getLogger("mqttrl.evaluate")
 
 #: ``on_result(result, weights, payload)``: the published result, the decoded model and its bytes
 ResultCallback = Callable[[dict, WeightsMessage, bytes], None]
+
+
+def model_env_steps(weights: WeightsMessage) -> int | None:
+    """The env steps (samples) the learner had taken in when it published ``weights`` (None: a
+    learner that does not say, as one older than this key)."""
+    steps = weights.info.get(INGESTED_KEY)
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else None
 
 
 class _Latest:
@@ -164,6 +173,9 @@ class EvaluatorNode:
         self.evaluated = w.version
         result = evaluate_model(seen.actor, seen.make, w, self.episodes)
         result["wall_s"] = round(time.monotonic() - t0, 2)
+        steps = model_env_steps(w)
+        if steps is not None:  # the data this model was trained on: curves compare runs at equal env steps
+            result["env_steps"] = steps
         # from the first model this evaluator received to this one's publication: the training
         # time to this model when it watched from the run's start (no start-up, no eval cadence)
         if seen.first_published_at is not None:

@@ -229,8 +229,8 @@ class TelemetryNode:
     def on_eval(self, name: str, payload: bytes) -> None:
         ev = decode_json(payload, {"mean": (int, float)})
         fields = {k: float(ev[k]) for k in ("mean", "std", "min", "max") if isinstance(ev.get(k), (int, float))}
-        for k in ("model_version", "episodes"):
-            if isinstance(ev.get(k), int):
+        for k in ("model_version", "episodes", "env_steps"):  # env_steps: the data the model was trained on
+            if isinstance(ev.get(k), int) and not isinstance(ev.get(k), bool):
                 fields[k] = ev[k]
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
         if isinstance(fields.get("model_version"), int):

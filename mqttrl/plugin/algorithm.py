@@ -40,6 +40,9 @@ Mode = Literal["async", "sync"]
 #: heard from. An actor whose schedule counts env steps (DQN's epsilon decay) starts from it,
 #: so a restarted worker explores as far into the run as its peers, not from the start.
 FLEET_PROGRESS_KEY = "fleet_env_steps_per_worker"
+#: a key the learner adds to every weights ``info``: the samples (one per env step) it had taken in
+#: when it published them. Evaluations keep it as their ``env_steps``, so runs compare at equal data.
+INGESTED_KEY = "env_steps_ingested"
 
 
 @attrs.frozen

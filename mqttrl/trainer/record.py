@@ -21,7 +21,21 @@ from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, sc
 log = logging.getLogger("mqttrl.train")
 
 EPISODE_COLUMNS = ["wall_s", "worker", "env", "return", "length", "terminated", "model_version", "worker_env_steps"]
-EVAL_COLUMNS = ["wall_s", "model_version", "env_steps", "episodes", "mean", "std", "min", "max", "eval_s", "training_s"]
+#: ``env_steps``: all workers' env steps when the result came in; ``model_env_steps``: those the learner
+#: had taken in when it published the evaluated model (the data it was trained on: curves by env step)
+EVAL_COLUMNS = [
+    "wall_s",
+    "model_version",
+    "env_steps",
+    "episodes",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "eval_s",
+    "training_s",
+    "model_env_steps",
+]
 
 
 def _append_csv(path: Path, columns: list[str]):
@@ -82,6 +96,7 @@ class RunRecord:
                 "env_steps": sum(self.env_steps_by_worker.values()),
                 **{k: result[k] for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
                 "training_s": result.get("training_s"),
+                "model_env_steps": result.get("env_steps"),
             }
             self.evals.append(row)
             self._evals.writerow(list(row.values()))
@@ -104,6 +119,23 @@ class RunRecord:
         }
         write_best_dir(self.run_dir / "best", files)
         self.best_score = score
+
+    def curve(self) -> list[dict]:
+        """Every greedy evaluation, in order, by env step and by clock (summary.json's ``curve``):
+        ``env_steps`` the evaluated model was trained on (the learner's count at its publication;
+        all workers' count when the result came in if the learner did not say), ``wall_s`` since the
+        start, ``training_s`` from the first model to this one, the model version and the mean."""
+        with self._lock:
+            return [
+                {
+                    "env_steps": e["model_env_steps"] if e["model_env_steps"] is not None else e["env_steps"],
+                    "wall_s": e["wall_s"],
+                    "training_s": e["training_s"],
+                    "model_version": e["model_version"],
+                    "mean": e["mean"],
+                }
+                for e in self.evals
+            ]
 
     def evaluation_of(self, version: int) -> dict | None:
         """The last evaluation of model ``version``, if any."""
@@ -156,12 +188,20 @@ class RunRecord:
             "final_eval_mean": f["mean"] if f else None,
             "final_model_version": f["model_version"] if f else None,
             "evaluations": len(self.evals),
+            "curve": self.curve(),
             "env_steps": self.env_steps,
             "episodes": view["episodes"],
             "updates": view["learner"].get("updates"),
             "model_version": model_version,
             "workers": view["workers"],  # workers that announced themselves during the run
             "rejected": view["learner"].get("rejected", {}),
+            # real-time workers' control periods (None: no worker stepped in real time), and where the
+            # learner's and the workers' time went, per block (seconds over the run)
+            "realtime": view["learner"].get("realtime"),
+            "timing": {
+                "learner": view["learner"].get("timing_total"),
+                "workers": view["learner"].get("worker_timing_total"),
+            },
         }
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from mqttrl.envs.make import make_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY
 from mqttrl.plugin.manager import UnknownPluginError, get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
@@ -303,7 +303,7 @@ class LearnerNode:
         for ``best/`` is float32. How often this runs is bounded by ``learner.weights_every_s``
         (the core opens versions no faster), which bounds every worker's weight traffic."""
         tensors, info = self.algo.export_weights()
-        info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker()}
+        info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker(), INGESTED_KEY: self.core.samples_total}
         head = (self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
         exact = encode_weights(*head, epoch=self.core.epoch)
         wire_dtype = self.lc.weights_dtype

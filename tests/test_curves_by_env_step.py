@@ -1,0 +1,76 @@
+"""Curves by env step: each greedy evaluation keeps the env steps its model was trained on (the
+learner's count when it published the weights), in the evaluator's result, ``evaluations.csv``,
+``summary.json``'s ``curve``, telemetry's eval point and ``Result.curve``."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+
+from mqttrl.api import Result, make_config
+from mqttrl.config import write_resolved
+from mqttrl.nodes.evaluator import model_env_steps
+from mqttrl.plugin.algorithm import INGESTED_KEY
+from mqttrl.trainer.record import RunRecord
+from mqttrl.wire import decode_weights, encode_weights
+
+
+def _weights(version: int, info: dict):
+    tensors = {"w": np.zeros(2, np.float32)}
+    return decode_weights(encode_weights(version, "dqn", "r", tensors, info))
+
+
+def test_the_weights_info_carries_the_learners_env_steps_to_the_evaluator():
+    assert model_env_steps(_weights(3, {INGESTED_KEY: 1234})) == 1234
+    for bad in ({}, {INGESTED_KEY: -1}, {INGESTED_KEY: "12"}, {INGESTED_KEY: True}, {INGESTED_KEY: 1.5}):
+        assert model_env_steps(_weights(3, bad)) is None
+
+
+def _result(version: int, mean: float, **extra) -> dict:
+    return {"model_version": version, "episodes": 2, "mean": mean, "std": 0.0, "min": mean, "max": mean, **extra}
+
+
+def test_the_record_keeps_each_evaluation_at_its_models_env_steps(tmp_path):
+    cfg = make_config(None, max_seconds=5)
+    rec = RunRecord(cfg, tmp_path)
+    rec.on_episode("w0", {"env": 0, "return": 1.0, "length": 1, "env_steps": 5000})
+    # the result comes in when the workers are at 5000 steps; the model was published at 3000
+    rec.on_evaluation({**_result(3, 50.0), "eval_s": 0.1, "env_steps": 3000}, None, b"m3")
+    rec.on_evaluation({**_result(4, 60.0), "eval_s": 0.1}, None, b"m4")  # a learner that does not say
+    write_resolved(cfg, tmp_path / "config.json")
+    summary = {**rec.summary("time budget", 9.0, {"episodes": 1, "learner": {}, "workers": 1}, 4)}
+    rec.close()
+    assert [(c["env_steps"], c["model_version"], c["mean"]) for c in summary["curve"]] == [
+        (3000, 3, 50.0),
+        (5000, 4, 60.0),
+    ]
+    with open(tmp_path / "evaluations.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["env_steps"], r["model_env_steps"]) for r in rows] == [("5000", "3000"), ("5000", "")]
+    summary["run_dir"] = str(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    r = Result.from_run_dir(tmp_path)
+    assert [(steps, mean) for steps, _, mean in r.curve] == [(3000, 50.0), (5000, 60.0)]
+
+
+def test_telemetry_keeps_the_env_steps_of_an_evaluation(shared_mosquitto):
+    from mqttrl.nodes.telemetry import TelemetryNode
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire import encode_json
+
+    points = []
+
+    class Keep:
+        def write(self, batch):
+            points.extend(batch)
+
+        def close(self):
+            pass
+
+    node = TelemetryNode(BrokerSettings(url=shared_mosquitto.url), "r", [Keep()])
+    node.on_eval("train", encode_json(_result(7, 80.0, env_steps=4200)))
+    node.on_eval("train", encode_json(_result(8, 81.0)))
+    evals = [p for p in points if p.measurement == "eval"]
+    assert evals[0].fields["env_steps"] == 4200 and "env_steps" not in evals[1].fields
