@@ -506,6 +506,7 @@ def test_registrations_are_attributed_to_their_plugin(corridor_site, registry_fr
         "gym/": "gym_envs",
         "atari/": "atari_envs",
         "minatar/": "minatar_envs",
+        "screen": "screen_envs",
         CORRIDOR_ENV: "corridor",
     }
     assert {n: r.plugin for n, r in reg.storages.items()} == {

@@ -1,0 +1,57 @@
+"""Screen pixels in: mss grabs a region, this turns it into an RGB frame and an observation.
+
+mss reads the X server's (or Windows') framebuffer directly: one call per frame, BGRA bytes.
+The reward function gets the full-resolution RGB frame (a score's digits need it); the agent
+gets it shrunk to ``size`` with OpenCV's area filter, gray or RGB, as uint8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .window import Region, ScreenEnvError
+
+
+class Grabber:
+    """One mss instance grabbing one region (mss instances are per thread: make this where it is used)."""
+
+    def __init__(self, region: Region, display: str | None = None):
+        try:
+            import mss
+        except ImportError:
+            raise ScreenEnvError("screen env: screen capture needs mss: pip install 'mqttrl[screen]'") from None
+        make = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 spells it MSS
+        kwargs = {"display": display} if display else {}
+        try:
+            self.sct = make(**kwargs)
+        except Exception as e:  # mss raises its own ScreenShotError (no display, no XRandR ...)
+            raise ScreenEnvError(f"screen env: cannot capture the screen of {display or '$DISPLAY'!r}: {e}") from None
+        self.region = region
+        self.monitor = region.as_monitor()
+
+    def grab(self) -> np.ndarray:
+        """The region now, RGB uint8 ``(height, width, 3)``."""
+        shot = self.sct.grab(self.monitor)
+        bgra = np.frombuffer(shot.raw, dtype=np.uint8).reshape(shot.height, shot.width, 4)
+        return bgra[:, :, 2::-1]
+
+    def close(self) -> None:
+        self.sct.close()
+
+
+def shrink(frame: np.ndarray, width: int, height: int, gray: bool) -> np.ndarray:
+    """``frame`` (H, W, 3) RGB as the agent sees it: ``(height, width)`` gray or ``(height, width, 3)``."""
+    try:
+        import cv2
+    except ImportError:  # nearest pixel: no OpenCV needed, coarser
+        ys = np.linspace(0, frame.shape[0] - 1, height).astype(np.intp)
+        xs = np.linspace(0, frame.shape[1] - 1, width).astype(np.intp)
+        small = frame[ys][:, xs]
+        if gray:
+            small = (small @ np.array([0.299, 0.587, 0.114])).astype(np.uint8)
+        return np.ascontiguousarray(small)
+    if gray:
+        frame = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2GRAY)
+    if frame.shape[:2] != (height, width):
+        frame = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(frame)

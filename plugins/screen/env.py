@@ -1,0 +1,161 @@
+"""The screen kit's env: a game's window in, its keys out, reward and end from the user's function.
+
+A step holds the action's keys (only changes are sent), waits until ``step_s`` after the last
+frame, grabs the window, hands the full-size RGB frame to the reward function and returns the
+shrunk, stacked frames. The game runs on its own clock all along: this env never pauses it.
+It also speaks mqttrl's real-time protocol (``send_action``/``read_obs``), so with
+``[env] control_hz`` the worker's clock paces it instead of ``step_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .capture import Grabber, shrink
+from .keys import make_keyboard
+from .options import check_result, load_reward, parse_options
+from .window import Region, ScreenEnvError, find_window
+
+
+class ScreenEnv(gym.Env):
+    """``id = "screen"``: see :class:`~.options.ScreenOptions` for the kwargs."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's class attribute)
+
+    def __init__(self, **kwargs: Any):
+        self.opts = o = parse_options(kwargs)
+        self.display = o.display or None
+        self.window = find_window(o.window, self.display, o.window_exact) if o.window else None
+        self.region = self.window.region if self.window else Region(*o.region)
+        self.actions = [tuple(k) for k in o.keys]
+        self.keyboard = make_keyboard(
+            o.keys_backend, self.display, self.window.handle if o.focus and self.window else None
+        )
+        self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
+        self.reward_fn = load_reward(o.reward)
+        self.action_space = gym.spaces.Discrete(len(self.actions))
+        shape = (o.height, o.width) if o.gray else (o.height, o.width, 3)
+        self.observation_space = gym.spaces.Box(0, 255, self._stacked_shape(shape), np.uint8)
+        self.frames: deque[np.ndarray] = deque(maxlen=o.frame_stack)
+        self._grabber: Grabber | None = None
+        self._grabber_thread = 0
+        self.last_frame_at = 0.0
+        self.steps = 0
+        #: seconds the last grab took (the window's pixels to an RGB array)
+        self.last_grab_s = 0.0
+
+    def _stacked_shape(self, frame_shape: tuple[int, ...]) -> tuple[int, ...]:
+        h, w = frame_shape[:2]
+        channels = 1 if len(frame_shape) == 2 else 3
+        return (self.opts.frame_stack * channels, h, w)  # channels first, as the CNN torsos take them
+
+    # ---- pixels
+    def grab(self) -> np.ndarray:
+        """The window now, full size RGB (a grabber per thread: mss instances are not shared)."""
+        if self._grabber is None or self._grabber_thread != threading.get_ident():
+            self._grabber = Grabber(self.region, self.display)
+            self._grabber_thread = threading.get_ident()
+        t = time.perf_counter()
+        frame = self._grabber.grab()
+        self.last_frame_at = time.monotonic()
+        self.last_grab_s = time.perf_counter() - t
+        return frame
+
+    def observe(self, frame: np.ndarray) -> np.ndarray:
+        """Push ``frame`` onto the stack; the stacked observation, channels first."""
+        small = shrink(frame, self.opts.width, self.opts.height, self.opts.gray)
+        if not self.frames:
+            self.frames.extend([small] * self.opts.frame_stack)
+        else:
+            self.frames.append(small)
+        if self.opts.gray:
+            return np.stack(self.frames)
+        return np.concatenate([f.transpose(2, 0, 1) for f in self.frames])
+
+    def judge(self, frame: np.ndarray) -> tuple[float, bool]:
+        return check_result(self.opts.reward, self.reward_fn(frame))
+
+    # ---- gymnasium
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.keyboard.release_all()
+        if self.window is not None:  # the game may have moved or been restarted
+            self._refind()
+        if self.opts.reset_keys:
+            self.keyboard.tap(self.opts.reset_keys)
+        frame = self._wait_for_start()
+        if hasattr(self.reward_fn, "reset"):
+            self.reward_fn.reset(frame)
+        self.frames.clear()
+        self.steps = 0
+        return self.observe(frame), {}
+
+    def _refind(self) -> None:
+        self.window = find_window(self.window.title, self.display, exact=True)
+        if self.window.region != self.region:
+            self.region = self.window.region
+            self._grabber = None
+
+    def _wait_for_start(self) -> np.ndarray:
+        deadline = time.monotonic() + self.opts.reset_timeout_s
+        while True:
+            frame = self.grab()
+            _, done = self.judge(frame)
+            if not done:
+                return frame
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"screen env: the game is still over {self.opts.reset_timeout_s:g} s after reset "
+                    f"(reset_keys = {self.opts.reset_keys}); does a key restart it?"
+                )
+            time.sleep(0.02)
+
+    # ---- the real-time protocol (mqttrl.envs.realtime): [env] control_hz keeps the clock
+    def send_action(self, action: int) -> None:
+        """Hold the keys of ``action`` from now on (returns at once)."""
+        self.keyboard.hold(self.actions[int(action)])
+
+    def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait."""
+        frame = self.grab()
+        reward, done = self.judge(frame)
+        self.steps += 1
+        truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
+        if done or truncated:
+            self.keyboard.release_all()
+        return self.observe(frame), reward, done, truncated, {}
+
+    def step(self, action):
+        """The action's keys, a wait until ``step_s`` after the last frame, the frame then."""
+        self.send_action(action)
+        wait = self.last_frame_at + self.opts.step_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        return self.read_obs()
+
+    def close(self) -> None:
+        try:
+            self.keyboard.close()
+        finally:
+            if self._grabber is not None:
+                try:
+                    self._grabber.close()
+                except Exception:
+                    pass
+                self._grabber = None
+
+
+def make_screen_env(**kwargs: Any) -> ScreenEnv:
+    """``id = "screen"``: the screen kit's env (a :class:`ScreenEnvError` is one line)."""
+    try:
+        return ScreenEnv(**kwargs)
+    except ScreenEnvError:
+        raise
+    except TypeError as e:  # a kwarg of the wrong type reached a constructor
+        raise ScreenEnvError(f"screen env: {e}") from None

@@ -1,0 +1,162 @@
+"""Synthetic key presses: the keys of an action are held down for the whole step.
+
+Two backends, one interface (:class:`Keyboard`): ``xtest`` (Linux/X11: python-xlib's XTest
+extension on the display the game is on, in this process, no subprocess per key) and ``pynput``
+(Windows and macOS through pynput; untested here). Key names are X keysym names, as ``xdotool``
+spells them: ``Left``, ``Right``, ``Up``, ``Down``, ``space``, ``Return``, ``Escape``, ``Shift_L``,
+``a`` ... Only changes are sent: :meth:`Keyboard.hold` releases the keys no longer wanted and
+presses the new ones, so a key held over several steps is one press.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+from .window import ScreenEnvError
+
+#: X keysym names -> pynput ``Key`` attribute names (single characters go as characters)
+PYNPUT_NAMES = {
+    "Return": "enter",
+    "BackSpace": "backspace",
+    "Escape": "esc",
+    "Shift_L": "shift_l",
+    "Shift_R": "shift_r",
+    "Control_L": "ctrl_l",
+    "Control_R": "ctrl_r",
+    "Alt_L": "alt_l",
+    "Alt_R": "alt_r",
+    "Prior": "page_up",
+    "Next": "page_down",
+}
+
+
+class Keyboard:
+    """Presses and releases named keys; subclasses send them (:meth:`_send`)."""
+
+    def __init__(self) -> None:
+        self.held: frozenset[str] = frozenset()
+
+    def check(self, names: Iterable[str]) -> None:
+        """Raises :class:`ScreenEnvError` for a name this backend cannot press."""
+
+    def hold(self, keys: Iterable[str]) -> None:
+        """Exactly ``keys`` down from now on: release the others, press the new ones."""
+        wanted = frozenset(keys)
+        for k in sorted(self.held - wanted):
+            self._send(k, False)
+        for k in sorted(wanted - self.held):
+            self._send(k, True)
+        self.held = wanted
+        self._flush()
+
+    def tap(self, keys: Iterable[str], hold_s: float = 0.05) -> None:
+        """Press ``keys`` for ``hold_s`` (long enough for a game that polls once a frame), then release all."""
+        self.hold(keys)
+        time.sleep(hold_s)
+        self.hold(())
+
+    def release_all(self) -> None:
+        self.hold(())
+
+    def close(self) -> None:
+        self.release_all()
+
+    def _send(self, key: str, down: bool) -> None:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        pass
+
+
+class XTestKeyboard(Keyboard):
+    """XTest key events on ``display``; ``focus_window`` (an X window id) gets the input focus
+    first, so the keys reach the game even with no window manager (Xvfb)."""
+
+    def __init__(self, display: str | None = None, focus_window: int | None = None):
+        super().__init__()
+        try:
+            from Xlib import XK, X
+            from Xlib import display as xdisplay
+            from Xlib.ext import xtest
+        except ImportError:
+            raise ScreenEnvError("screen env: keys on Linux need python-xlib: pip install 'mqttrl[screen]'") from None
+        self._X, self._XK, self._xtest = X, XK, xtest
+        self.d = xdisplay.Display(display)
+        if not self.d.has_extension("XTEST"):
+            raise ScreenEnvError(
+                f"screen env: X display {display or '$DISPLAY'!r} has no XTEST extension: cannot press keys"
+            )
+        self.codes: dict[str, int] = {}
+        if focus_window is not None:
+            win = self.d.create_resource_object("window", focus_window)
+            win.set_input_focus(X.RevertToParent, X.CurrentTime)
+            self.d.sync()
+
+    def check(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._code(name)
+
+    def _code(self, name: str) -> int:
+        if name not in self.codes:
+            sym = self._XK.string_to_keysym(name)
+            code = self.d.keysym_to_keycode(sym) if sym else 0
+            if not code:
+                raise ScreenEnvError(
+                    f"screen env: unknown key {name!r}: use X keysym names (Left, Right, space, Return, a ...)"
+                )
+            self.codes[name] = code
+        return self.codes[name]
+
+    def _send(self, key: str, down: bool) -> None:
+        self._xtest.fake_input(self.d, self._X.KeyPress if down else self._X.KeyRelease, self._code(key))
+
+    def _flush(self) -> None:
+        self.d.sync()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.d.close()
+
+
+class PynputKeyboard(Keyboard):  # pragma: no cover (Windows/macOS: untested here)
+    """pynput's keyboard Controller (SendInput on Windows): keys go to the focused window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        try:
+            from pynput import keyboard
+        except ImportError:
+            raise ScreenEnvError("screen env: keys on this system need pynput: pip install 'mqttrl[screen]'") from None
+        self._kb = keyboard
+        self.controller = keyboard.Controller()
+
+    def _key(self, name: str):
+        if len(name) == 1:
+            return self._kb.KeyCode.from_char(name)
+        attr = PYNPUT_NAMES.get(name, name.lower())
+        key = getattr(self._kb.Key, attr, None)
+        if key is None:
+            raise ScreenEnvError(
+                f"screen env: unknown key {name!r}: use X keysym names (Left, Right, space, Return, a ...)"
+            )
+        return key
+
+    def check(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._key(name)
+
+    def _send(self, key: str, down: bool) -> None:
+        (self.controller.press if down else self.controller.release)(self._key(key))
+
+
+def make_keyboard(backend: str, display: str | None, focus_window: int | None) -> Keyboard:
+    """``auto``: XTest on Linux, pynput elsewhere."""
+    if backend == "auto":
+        backend = "pynput" if sys.platform in ("win32", "darwin") else "xtest"
+    if backend == "xtest":
+        return XTestKeyboard(display, focus_window)
+    return PynputKeyboard()

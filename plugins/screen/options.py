@@ -1,0 +1,146 @@
+"""The screen kit's options (the ``[env.kwargs]`` of a config), checked at once: a wrong one is
+one line naming it and what is allowed, before any window is looked for."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from .window import ScreenEnvError
+
+
+@dataclass
+class ScreenOptions:
+    """What ``[env.kwargs]`` may say for ``id = "screen"`` (docs/real-time.md has the TOML)."""
+
+    #: action index -> the keys held during that step (X keysym names), e.g. ``[[], ["Left"], ["Right"]]``
+    keys: list = field(default_factory=list)
+    #: ``"module:function"``: frame -> (reward, done); a class is instantiated once per env
+    reward: str = ""
+    #: the window's title (a case-insensitive part of it unless ``window_exact``)
+    window: str = ""
+    window_exact: bool = False
+    #: or a fixed screen region ``[left, top, width, height]`` instead of a window
+    region: list = field(default_factory=list)
+    #: X display (``":99"``); default ``$DISPLAY``. Ignored on Windows
+    display: str = ""
+    #: observation size: one int (square) or ``[width, height]``
+    size: Any = 84
+    gray: bool = True
+    frame_stack: int = 4
+    #: time from one frame to the next (0: capture at once, when another clock paces the steps)
+    step_s: float = 0.05
+    #: keys tapped at reset (a game's "restart"); the reset then waits until the game is not over
+    reset_keys: list = field(default_factory=list)
+    reset_timeout_s: float = 10.0
+    #: steps before an episode is cut (truncated); 0: only the reward function ends episodes
+    max_episode_steps: int = 0
+    #: ``auto`` (XTest on Linux, pynput elsewhere), ``xtest`` or ``pynput``
+    keys_backend: str = "auto"
+    #: give the window the keyboard focus when the env starts (XTest)
+    focus: bool = True
+
+    @property
+    def width(self) -> int:
+        return self.size if isinstance(self.size, int) else self.size[0]
+
+    @property
+    def height(self) -> int:
+        return self.size if isinstance(self.size, int) else self.size[1]
+
+
+def _fail(key: str, value: Any, expected: str) -> None:
+    raise ScreenEnvError(f"screen env: {key}={value!r}: {expected}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
+    """``kwargs`` as :class:`ScreenOptions`; an unknown key or a bad value is a :class:`ScreenEnvError`."""
+    allowed = [f.name for f in fields(ScreenOptions)]
+    for key in kwargs:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ScreenEnvError(f"screen env: unknown option {key!r}{hint}; options: {', '.join(allowed)}")
+    o = ScreenOptions(**kwargs)
+    if not o.keys or not all(isinstance(k, list) and all(isinstance(n, str) for n in k) for k in o.keys):
+        _fail("keys", o.keys, 'a list of key lists, one per action, e.g. [[], ["Left"], ["Right"]]')
+    if not isinstance(o.reward, str) or o.reward.count(":") != 1:
+        _fail("reward", o.reward, 'give "module:function", a function of the frame returning (reward, done)')
+    if bool(o.window) == bool(o.region):
+        raise ScreenEnvError('screen env: give either window = "<title>" or region = [left, top, width, height]')
+    if o.region and not (len(o.region) == 4 and all(_is_int(v) for v in o.region) and min(o.region[2:]) > 0):
+        _fail("region", o.region, "[left, top, width, height] in pixels, width and height > 0")
+    size_ok = (_is_int(o.size) and o.size > 0) or (
+        isinstance(o.size, list) and len(o.size) == 2 and all(_is_int(v) and v > 0 for v in o.size)
+    )
+    if not size_ok:
+        _fail("size", o.size, "a positive int or [width, height]")
+    if not _is_int(o.frame_stack) or o.frame_stack < 1:
+        _fail("frame_stack", o.frame_stack, "an int >= 1")
+    for key in ("step_s", "reset_timeout_s"):
+        v = getattr(o, key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            _fail(key, v, "seconds, >= 0")
+    if not _is_int(o.max_episode_steps) or o.max_episode_steps < 0:
+        _fail("max_episode_steps", o.max_episode_steps, "an int >= 0")
+    if o.keys_backend not in ("auto", "xtest", "pynput"):
+        _fail("keys_backend", o.keys_backend, '"auto", "xtest" or "pynput"')
+    if not all(isinstance(n, str) for n in o.reset_keys):
+        _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
+    return o
+
+
+def load_reward(spec: str) -> Callable:
+    """The user's reward function from ``"module:function"`` (a class: one new instance). The module
+    is imported as Python would, then from the working directory (where a user's ``mygame.py`` sits)."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = _import(module_name)
+    except Exception as e:
+        raise ScreenEnvError(f"screen env: reward {spec!r}: cannot import module {module_name!r} ({e})") from None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        names = [n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))]
+        close = difflib.get_close_matches(attr, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ScreenEnvError(f"screen env: reward {spec!r}: module {module_name!r} has no {attr!r}{hint}")
+    if inspect.isclass(obj):
+        obj = obj()
+    if not callable(obj):
+        raise ScreenEnvError(f"screen env: reward {spec!r} is not callable: give a function of the frame")
+    return obj
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        cwd = os.getcwd()
+        if e.name != name.split(".")[0] or cwd in sys.path:
+            raise
+        sys.path.append(cwd)  # console scripts do not put the working directory on sys.path
+        return importlib.import_module(name)
+
+
+def check_result(spec: str, result: Any) -> tuple[float, bool]:
+    """What the reward function returned, as ``(reward, done)``; anything else is one clear line."""
+    ok = isinstance(result, tuple) and len(result) == 2
+    try:
+        reward, done = (float(result[0]), result[1]) if ok else (0.0, None)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not isinstance(done, bool | int | np.bool_):
+        raise ScreenEnvError(f"screen env: reward {spec!r} returned {result!r}: it must return (reward, done)")
+    return reward, bool(done)

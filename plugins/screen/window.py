@@ -1,0 +1,154 @@
+"""Where a game's pixels are: a window found by its title, or a fixed screen region.
+
+Linux (X11, Xvfb included): python-xlib walks the window tree for a window whose title
+(``_NET_WM_NAME`` or ``WM_NAME``) matches, and translates its inside to root-window coordinates,
+so the region is the window's client area exactly (no hand-tuned border offsets).
+Windows: ``FindWindowW`` and ``GetClientRect``/``ClientToScreen`` through ctypes (untested here).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+
+class ScreenEnvError(ValueError):
+    """A screen-kit setting or a game that cannot be used: one line that says what to do."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """A rectangle on the screen, in pixels (what mss grabs: ``left, top, width, height``)."""
+
+    left: int
+    top: int
+    width: int
+    height: int
+
+    def as_monitor(self) -> dict[str, int]:
+        return {"left": self.left, "top": self.top, "width": self.width, "height": self.height}
+
+
+@dataclass(frozen=True)
+class Window:
+    """A found window: its id (X window id or HWND) and where its inside is on the screen."""
+
+    handle: int
+    title: str
+    region: Region
+
+
+def matches(title: str, wanted: str, exact: bool) -> bool:
+    return title == wanted if exact else wanted.lower() in title.lower()
+
+
+def find_window(title: str, display: str | None = None, exact: bool = False) -> Window:
+    """The one window whose title is ``title`` (``exact``) or contains it (case-insensitive);
+    a missing or ambiguous title is a :class:`ScreenEnvError` naming the windows there are."""
+    if sys.platform == "win32":
+        return _find_window_win32(title, exact)
+    return _find_window_x11(title, display, exact)
+
+
+def _open_display(display: str | None):
+    try:
+        from Xlib import display as xdisplay
+        from Xlib import error as xerror
+    except ImportError:
+        raise ScreenEnvError(
+            "screen env: the screen kit needs python-xlib on Linux: pip install 'mqttrl[screen]'"
+        ) from None
+    try:
+        return xdisplay.Display(display)
+    except (xerror.DisplayError, xerror.ConnectionClosedError) as e:
+        raise ScreenEnvError(f"screen env: cannot open X display {display or '$DISPLAY'!r}: {e}") from None
+
+
+def _x11_title(d, win) -> str:
+    for atom_name in ("_NET_WM_NAME", "WM_NAME"):
+        atom = d.intern_atom(atom_name)
+        prop = win.get_full_property(atom, 0)
+        if prop is not None and prop.value:
+            value = prop.value
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return ""
+
+
+def _x11_windows(d, root) -> list[tuple[object, str]]:
+    """Every viewable window under ``root`` that has a title, depth first."""
+    from Xlib import X
+    from Xlib import error as xerror
+
+    found, stack = [], list(root.query_tree().children)
+    while stack:
+        win = stack.pop()
+        try:
+            if win.get_attributes().map_state != X.IsViewable:
+                continue
+            title = _x11_title(d, win)
+            stack.extend(win.query_tree().children)
+        except xerror.XError:  # a window that went away while we looked
+            continue
+        if title:
+            found.append((win, title))
+    return found
+
+
+def _find_window_x11(title: str, display: str | None, exact: bool) -> Window:
+    d = _open_display(display)
+    try:
+        root = d.screen().root
+        windows = _x11_windows(d, root)
+        hits = [(w, t) for w, t in windows if matches(t, title, exact)]
+        _check_one(title, hits, [t for _, t in windows])
+        win, name = hits[0]
+        geom = win.get_geometry()
+        origin = win.translate_coords(root, 0, 0)  # the window's (0, 0) in root coordinates
+        region = Region(-origin.x, -origin.y, geom.width, geom.height)
+        return Window(win.id, name, region)
+    finally:
+        d.close()
+
+
+def _check_one(title: str, hits: list, titles: list[str]) -> None:
+    if len(hits) == 1:
+        return
+    if not hits:
+        there = ", ".join(repr(t) for t in sorted(set(titles))[:10]) or "none"
+        raise ScreenEnvError(
+            f"screen env: no window titled {title!r} (windows with a title: {there}); is the game running?"
+        )
+    names = ", ".join(repr(t) for _, t in hits[:5])
+    raise ScreenEnvError(
+        f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true"
+    )
+
+
+def _find_window_win32(title: str, exact: bool) -> Window:  # pragma: no cover (Windows: untested here)
+    import ctypes
+    from ctypes import wintypes
+
+    user32 = ctypes.windll.user32  # type: ignore[attr-defined]
+    user32.SetProcessDPIAware()  # physical pixels, as mss grabs them
+    hits: list[tuple[int, str]] = []
+    titles: list[str] = []
+
+    @ctypes.WINFUNCTYPE(wintypes.BOOL, wintypes.HWND, wintypes.LPARAM)
+    def visit(hwnd, _):
+        if user32.IsWindowVisible(hwnd):
+            n = user32.GetWindowTextLengthW(hwnd)
+            buf = ctypes.create_unicode_buffer(n + 1)
+            user32.GetWindowTextW(hwnd, buf, n + 1)
+            if buf.value:
+                titles.append(buf.value)
+                if matches(buf.value, title, exact):
+                    hits.append((hwnd, buf.value))
+        return True
+
+    user32.EnumWindows(visit, 0)
+    _check_one(title, hits, titles)
+    hwnd, name = hits[0]
+    rect, origin = wintypes.RECT(), wintypes.POINT(0, 0)
+    user32.GetClientRect(hwnd, ctypes.byref(rect))
+    user32.ClientToScreen(hwnd, ctypes.byref(origin))
+    return Window(hwnd, name, Region(origin.x, origin.y, rect.right - rect.left, rect.bottom - rect.top))

@@ -1,0 +1,71 @@
+"""A real X display for the screen kit's tests: Xvfb on a free display number, and the Catch game
+(plugins/screen/demo_game.py) in its own process, in a window on it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .servers import stop_server
+
+
+class Xvfb:
+    """An Xvfb server; Xvfb picks a free display number itself (``-displayfd``)."""
+
+    def __init__(self, workdir: Path, size: str = "640x480"):
+        if not shutil.which("Xvfb"):
+            pytest.fail("Xvfb is not on PATH: apt-get install xvfb (scripts/test.sh does this)")
+        self.log = open(workdir / "xvfb.log", "ab")
+        read, write = os.pipe()
+        self.proc = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp", "-ac"],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write,),
+        )
+        os.close(write)
+        with os.fdopen(read) as f:
+            number = f.readline().strip()
+        if not number:
+            self.stop()
+            pytest.fail(f"Xvfb gave no display number; see {workdir / 'xvfb.log'}")
+        self.display = f":{number}"
+
+    def stop(self) -> None:
+        stop_server(self.proc, self.log, timeout=5.0)
+
+
+class Game:
+    """Catch (``python -m mqttrl_plugins.screen.demo_game``) on ``display``, until :meth:`stop`."""
+
+    def __init__(self, display: str, workdir: Path, title: str, *args: str):
+        self.title = title
+        self.log = open(workdir / f"game-{time.monotonic_ns()}.log", "ab")
+        env = dict(os.environ, DISPLAY=display, SDL_AUDIODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1")
+        env.pop("SDL_VIDEODRIVER", None)  # a real X window, not pygame's dummy driver
+        argv = [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title, *args]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.display = display
+
+    def wait_window(self, timeout: float = 15.0):
+        """The game's window once it is mapped (fails with the game's log when it does not come)."""
+        from mqttrl_plugins.screen.window import ScreenEnvError, find_window
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return find_window(self.title, self.display, exact=True)
+            except ScreenEnvError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.log.flush()
+                    pytest.fail(f"the game's window did not appear: {Path(self.log.name).read_text()[-2000:]}")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        stop_server(self.proc, self.log, timeout=5.0)
