@@ -218,27 +218,6 @@ class DQNParams:
         if self.v_min is not None and self.v_max is not None and not self.v_min < self.v_max:
             raise ConfigError(f"v_min={self.v_min}, v_max={self.v_max}: v_min must be < v_max")
 
-
-# --------------------------------------------------------------------------
-# 2. Spaces and the network description
-# --------------------------------------------------------------------------
-
-
-def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[ObsSize, int]:
-    """Observation size (flattened) and action count; Box observations of uint8, bool or float
-    dtype -> Discrete actions. The size is an :class:`~mqttrl.nets.ObsSize`: an ``int`` that also
-    keeps the observation's shape and dtype, which :func:`net_info` describes the torso from."""
-    if not isinstance(act_space, gym.spaces.Discrete):
-        raise TypeError(f"dqn needs a Discrete action space, got {act_space!r}")
-    if act_space.start != 0:
-        raise TypeError(f"dqn needs actions numbered from 0, got {act_space!r}")
-    return ObsSize.of(obs_space, "dqn"), int(act_space.n)
-
-
-def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
-    """The Q-network as the weights' ``info`` describes it (and checkpoints check it).
-
-    A torso (:mod:`mqttrl.nets`, its tensors under ``trunk.``), then ``value`` and ``advantage``
     def _derive_support(self) -> None:
         """C51's support from ``reward_max`` (one log line), or one clear error: a support that
         does not span the game's returns clips every target to its edge atoms, silently."""
@@ -261,6 +240,27 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
             self.gamma,
         )
 
+
+# --------------------------------------------------------------------------
+# 2. Spaces and the network description
+# --------------------------------------------------------------------------
+
+
+def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[ObsSize, int]:
+    """Observation size (flattened) and action count; Box observations of uint8, bool or float
+    dtype -> Discrete actions. The size is an :class:`~mqttrl.nets.ObsSize`: an ``int`` that also
+    keeps the observation's shape and dtype, which :func:`net_info` describes the torso from."""
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise TypeError(f"dqn needs a Discrete action space, got {act_space!r}")
+    if act_space.start != 0:
+        raise TypeError(f"dqn needs actions numbered from 0, got {act_space!r}")
+    return ObsSize.of(obs_space, "dqn"), int(act_space.n)
+
+
+def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
+    """The Q-network as the weights' ``info`` describes it (and checkpoints check it).
+
+    A torso (:mod:`mqttrl.nets`, its tensors under ``trunk.``), then ``value`` and ``advantage``
     heads (dueling) or one ``head``; the torch ``QNetwork`` and the numpy forward both follow
     this layout. An MLP over float observations (``trunk.{0,2,...}`` Linear + ReLU) is described
     by ``obs_dim`` and ``hidden`` alone, as before there were other torsos (so older weights and
