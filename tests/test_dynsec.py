@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 from helpers.paths import REPO
@@ -19,8 +20,11 @@ from helpers.servers import stop_server
 from mqttrl import cli
 from mqttrl.broker import dynsec
 from mqttrl.broker.embedded import _wait_port, free_port
+from mqttrl.config import from_dict
+from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import TABLE, Kind, Topics
+from mqttrl.wire import Rejected, encode_json
 
 PLUGIN = dynsec.find_plugin()
 needs_plugin = pytest.mark.skipif(PLUGIN is None, reason="mosquitto_dynamic_security.so is not installed")
@@ -296,7 +300,7 @@ def test_worker_names_from_a_count_or_a_list():
         "mqttrl/A/episodes/w0",
         "mqttrl/A/heartbeat/w0",
         "mqttrl/A/state/workers/w0",
-        "mqttrl/A/infer/+/request",
+        "mqttrl/A/infer/w0/request",
     }
 
 
@@ -528,13 +532,11 @@ def test_remote_inference_stays_in_its_run(dynsec_broker):
     peers = [_peer(b, a_creds, "inference"), _peer(b, b_creds, "inference"), _peer(b, a_creds, "worker")]
     server_a, server_b, worker = peers
     try:
-        assert server_a.subscribe(ta.shared_infer_requests()) and server_a.subscribe(ta.infer_request("s0"))
-        assert not server_b.subscribe(ta.shared_infer_requests()) and not server_b.subscribe(ta.infer_request("s0"))
+        assert server_a.subscribe(ta.shared_infer_requests()) and server_a.subscribe(ta.all_infer_requests)
+        assert not server_b.subscribe(ta.shared_infer_requests()) and not server_b.subscribe(ta.all_infer_requests)
         assert worker.subscribe(ta.infer_reply("w0")) and worker.subscribe(ta.all_inference_states)
-        worker.publish(ta.infer_request(), b"pool request")
-        worker.publish(ta.infer_request("s0"), b"direct request")
-        assert server_a.wait_for(ta.infer_request()) == [b"pool request"]
-        assert server_a.wait_for(ta.infer_request("s0")) == [b"direct request"]
+        worker.publish(ta.infer_request("w0"), b"request")
+        assert set(server_a.wait_for(ta.infer_request("w0"))) == {b"request"}
         server_a.publish(ta.infer_reply("w0"), b"reply")
         server_a.publish(ta.inference_state("s0"), b"online", retain=True)
         assert worker.wait_for(ta.infer_reply("w0")) == [b"reply"]
@@ -556,3 +558,44 @@ def test_python_api_checks_the_credentials_file_before_starting(tmp_path):
     dynsec.write_private(f, json.dumps(dynsec.credentials_doc(None, clients, "cartpole-dqn")))
     with pytest.raises(ValueError, match="names no broker"):
         mqttrl.train(run="cartpole-dqn", credentials=f, progress=False)
+
+
+@needs_plugin
+def test_an_own_identity_worker_gets_answers_only_on_its_own_topic(dynsec_broker, shared_mosquitto):
+    """A worker with its own identity sends inference requests only on infer/<its name>/request and
+    reads only infer/<its name>/reply; the server answers on the reply topic of the worker the
+    request topic names (whatever the payload's reply_to says), so w1 cannot have w0 answered."""
+    from mqttrl.nodes.inference import InferenceServer
+    from mqttrl.wire import encode_request
+
+    b = dynsec_broker
+    creds = dynsec.add_run(b.admin, "A", workers=["w0", "w1"])
+    t = Topics("A")
+    server, w0, w1 = (_peer(b, creds, k) for k in ("inference", "worker@w0", "worker@w1"))
+    try:
+        assert server.subscribe(t.shared_infer_requests())
+        assert w1.subscribe(t.infer_reply("w1")) and not w1.subscribe(t.infer_reply("w0"))
+        w1.publish(t.infer_request("w0"), b"w1 posing as w0")  # refused by the ACL
+        w1 = _peer(b, creds, "worker@w1")  # mosquitto 2.0 may have dropped it
+        w1.publish(t.infer_request("w1"), b"w1 as itself")
+        assert server.wait_for(t.infer_request("w1")) == [b"w1 as itself"]
+        assert server.wait_for(t.infer_request("w0"), 0.5) == []
+    finally:
+        for p in (server, w0, w1):
+            p.close()
+
+    # the server side: the reply topic comes from the request's topic, never from its payload
+    registry = get_registry()
+    cfg = from_dict(
+        {"run": "A", "env": {"id": "CartPole-v1"}, "algorithm": {"name": "dqn"}}, lambda n: registry.algorithm(n).params
+    )
+    s0 = InferenceServer(BrokerSettings(url=shared_mosquitto.url), "A", "s0", backend="numpy")
+    s0._on_config("", encode_json(cfg.to_dict()))
+    obs = np.zeros((2, 4), np.float32)
+    s0._on_request("w1", encode_request("A", "w1", 1, 0, obs, t.infer_reply("w0")))  # asks for w0's topic
+    assert [p.reply_topic for p in s0._batch] == [t.infer_reply("w1")]
+    with pytest.raises(Rejected) as e:  # a header naming another worker than the topic
+        s0._on_request("w1", encode_request("A", "w0", 2, 0, obs, t.infer_reply("w0")))
+    assert e.value.reason == "sender_mismatch"
+    s0._on_request("w1", encode_request("A", "w1", 3, 0, obs, t.infer_reply("w1"), server="s9"))  # not ours
+    assert len(s0._batch) == 1 and s0.not_ours == 1

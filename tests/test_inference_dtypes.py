@@ -34,7 +34,7 @@ def test_an_inference_server_takes_observations_in_their_own_dtype(shared_mosqui
     obs = np.zeros((3, *shape), dtype)
     payload = encode_request(run, "w0", 1, 0, obs, server.topics.infer_reply("w0"))
     assert len(payload) < obs.nbytes + 1024  # not widened on the way
-    server._on_request("", payload)
+    server._on_request("w0", payload)
     (pending,) = server._batch
     assert pending.request.obs.dtype == dtype
     out = server.forward(pending.request.obs)  # the forward takes them as they come

@@ -134,8 +134,9 @@ def name(run: str, kind: str) -> str:
 
 
 #: the worker topics whose ``{name}`` is the worker's own name: a worker with an identity of its
-#: own publishes (and reads its inference replies) only under its name
-OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REPLY})
+#: own publishes (its inference requests included) and reads its inference replies only under its
+#: name; servers answer on the requesting topic's worker, so no worker gets another's answers
+OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.INFER_REPLY})
 
 
 def _own_prefix(run: str) -> str:

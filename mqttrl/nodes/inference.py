@@ -7,12 +7,18 @@ on each worker (its actor applies its own epsilon or samples from the
 returned logits), so servers are stateless, any server can answer any request,
 and a worker's exploration schedule does not depend on which server answered.
 
-Load sharing: with MQTT 5, workers publish to ``infer/pool/request`` and every
-server consumes it through the shared subscription ``$share/mqttrl-infer/...``,
-so the broker spreads requests over the live servers. Without shared
-subscriptions (MQTT 3.1.1 brokers such as amqtt) each server also listens on
-``infer/<server>/request`` and workers pick a live server from the retained
-``state/inference/<server>`` messages, moving to the next one on a timeout.
+Who gets an answer: a worker sends its requests on its own ``infer/<worker>/request``
+and the server answers on ``infer/<worker>/reply``, the reply topic derived from the
+request's topic (and the header's worker must match it), never from the payload. With
+the broker's ACL letting a worker publish requests only under its own name and read
+only its own replies (``mqttrl broker add-run --workers``), no worker can make a server
+answer another.
+
+Load sharing: with MQTT 5, every server consumes ``infer/+/request`` through the shared
+subscription ``$share/mqttrl-infer/...``, so the broker spreads requests over the live
+servers. Without shared subscriptions (MQTT 3.1.1 brokers such as amqtt) every server
+reads every request and answers those that name it: workers pick a live server from the
+retained ``state/inference/<server>`` messages, moving to the next one on a timeout.
 Requests and replies are encoded by :mod:`mqttrl.wire.inference` (sample batches:
 an ``obs`` array, a correlation id in the header), so they are validated like
 samples. The worker's side, :class:`~mqttrl.nodes.worker.remote_forward.RemoteForward`,
@@ -37,7 +43,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from mqttrl.config import from_dict
-from mqttrl.envs.make import make_env
+from mqttrl.envs.realtime import make_run_env
 from mqttrl.envs.rollout import obs_dtype
 from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
@@ -68,6 +74,8 @@ class _Pending:
 
     request: InferenceRequest
     received: float
+    #: the asking worker's own reply topic (from the request's topic)
+    reply_topic: str
 
 
 def _pick_backend(backend: str, offered: tuple[str, ...]) -> str:
@@ -119,13 +127,14 @@ class InferenceServer:
         )
         self.protocol = negotiate_protocol(broker)
         self.shared = shared and self.protocol == mqtt.MQTTv5
+        requests = self.topics.shared_infer_requests() if self.shared else self.topics.all_infer_requests
         subs = [
             self.topics.subscription(Kind.CONFIG),
             self.topics.subscription(Kind.WEIGHTS),
-            (self.topics.infer_request(self.name), SPECS[Kind.INFER_REQUEST].qos),  # this server's own topic
+            (requests, SPECS[Kind.INFER_REQUEST].qos),
         ]
-        if self.shared:
-            subs.append((self.topics.shared_infer_requests(), SPECS[Kind.INFER_REQUEST].qos))
+        #: requests that named another server (seen because without shared subscriptions every server reads all)
+        self.not_ours = 0
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-inference-{run}-{self.name}",
@@ -165,7 +174,7 @@ class InferenceServer:
         registry = get_registry()
         cfg = from_dict(decode_json(payload), lambda n: registry.algorithm(n).params)
         info = registry.algorithm(cfg.algorithm.name)
-        env = make_env(cfg.env.id, cfg.env.kwargs, registry)
+        env = make_run_env(cfg.env, registry)
         if self.batch_size is None:
             self.batch_size = cfg.inference.batch_size
         if self.max_delay is None:
@@ -200,17 +209,17 @@ class InferenceServer:
         if w.order > best:
             self._pending_weights = w
 
-    def _on_request(self, _name: str, payload: bytes) -> None:
+    def _on_request(self, worker: str, payload: bytes) -> None:
+        """A request on ``infer/<worker>/request``: answered on ``worker``'s own reply topic."""
         if self.spec is None:
             return  # no config yet: the worker retries
         req = decode_request(payload, self.spec)
-        try:
-            reply_kind, _ = self.topics.parse(req.reply_to)
-        except ValueError:
-            reply_kind = None
-        if reply_kind != Kind.INFER_REPLY:
-            raise Rejected("bad_header", f"reply_to {req.reply_to!r} is not an inference reply topic of this run")
-        self._batch.append(_Pending(req, time.perf_counter()))
+        if req.worker != worker:
+            raise Rejected("sender_mismatch", f"request header says {req.worker!r}, topic says {worker!r}")
+        if req.server and req.server not in (self.name, Topics.POOL):
+            self.not_ours += 1  # asked another server by name
+            return
+        self._batch.append(_Pending(req, time.perf_counter(), self.topics.infer_reply(worker)))
         self._rows += req.count
 
     # ---- main loop ---------------------------------------------------------------
@@ -276,7 +285,7 @@ class InferenceServer:
             part = {k: np.ascontiguousarray(v[start : start + n]) for k, v in out.items()}
             start += n
             payload = encode_reply(self.topics.run, self.name, p.request, self.version, part, epoch=self.epoch)
-            self.node.send_now(p.request.reply_to, payload, kind="reply")
+            self.node.send_now(p.reply_topic, payload, kind="reply")
             self._latencies.append(time.perf_counter() - p.received)
         self.served_requests += len(batch)
         self.served_rows += len(obs)

@@ -89,7 +89,15 @@ TABLE: tuple[TopicSpec, ...] = (
     TopicSpec(Kind.EVAL, "eval/{name}", 1, False, "evaluator", "JSON", "evaluator"),
     TopicSpec(Kind.COMMAND, "cmd/learner/{name}", 1, False, "telemetry, operators", "JSON", "command"),
     TopicSpec(Kind.REPLY, "reply/{name}", 1, False, "learner", "JSON", "request id"),
-    TopicSpec(Kind.INFER_REQUEST, "infer/{name}/request", 0, False, "worker", "observations (MQSB)", "server"),
+    TopicSpec(
+        Kind.INFER_REQUEST,
+        "infer/{name}/request",
+        0,
+        False,
+        "worker",
+        "observations (MQSB), answered on this worker's reply topic",
+        "worker",
+    ),
     TopicSpec(Kind.INFER_REPLY, "infer/{name}/reply", 0, False, "inference server", "network outputs (MQSB)", "worker"),
     TopicSpec(
         Kind.INFERENCE_STATE,
@@ -200,16 +208,17 @@ class Topics:
         """Where a node answers a command that asked for a reply."""
         return self.topic(Kind.REPLY, request_id)
 
-    def infer_request(self, server: str = POOL) -> str:
-        """Requests to one server, or to the pool (MQTT 5 shared subscription over all servers)."""
-        return self.topic(Kind.INFER_REQUEST, server)
+    def infer_request(self, worker: str) -> str:
+        """Where ``worker`` sends its inference requests: the servers answer on its own
+        :meth:`infer_reply`, so the broker's ACL on this topic decides who gets the answers."""
+        return self.topic(Kind.INFER_REQUEST, worker)
 
     def infer_reply(self, worker: str) -> str:
         return self.topic(Kind.INFER_REPLY, worker)
 
     def shared_infer_requests(self, group: str = "mqttrl-infer") -> str:
-        """The shared-subscription filter through which the broker spreads pool requests over servers."""
-        return f"$share/{check_name('group', group)}/{self.infer_request(self.POOL)}"
+        """The shared-subscription filter through which the broker spreads every worker's requests over servers."""
+        return f"$share/{check_name('group', group)}/{self.all_infer_requests}"
 
     def inference_state(self, server: str) -> str:
         return self.topic(Kind.INFERENCE_STATE, server)
@@ -245,6 +254,10 @@ class Topics:
     @property
     def all_inference_states(self) -> str:
         return self.filter(Kind.INFERENCE_STATE)
+
+    @property
+    def all_infer_requests(self) -> str:
+        return self.filter(Kind.INFER_REQUEST)
 
 
 def markdown_table() -> str:

@@ -1,8 +1,9 @@
 """Central inference requests and replies: what a worker's client and a server agree on.
 
 Both are sample batches (:mod:`.samples`), so they get the same bound checks:
-a request holds one ``obs`` array plus a correlation id and the topic to answer
-on; a reply holds the forward's outputs, the same id and the model version that
+a request holds one ``obs`` array plus a correlation id (and, where the client picks
+the server by name, that server's name; the reply goes to the sender's own
+``infer/<worker>/reply``, named by the request's topic, never by its payload); a reply holds the forward's outputs, the same id and the model version that
 computed them (a worker asks again when that version is older than its own).
 """
 
@@ -40,11 +41,16 @@ def request_obs(obs: np.ndarray) -> np.ndarray:
 class InferenceRequest:
     #: correlation id, echoed in the reply
     id: int
-    #: the topic the reply goes to (the server checks it is an inference reply topic of its run)
+    #: the reply topic the sender named (informational: servers answer on the topic of the
+    #: worker the request topic names, so no worker can direct answers to another)
     reply_to: str
     obs: np.ndarray
     #: the sender's sequence number, echoed in the reply's header
     seq: int
+    #: the worker the header names (the server checks it is the one the topic names)
+    worker: str = ""
+    #: the server asked by name ("": any server of the pool)
+    server: str = ""
 
     @property
     def count(self) -> int:
@@ -65,14 +71,17 @@ class InferenceReply:
         return (self.epoch, self.model_version)
 
 
-def encode_request(run: str, worker: str, request_id: int, model_version: int, obs: np.ndarray, reply_to: str) -> bytes:
+def encode_request(
+    run: str, worker: str, request_id: int, model_version: int, obs: np.ndarray, reply_to: str, server: str = ""
+) -> bytes:
+    extra = {"id": request_id, "reply_to": reply_to, **({"server": server} if server else {})}
     return encode_batch(
         run,
         worker,
         request_id,
         model_version,
         {"obs": request_obs(obs)},
-        extra={"id": request_id, "reply_to": reply_to},
+        extra=extra,
     )
 
 
@@ -85,7 +94,10 @@ def decode_request(payload: bytes, spec: SampleSpec) -> InferenceRequest:
         raise Rejected("bad_header", f"request id {rid!r} is not an integer")
     if not isinstance(reply_to, str):
         raise Rejected("bad_header", f"reply_to {reply_to!r} is not a topic")
-    return InferenceRequest(rid, reply_to, batch.arrays["obs"], batch.seq)
+    server = batch.extra.get("server", "")
+    if not isinstance(server, str):
+        raise Rejected("bad_header", f"server {server!r} is not a name")
+    return InferenceRequest(rid, reply_to, batch.arrays["obs"], batch.seq, batch.worker, server)
 
 
 def encode_reply(

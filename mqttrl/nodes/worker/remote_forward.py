@@ -2,10 +2,11 @@
 
 It meets the servers only on the broker: requests and replies are encoded by
 :mod:`mqttrl.wire.inference`, and the live servers are read from their retained
-``state/inference/<server>`` messages. With MQTT 5 and shared subscriptions on
-every live server, a request goes to the pool and the broker picks a server;
-otherwise the client picks one by name, round robin, and moves to the next on
-a timeout.
+``state/inference/<server>`` messages. Requests go out on the worker's own
+``infer/<worker>/request`` and come back on its own ``infer/<worker>/reply``. With
+MQTT 5 and shared subscriptions on every live server, the broker picks the server;
+otherwise the client names one (of those without a shared subscription) in the
+request, round robin, and moves to the next on a timeout.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class RemoteForward:
         self.timeout_s = timeout_s
         self.retries = retries
         self.reply_topic = self.topics.infer_reply(worker)
+        self.request_topic = self.topics.infer_request(worker)
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-infer-client-{run}-{worker}",
@@ -106,18 +108,21 @@ class RemoteForward:
 
     # ---- requests --------------------------------------------------------------
     def _target(self, attempt: int) -> str:
+        """The server to name in the request; "" lets any server answer (the broker balances over
+        the shared subscription, or no server is known yet)."""
         online = self._online()
-        if online and all(self.servers[n].get("shared") for n in online) and self.node.protocol == mqtt.MQTTv5:
-            return self.topics.infer_request()  # the broker balances over the shared subscription
-        if not online:
-            return self.topics.infer_request()
-        return self.topics.infer_request(online[(next(self._rr) + attempt) % len(online)])
+        if not online or (all(self.servers[n].get("shared") for n in online) and self.node.protocol == mqtt.MQTTv5):
+            return ""
+        # only servers without a shared subscription read every request; a shared one sees its share
+        named = [n for n in online if not self.servers[n].get("shared")] or online
+        return named[(next(self._rr) + attempt) % len(named)]
 
     def _send(self, obs: np.ndarray, attempt: int) -> int:
         """Send one request; returns its correlation id."""
         rid = next(self._ids)
-        payload = encode_request(self.topics.run, self.worker, rid, max(self.version, 0), obs, self.reply_topic)
-        self.node.send_now(self._target(attempt), payload, kind="request")
+        server = self._target(attempt)
+        payload = encode_request(self.topics.run, self.worker, rid, max(self.version, 0), obs, self.reply_topic, server)
+        self.node.send_now(self.request_topic, payload, kind="request")
         return rid
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
