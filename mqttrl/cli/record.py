@@ -17,7 +17,7 @@ EPILOG = """examples:
   mqttrl record demos/lunar --env LunarLander-v3 --episodes 10 \\
       --policy gymnasium.envs.box2d.lunar_lander:heuristic          (a scripted expert)
   mqttrl record demos/cartpole --from runs/cartpole-dqn --episodes 20  (a trained agent; its env)
-  mqttrl record demos/lunar-me --env LunarLander-v3 --keys keys/lunarlander.toml --played-by me
+  mqttrl record demos/lunar-me --env LunarLander-v3 --keys configs/keys/lunarlander.toml --played-by me
                                                                      (you, at the keyboard)
   mqttrl train configs/lunarlander_dqn.toml --demos demos/lunar      (learn from them)
 """
@@ -26,6 +26,11 @@ EPILOG = """examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", metavar="OUT", help="dataset directory to write (made if missing)")
     p.add_argument("--env", help="gymnasium id, module:Env-v0 or an env plugin's name (default: --from's run env)")
+    p.add_argument(
+        "--config",
+        metavar="TOML",
+        help="take the env (id, kwargs) and, for --keys, its real-time rate (env.control_hz) from a run config",
+    )
     p.add_argument("--env-kwargs", default="{}", metavar="JSON", help="the env's keyword arguments, a JSON object")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument(
@@ -57,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fps",
         type=float,
         metavar="HZ",
-        help="--keys: steps per second (default: the env's render_fps, else 30)",
+        help="--keys: steps per second (default: --config's env.control_hz, else the env's render_fps, else 30)",
     )
     p.add_argument("--which", choices=("auto", "best", "latest"), default="auto", help="--from: which model of the run")
 
@@ -84,6 +89,14 @@ def run(args: argparse.Namespace) -> None:
 
     kwargs = _env_kwargs(args.env_kwargs)
     policy = None
+    if args.config:
+        from mqttrl.cli.common import load
+
+        cfg = load(args.config, [])
+        args.env = args.env or cfg.env.id
+        kwargs = {**cfg.env.kwargs, **kwargs}
+        hz = float(getattr(cfg.env, "control_hz", 0.0) or 0.0)  # the real-time setting, where this mqttrl has it
+        args.fps = args.fps or hz or None
     try:
         if args.run:
             policy, act = run_policy(args.run, args.which)
@@ -95,7 +108,8 @@ def run(args: argparse.Namespace) -> None:
             kwargs.setdefault("render_mode", "rgb_array")
         env = make_env(args.env, kwargs)
         try:
-            writer = DatasetWriter(args.out, args.env, env.observation_space, env.action_space, kwargs, args.append)
+            stored = {k: v for k, v in kwargs.items() if k != "render_mode"}  # how it was shown is not the game
+            writer = DatasetWriter(args.out, args.env, env.observation_space, env.action_space, stored, args.append)
             if args.keys:
                 from mqttrl.demos.keyboard import KeyboardPlayer
 

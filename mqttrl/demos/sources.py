@@ -92,13 +92,13 @@ def play_episodes(
         ep = None
         while ep is None:
             action = act(obs)
-            obs, reward, terminated, truncated, _ = env.step(_env_action(action, env.action_space))
+            obs, reward, terminated, truncated, _ = env.step(env_action(action, env.action_space))
             cut = max_steps is not None and builder.steps + 1 >= max_steps
             ep = builder.step(action, float(reward), obs, terminated, truncated or cut)
         yield ep
 
 
-def _env_action(action: Any, space: gym.Space) -> Any:
+def env_action(action: Any, space: gym.Space) -> Any:
     """What the env's ``step`` takes: a Python int for Discrete, an array of the space's dtype otherwise."""
     if isinstance(space, gym.spaces.Discrete):
         return int(np.asarray(action).reshape(()))

@@ -1,0 +1,104 @@
+"""Learning from demonstrations: env steps and wall time to a greedy mean >= the config's target,
+with and without demonstrations of gymnasium's heuristic lander.
+
+Not a test: it prints figures. For each variant (``none`` or a number of demonstration episodes)
+and seed it runs the README's command, ``mqttrl train CONFIG --seed S [--demos DIR]``, so broker
+start-up, process spawn, the learner's pretraining on the demonstrations and evaluation are all
+inside the measured time. The datasets are recorded first with ``mqttrl record`` (the heuristic's
+episodes reset with seeds 5000.., away from the training and evaluation seeds).
+
+    python benchmarks/bench_demos.py --config configs/lunarlander_dqn.toml --variants none 10 50 \\
+        --seeds 0 --max-seconds 600 --set demos.margin_loss=1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEURISTIC = "gymnasium.envs.box2d.lunar_lander:heuristic"
+
+
+def record(out: Path, env: str, episodes: int, policy: str) -> float:
+    """Record ``episodes`` episodes of ``policy``; their mean return."""
+    argv = [sys.executable, "-m", "mqttrl", "record", str(out), "--env", env, "--episodes", str(episodes)]
+    argv += ["--policy", policy, "--seed", "5000"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    last = done.stdout.strip().splitlines()[-1]
+    return float(last.split("mean return ")[1].split(";")[0])
+
+
+def train(config: str, seed: int, demos: Path | None, max_seconds: float, max_steps: int, extra: list[str]) -> dict:
+    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-demos-s{seed}-"))
+    argv = [sys.executable, "-m", "mqttrl", "train", config, "--seed", str(seed), "--run-dir", str(run_dir)]
+    argv += ["--no-progress", "--set", f"train.max_seconds={max_seconds}", "--set", f"train.max_env_steps={max_steps}"]
+    for item in extra:
+        argv += ["--set", item]
+    if demos is not None:
+        argv += ["--demos", str(demos)]
+    t0 = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    if not summary:
+        print(out.stderr[-3000:], file=sys.stderr)
+    return {
+        "seed": seed,
+        "solved": bool(summary.get("solved")),
+        "env_steps_at_solve": summary.get("env_steps_at_solve"),
+        "time_to_solve_s": summary.get("time_to_solve_s"),
+        "best_eval_mean": summary.get("best_eval_mean"),
+        "env_steps": summary.get("env_steps"),
+        "process_wall_s": round(wall, 1),
+        "run_dir": str(run_dir),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="configs/lunarlander_dqn.toml")
+    ap.add_argument("--env", default="LunarLander-v3")
+    ap.add_argument("--policy", default=HEURISTIC, help="the demonstrator (module:function)")
+    ap.add_argument("--variants", nargs="+", default=["none", "10", "50"], help="none, or demonstration episodes")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--max-seconds", type=float, default=600.0)
+    ap.add_argument("--max-env-steps", type=int, default=0)
+    ap.add_argument("--set", dest="extra", action="append", default=[], help="config override for every run")
+    ap.add_argument("--json", help="write the results here too")
+    args = ap.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="bench-demos-data-"))
+    results = []
+    for variant in args.variants:
+        demos, demo_mean = None, None
+        if variant != "none":
+            demos = data / f"demos-{variant}"
+            demo_mean = record(demos, args.env, int(variant), args.policy)
+            print(f"recorded {variant} episodes of {args.policy}: mean return {demo_mean:.1f}", flush=True)
+        for seed in args.seeds:
+            r = train(args.config, seed, demos, args.max_seconds, args.max_env_steps, args.extra)
+            r.update(variant=variant, demo_mean_return=demo_mean)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+
+    print(
+        "\n| demonstrations | seed | solved | env steps to target | time to target (s) | best greedy mean | env steps run | wall (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['variant']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | {r['env_steps_at_solve'] or '-'} | "
+            f"{r['time_to_solve_s'] or '-'} | {r['best_eval_mean']} | {r['env_steps']} | {r['process_wall_s']} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
