@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .capture import Grabber, shrink
+from .capture import Grabber, rgb, shrink
 from .keys import make_keyboard
 from .options import check_result, load_reward, parse_options
 from .window import Region, ScreenEnvError, find_window
@@ -46,6 +46,7 @@ class ScreenEnv(gym.Env):
         self._grabber: Grabber | None = None
         self._grabber_thread = 0
         self.last_frame_at = 0.0
+        self.last_bgra = np.zeros((1, 1, 4), np.uint8)
         self.steps = 0
         #: seconds the last grab took (the window's pixels to an RGB array)
         self.last_grab_s = 0.0
@@ -57,19 +58,20 @@ class ScreenEnv(gym.Env):
 
     # ---- pixels
     def grab(self) -> np.ndarray:
-        """The window now, full size RGB (a grabber per thread: mss instances are not shared)."""
+        """The window now, full size RGB (a view of :attr:`last_bgra`; a grabber per thread: mss
+        instances are not shared)."""
         if self._grabber is None or self._grabber_thread != threading.get_ident():
             self._grabber = Grabber(self.region, self.display)
             self._grabber_thread = threading.get_ident()
         t = time.perf_counter()
-        frame = self._grabber.grab()
+        self.last_bgra = self._grabber.grab()
         self.last_frame_at = time.monotonic()
         self.last_grab_s = time.perf_counter() - t
-        return frame
+        return rgb(self.last_bgra)
 
-    def observe(self, frame: np.ndarray) -> np.ndarray:
-        """Push ``frame`` onto the stack; the stacked observation, channels first."""
-        small = shrink(frame, self.opts.width, self.opts.height, self.opts.gray)
+    def observe(self) -> np.ndarray:
+        """Push the last grabbed frame onto the stack; the stacked observation, channels first."""
+        small = shrink(self.last_bgra, self.opts.width, self.opts.height, self.opts.gray)
         if not self.frames:
             self.frames.extend([small] * self.opts.frame_stack)
         else:
@@ -94,7 +96,7 @@ class ScreenEnv(gym.Env):
             self.reward_fn.reset(frame)
         self.frames.clear()
         self.steps = 0
-        return self.observe(frame), {}
+        return self.observe(), {}
 
     def _refind(self) -> None:
         self.window = find_window(self.window.title, self.display, exact=True)
@@ -129,7 +131,7 @@ class ScreenEnv(gym.Env):
         truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
         if done or truncated:
             self.keyboard.release_all()
-        return self.observe(frame), reward, done, truncated, {}
+        return self.observe(), reward, done, truncated, {}
 
     def step(self, action):
         """The action's keys, a wait until ``step_s`` after the last frame, the frame then."""
