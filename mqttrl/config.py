@@ -245,6 +245,14 @@ class InferenceConfig:
         validator=non_negative,
     )
     backend: str = setting("auto", doc='`"auto"`, `"torch"` or `"numpy"`', validator=one_of("auto", "torch", "numpy"))
+    device: str = setting(
+        "auto",
+        doc='torch device of a server\'s forward (the torch backend): `"auto"` (CUDA when `torch.cuda.is_available()`, '
+        'else the CPU), `"cpu"`, `"cuda"`, `"cuda:N"` or `"mps"`; checked when the server builds its forward, which '
+        "logs the device. One forward serves the batch of every request queued (`batch_size`), so a GPU serves many "
+        "workers' envs at once",
+        validator=torch_device,
+    )
     timeout_s: float = setting(
         2.0,
         unit="s",

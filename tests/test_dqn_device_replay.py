@@ -175,3 +175,28 @@ def test_an_image_learner_on_device_replay_trains_on_the_frames_it_was_sent():
     got = learner.device_replay.gather(torch.from_numpy(idx))
     np.testing.assert_array_equal(got["obs"].numpy(), learner.replay.sample(idx)["obs"])
     assert np.isfinite(learner.train_step()["loss"])
+
+
+def test_inference_forward_moves_to_its_device_and_a_missing_gpu_is_one_line(caplog):
+    """inference.device: the torch forward runs where it is put (weights loaded later follow);
+    a GPU torch cannot use leaves the server on the CPU with one error line, not a traceback."""
+    from types import SimpleNamespace
+
+    from mqttrl.nodes.inference import InferenceServer
+    from mqttrl_plugins.dqn import make_forward
+
+    p = small_params()
+    fwd = make_forward(p, OBS, ACT, "torch", 3)
+    obs = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32)
+    before = fwd(obs)["q"]
+    server = SimpleNamespace(name="s1", device=None, forward=fwd)
+    InferenceServer._place_forward(server, "torch", "cpu")
+    assert server.device == "cpu" and fwd.device == torch.device("cpu")
+    np.testing.assert_array_equal(fwd(obs)["q"], before)
+    if not torch.cuda.is_available():
+        server.device = None  # from the config, as a new server
+        with caplog.at_level(logging.ERROR, logger="mqttrl.inference"):
+            InferenceServer._place_forward(server, "torch", "cuda")
+        assert server.device == "cpu"
+        assert "inference.device='cuda' but torch.cuda.is_available() is False" in caplog.text
+        assert "serving on the CPU" in caplog.text

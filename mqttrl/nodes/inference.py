@@ -42,7 +42,8 @@ import attrs
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from mqttrl.config import from_dict
+from mqttrl.config import ConfigError, from_dict
+from mqttrl.devices import describe_device, resolve_device
 from mqttrl.envs.realtime import make_run_env
 from mqttrl.envs.rollout import obs_dtype
 from mqttrl.plugin.algorithm import Forward
@@ -98,8 +99,9 @@ class InferenceServer:
         max_delay_ms: float | None = None,
         backend: str | None = None,
         shared: bool = True,
+        device: str | None = None,
     ):
-        """``batch_size``, ``max_delay_ms`` and ``backend`` default to the run config's [inference] section."""
+        """``batch_size``, ``max_delay_ms``, ``backend`` and ``device`` default to the run config's [inference] section."""
         self.topics = Topics(run)
         self.name = check_name("server", name)
         sys.setswitchinterval(0.0005)  # hand the GIL to the network thread quickly: latency matters here
@@ -108,6 +110,8 @@ class InferenceServer:
         self.batch_size = batch_size
         self.max_delay = max_delay_ms / 1000 if max_delay_ms is not None else None
         self.backend = backend
+        #: the torch forward's device (``inference.device``); "cpu" for a numpy forward
+        self.device = device
         self._stop = threading.Event()
         self.epoch, self.version = 0, -1
         self.served_requests = 0
@@ -189,18 +193,42 @@ class InferenceServer:
         self.forward = info.make_forward(
             cfg.algorithm.params, env.observation_space, env.action_space, backend, cfg.train.seed
         )
+        self._place_forward(backend, cfg.inference.device)
         self.spec = request_spec(env.observation_space.shape, obs_dtype(env.observation_space))
         env.close()
         log.info(
-            "inference server %s: %s forward for %s on %s (batch %d, delay %.1f ms, shared=%s)",
+            "inference server %s: %s forward on %s for %s on %s (batch %d, delay %.1f ms, shared=%s)",
             self.name,
             backend,
+            self.device,
             cfg.algorithm.name,
             cfg.env.id,
             self.batch_size,
             self.max_delay * 1000,
             self.shared,
         )
+
+    def _place_forward(self, backend: str, configured: str) -> None:
+        """Move a torch forward to ``inference.device`` (checked: one clear line if torch cannot use it).
+        A forward without ``to_device`` (numpy, or a plugin's own) stays on the CPU, said once in the log."""
+        asked = self.device if self.device is not None else configured
+        if backend != "torch":
+            self.device = "cpu"
+            return
+        import torch
+
+        try:
+            device = resolve_device(asked, torch, key="inference.device")
+        except ConfigError as e:  # one line, and the server still serves
+            log.error("inference server %s: %s; serving on the CPU", self.name, e)
+            device = "cpu"
+        move = getattr(self.forward, "to_device", None)
+        if device != "cpu" and move is None:
+            log.warning("inference server %s: this forward cannot move to %s; it runs on the CPU", self.name, device)
+            device = "cpu"
+        elif device != "cpu":
+            move(device)
+        self.device = describe_device(device, torch)
 
     def _on_weights(self, _name: str, payload: bytes) -> None:
         """Newest (epoch, version) wins, so a restarted learner's lower versions are served; loaded between forwards."""

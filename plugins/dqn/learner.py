@@ -122,6 +122,13 @@ class TorchQForward:
         self.net.eval()
         #: a noisy head's noise: fresh at every call, one draw per row (as the numpy forward's), seeded
         self.generator = torch.Generator().manual_seed(seed)
+        #: where the network runs (:meth:`to_device`); observations come from and Q-values go back to numpy
+        self.device = torch.device("cpu")
+
+    def to_device(self, device: str) -> None:
+        """Run on ``device`` (an inference server's ``inference.device``): the net moves now, loaded weights follow."""
+        self.device = torch.device(device)
+        self.net.to(self.device)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         full = follow_weights(self.info, info)
@@ -129,6 +136,7 @@ class TorchQForward:
             net = _net_from_info(full, self.obs_shape)
         load_module(net, tensors)  # raises before anything is replaced
         net.eval()
+        net.to(self.device)
         self.net = net  # the swap: one assignment
         self.info = full
 
@@ -136,11 +144,11 @@ class TorchQForward:
         obs = np.asarray(obs)
         if not obs.flags.writeable:  # e.g. a request decoded from the wire; torch warns about read-only arrays
             obs = obs.copy()
-        x = torch.from_numpy(np.ascontiguousarray(obs))
+        x = torch.from_numpy(np.ascontiguousarray(obs)).to(self.device)
         with torch.inference_mode():
             net = self.net
             net.reset_noise(len(x), self.generator)
-            return {"q": net(x).numpy()}
+            return {"q": net(x).cpu().numpy()}
 
     def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         """As a call, with a noisy head's mean weights (greedy evaluation)."""
@@ -148,7 +156,8 @@ class TorchQForward:
         if not obs.flags.writeable:
             obs = obs.copy()
         with torch.inference_mode():
-            return {"q": self.net(torch.from_numpy(np.ascontiguousarray(obs)), noise=False).numpy()}
+            x = torch.from_numpy(np.ascontiguousarray(obs)).to(self.device)
+            return {"q": self.net(x, noise=False).cpu().numpy()}
 
     def close(self) -> None:
         """Nothing to release."""
