@@ -222,6 +222,27 @@ def test_keys_move_the_paddle_and_rewards_come_from_the_users_function(game):
         env.close()
 
 
+def test_control_hz_paces_the_screen_env_through_its_real_time_protocol(game):
+    """With ``[env] control_hz`` the worker's wrapper drives the kit by send_action/read_obs: the
+    keys go out at each period's start and the frame is read at its end, 25 a second here."""
+    from mqttrl.envs.realtime import RealTimeEnv, game_of
+    from mqttrl.envs.realtime_clock import ControlClock
+
+    inner = screen_env(game.display, size=42, step_s=0.0)
+    env = RealTimeEnv(inner, ControlClock(25.0))
+    try:
+        assert game_of(inner) is inner
+        env.reset()
+        start, t0 = paddle_x(inner.grab()), time.monotonic()
+        for _ in range(5):
+            env.step(2)  # Right
+        elapsed = time.monotonic() - t0
+        assert 0.18 <= elapsed < 1.0, elapsed  # 5 periods of 40 ms, not as fast as the env goes
+        assert paddle_x(inner.grab()) > start + 20
+    finally:
+        env.close()
+
+
 def test_a_missing_window_is_one_line(display):
     with pytest.raises(ScreenEnvError) as e:
         make_screen_env(window="no such game", display=display, keys=KEYS, reward=REWARD)
