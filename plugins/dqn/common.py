@@ -83,8 +83,11 @@ class DQNParams:
     # --- optimisation
     #: Adam learning rate
     lr: float = attrs.field(default=2e-3, validator=positive)
-    #: Adam epsilon
-    adam_eps: float = attrs.field(default=1e-8, validator=positive)
+    #: Adam epsilon: 3.125e-4 as Dopamine's DQN, C51 and MinAtar Rainbow (create_optimizer.eps in
+    #: dopamine/jax/agents/rainbow/configs/c51.gin, labs/environments/minatar/*.gin) and Revisiting
+    #: Rainbow; CleanRL's c51.py uses 0.01 / batch_size (1.5625e-4 at batch 64). torch's 1e-8 lets
+    #: Adam's steps blow up where the second moment is tiny (C51's logits of unused atoms)
+    adam_eps: float = attrs.field(default=3.125e-4, validator=positive)
     #: discount per env step
     gamma: float = attrs.field(default=0.99, validator=unit_positive)
     #: transitions per gradient update
@@ -140,6 +143,12 @@ class DQNParams:
     # target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)
     #: updates between target-network updates
     target_update_every: int = attrs.field(default=100, validator=positive)
+    #: when > 0: env steps between target-network updates, whatever the replay ratio (target_update_every
+    #: is then derived as round(target_update_env_steps * replay_ratio / batch_size), at least 1).
+    #: Dopamine copies every 1,000 env steps on MinAtar (labs/environments/minatar/rainbow_breakout.gin:
+    #: target_update_period = 1000 agent steps) and every 100 on LunarLander (rainbow_lunarlander.gin);
+    #: CleanRL's c51.py every 500 (classic control)
+    target_update_env_steps: int = attrs.field(default=0, validator=non_negative)
     #: share of the online net blended into the target at each target update
     tau: float = attrs.field(default=1.0, validator=unit_positive)
     # --- replay and pacing
@@ -151,6 +160,17 @@ class DQNParams:
     replay_ratio: float = attrs.field(default=64.0, validator=positive)
     #: updates owed before behind() asks workers to pause (flow control)
     max_update_debt: int = attrs.field(default=100, validator=positive)
+    # --- resets (Nikishin et al. 2022, "The Primacy Bias in Deep RL"; BBF, Schwarzer et al. 2023)
+    #: gradient updates between network resets (0: never): every reset_every updates the online net's
+    #: parameters become shrink-and-perturb mixes theta <- alpha theta + (1 - alpha) theta_fresh, theta_fresh
+    #: a new random initialisation, and Adam's moments of the net start afresh; the target net follows
+    #: at its next update. High replay ratios overfit early data: resets let the net learn again
+    reset_every: int = attrs.field(default=0, validator=non_negative)
+    #: the share of the trained torso parameters a reset keeps (BBF's shrink-and-perturb: 0.5)
+    reset_alpha: float = attrs.field(default=0.5, validator=unit_interval)
+    #: the share of the trained head parameters a reset keeps (the Primacy Bias paper resets the last
+    #: layers fully: 0.0)
+    reset_head_alpha: float = attrs.field(default=0.0, validator=unit_interval)
     #: updates owed beyond this are forgiven: a backlog after an outage is replayed less
     #: instead of pausing every worker until it is paid
     forgive_debt_above: int = attrs.field(default=1000, validator=positive)
@@ -215,6 +235,8 @@ class DQNParams:
             raise ConfigError(f"buffer_size={self.buffer_size}: must be >= batch_size ({self.batch_size})")
         if self.distributional == "c51" and (self.v_min is None or self.v_max is None):
             self._derive_support()
+        if self.target_update_env_steps > 0:
+            self.target_update_every = max(1, round(self.target_update_env_steps * self.replay_ratio / self.batch_size))
         if self.v_min is not None and self.v_max is not None and not self.v_min < self.v_max:
             raise ConfigError(f"v_min={self.v_min}, v_max={self.v_max}: v_min must be < v_max")
 

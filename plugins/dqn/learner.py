@@ -51,6 +51,7 @@ from .numpy_heads import HeadSpec
 from .numpy_net import follow_weights, torso_of
 from .pipeline import LaggedReadback, Staging, draw_noise
 from .replay import SumTree, make_replay
+from .resets import forget_moments, shrink_and_perturb
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
@@ -209,6 +210,10 @@ class DQNLearner:
         #: replayed samples' priorities: the distributional loss (Rainbow) only when the actors send none;
         #: else the expected |TD error|, the quantity the actors' priorities are (one scale for both)
         self._loss_priorities = p.distributional != "none" and not actor_priorities(p)
+        #: the head's figures of the last loss (C51: target_edge_mass, the share of the projected targets
+        #: on the two edge atoms: a support too narrow for the game's returns shows here)
+        self._head_stats: dict[str, torch.Tensor] = {}
+        self._seed = seed
 
         #: gradient updates done
         self.updates = 0
@@ -393,14 +398,20 @@ class DQNLearner:
         self.updates += 1
         if self.updates % p.target_update_every == 0:
             self._update_target()
-        stats = torch.stack([loss.detach().float(), q.float().mean(), td_abs.mean(), target.float().mean(), grad_norm])
+        if p.reset_every and self.updates % p.reset_every == 0:
+            self._reset_networks()
+        edge = self._head_stats.get("target_edge_mass")
+        stats = torch.stack(
+            [loss.detach().float(), q.float().mean(), td_abs.mean(), target.float().mean(), grad_norm]
+            + ([edge.float()] if edge is not None else [])
+        )
         values = self._readback.push(stats)  # waits for the previous update only (on a GPU)
         if p.prefetch:  # the host samples and gathers while the device runs this update
             self._prefetch()
         if self.tree is not None:
             self._reprioritize(idx, elementwise, td_abs.cpu().numpy().astype(np.float64))
 
-        metrics = dict(zip(("loss", "q_mean", "td_abs_mean", "target_mean", "grad_norm"), values))
+        metrics = dict(zip(("loss", "q_mean", "td_abs_mean", "target_mean", "grad_norm", "target_edge_mass"), values))
         metrics.update(
             buffer_size=float(self.size),
             replay_ratio=self.updates * p.batch_size / max(1, self.samples_added),
@@ -409,6 +420,24 @@ class DQNLearner:
         if weights is not None:
             metrics["per_beta"] = self._beta()
         return metrics
+
+    def _reset_networks(self) -> None:
+        """``reset_every``: the online net shrunk towards a fresh initialisation (:mod:`.resets`), its
+        Adam moments dropped; the fresh net is drawn from (seed, updates), so a resumed run resets alike."""
+        p = self.params
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._seed * 1_000_003 + self.updates)
+            fresh = _net_from_info(net_info(self.obs_dim, self.n_actions, p), sigma0=p.noisy_sigma0)
+        head = {name for name, _ in self.online.spec.layers()}
+        changed = shrink_and_perturb(self.online, fresh, p.reset_alpha, p.reset_head_alpha, head)
+        forget_moments(self.optimizer, self.online)
+        log.info(
+            "update %d: network reset (%d tensors; alpha %g, head %g)",
+            self.updates,
+            changed,
+            p.reset_alpha,
+            p.reset_head_alpha,
+        )
 
     def _reset_noise(self) -> None:
         """Rainbow: new noise for both nets at every update (on a GPU drawn there, else from ``noise_rng``)."""
@@ -459,7 +488,9 @@ class DQNLearner:
         net = self.online
         out_all = net.outputs(obs)
         out = out_all[torch.arange(len(action), device=self.device), action]  # B, K
-        elementwise, target = td_loss(net.spec, out, next_out, reward, discount, net.support, self.params.qr_kappa)
+        elementwise, target = td_loss(
+            net.spec, out, next_out, reward, discount, net.support, self.params.qr_kappa, self._head_stats
+        )
         q = net.q_values(out_all.detach()).gather(1, action.unsqueeze(1)).squeeze(1)
         if weights is not None:
             loss = (weights * elementwise).mean()
