@@ -159,6 +159,26 @@ def bare_steps(learner):
     return bare, fwd_bwd
 
 
+def inference_figures(device: str, rows_list: list[int], seconds: float) -> dict:
+    """An inference server's forward (Nature-CNN DQN, Pong stacks from numpy, Q-values back to numpy):
+    rows/s per batch of requests' rows, on the CPU (one torch thread) and on ``device``."""
+    from mqttrl_plugins.dqn import make_forward
+    from mqttrl_plugins.dqn.common import DQNParams
+
+    out = {}
+    obs = {n: np.random.default_rng(n).integers(0, 256, (n, 4, 84, 84), dtype=np.uint8) for n in rows_list}
+    for where in ["cpu", device] if device != "cpu" else ["cpu"]:
+        fwd = make_forward(DQNParams(**DQN), OBS, ACT, "torch", 0)
+        fwd.to_device(where)
+        for n in rows_list:
+            calls, _ = timed(lambda n=n: fwd(obs[n]), lambda: None, 3, 10, seconds)
+            out[f"{where}/{n}"] = round(calls * n)
+            print(
+                f"inference forward on {where:6s} {n:5d} rows per call: {calls * n:11,.0f} rows/s ({1000 / calls:.2f} ms/call)"
+            )
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
@@ -174,6 +194,7 @@ def main() -> None:
     p.add_argument("--min-updates", type=int, default=50)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--inference", type=int, nargs="*", default=[], help="also time the inference forward at these rows")
     args = p.parse_args()
 
     import torch
@@ -190,6 +211,8 @@ def main() -> None:
         "results": {},
     }
     print(f"{args.device} ({figures['gpu'] or figures['cpu']}), torch {torch.__version__}, replay {args.fill:,}")
+    if args.inference:
+        figures["inference_rows_per_s"] = inference_figures(args.device, args.inference, args.seconds)
     modes = [m for m in args.modes if m != "before" or args.before]
     for algo in args.algos:
         for mode in modes:

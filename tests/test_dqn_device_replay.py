@@ -200,3 +200,22 @@ def test_inference_forward_moves_to_its_device_and_a_missing_gpu_is_one_line(cap
         assert server.device == "cpu"
         assert "inference.device='cuda' but torch.cuda.is_available() is False" in caplog.text
         assert "serving on the CPU" in caplog.text
+
+
+def test_a_checkpoint_loads_into_a_fused_adam_and_back():
+    """CUDA learners use fused Adam (its step counts on the device); a checkpoint saved by either kind
+    loads into the other and trains on (fused Adam runs on the CPU too, which stands in for the GPU)."""
+    plain, _ = _trained(steps=3)
+    tensors, meta = through_checkpoint_formats(*plain.state_dict(include_replay=True))
+    fused = DQNLearner(small_params(), OBS, ACT, "cpu", 1)
+    fused._fused = True
+    fused.optimizer = torch.optim.Adam(fused.online.parameters(), lr=fused.params.lr, fused=True)
+    fused.load_state_dict(tensors, meta)
+    assert fused.optimizer.param_groups[0]["fused"] is True
+    m = fused.train_step()
+    assert np.isfinite(m["loss"])
+    tensors, meta = through_checkpoint_formats(*fused.state_dict(include_replay=True))
+    again = DQNLearner(small_params(), OBS, ACT, "cpu", 2)
+    again.load_state_dict(tensors, meta)
+    assert not again.optimizer.param_groups[0]["fused"]
+    assert again.train_step() == fused.train_step()

@@ -197,8 +197,8 @@ class DQNLearner:
         #: so that neither another user of torch's global RNG nor the device changes the draws
         self.noise_rng = torch.Generator().manual_seed(seed)
         # fused Adam on CUDA: one kernel for the whole step instead of several per tensor
-        fused = self.device.type == "cuda"
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps, fused=fused)
+        self._fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=p.lr, eps=p.adam_eps, fused=self._fused)
 
         # replay: a ring over ``capacity`` slots; image observations as frames, each stored once
         self.capacity = cap = p.buffer_size
@@ -578,6 +578,7 @@ class DQNLearner:
         load_module(self.target, tensors, "target.")
 
         load_optimizer_state(self.optimizer, tensors, meta["optimizer"], self.device)
+        self._own_adam_kind()
 
         self.updates = int(meta["updates"])
         self.samples_added = int(meta["samples_added"])
@@ -608,6 +609,18 @@ class DQNLearner:
             dr.generator.set_state(torch.from_numpy(np.array(saved, dtype=np.uint8)))
         elif dr is not None:  # saved on another device kind, or by a host replay: seeded from the checkpoint
             dr.generator.manual_seed(int(self.rng.integers(2**62)))
+
+    def _own_adam_kind(self) -> None:
+        """After a checkpoint (maybe saved on another device): this learner's fused choice, and Adam's
+        step counts where that kind needs them (fused: on the parameters' device, float32; else the CPU)."""
+        for group in self.optimizer.param_groups:
+            group["fused"] = self._fused
+            if self._fused:
+                group["foreach"] = None
+            for param in group["params"]:
+                st = self.optimizer.state.get(param)
+                if st and torch.is_tensor(st.get("step")):
+                    st["step"] = st["step"].to(param.device, torch.float32) if self._fused else st["step"].cpu()
 
     def _load_device_replay(self, tensors: Mapping[str, np.ndarray], n: int) -> None:
         """The loaded host replay copied to the device, with its priorities."""
