@@ -31,6 +31,8 @@ class EpisodeEnd:
     episode_return: float
     length: int
     terminated: bool
+    #: a person played some of its steps (the env reported ``info["demo_action"]``)
+    demo: bool = False
 
 
 class EnvFailing(RuntimeError):
@@ -38,6 +40,7 @@ class EnvFailing(RuntimeError):
 
 
 _NO_FAILURES: list[int] = []
+_NO_DEMO: dict[int, object] = {}
 
 
 def obs_dtype(space: gym.Space) -> np.dtype:
@@ -86,6 +89,9 @@ class EnvSet:
         self.env_restarts = 0
         #: the envs whose step raised in the last :meth:`step`: their rows hold no transition
         self.failed: list[int] = _NO_FAILURES
+        #: this step's actions that a person took instead of the policy (``info["demo_action"]``), by env
+        self.demo_actions: dict[int, object] = _NO_DEMO
+        self._in_demo: set[int] = set()  # envs whose open episode has such steps
         #: per env, failures since its last successful step
         self.failures = [0] * num_envs
         self._failing = False
@@ -120,6 +126,8 @@ class EnvSet:
         rewards = rewards64.astype(np.float32)
         terminated = np.array([r[2] for r in results], dtype=bool)
         truncated = np.array([r[3] for r in results], dtype=bool)
+        self.demo_actions = {i: r[4]["demo_action"] for i, r in enumerate(results) if "demo_action" in r[4]} or _NO_DEMO
+        self._in_demo.update(self.demo_actions)
         self.returns += rewards64
         self.lengths += 1
         new_obs = next_obs
@@ -128,7 +136,11 @@ class EnvSet:
         if len(done):
             new_obs = next_obs.copy()
             for i in done:
-                ended.append(EpisodeEnd(int(i), float(self.returns[i]), int(self.lengths[i]), bool(terminated[i])))
+                demo = int(i) in self._in_demo
+                self._in_demo.discard(int(i))
+                ended.append(
+                    EpisodeEnd(int(i), float(self.returns[i]), int(self.lengths[i]), bool(terminated[i]), demo)
+                )
                 self.returns[i] = 0.0
                 self.lengths[i] = 0
                 new_obs[i] = self._reset(int(i))
@@ -137,6 +149,17 @@ class EnvSet:
         self.obs = new_obs
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
+
+    def taken(self, actions: np.ndarray) -> np.ndarray:
+        """The actions the envs really took in the last :meth:`step`: ``actions``, except where an env
+        reported another in ``info["demo_action"]`` (a person playing that game), so that what is
+        recorded is what happened."""
+        if not self.demo_actions:
+            return actions
+        actions = actions.copy()
+        for i, a in self.demo_actions.items():
+            actions[i] = a
+        return actions
 
     # ---- crashed games -------------------------------------------------------------
     def _step_rest(self, results: list, acts: list, error: Exception) -> None:

@@ -206,6 +206,7 @@ class WorkerCore:
                     "model_version": self.version,
                     "env_steps": self.env_steps,
                     "time": wall_time,
+                    **({"demo": True} if e.demo else {}),  # a person played it (docs/demonstrations.md)
                 }
             )
 

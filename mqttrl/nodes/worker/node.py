@@ -203,6 +203,7 @@ class WorkerNode:
             self._heartbeat()
             return False
         obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
+        actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
         if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
             obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
             for i in envs.failed:
