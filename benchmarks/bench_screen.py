@@ -5,8 +5,9 @@ Catch (plugins/screen/demo_game.py, pygame) runs as its own process on an Xvfb d
 1920x1080; mqttrl plays it only through the screen kit (mss capture of the window, XTest keys,
 reward and game over read from the HUD's pixels by ``CatchScore``).
 
-1. **Training**: ``mqttrl.train`` (embedded broker, learner and one worker process), DQN with the
-   MinAtar CNN on 32x32 gray frames (2 stacked), 50 steps a second, for ``--train-seconds``.
+1. **Training**: ``mqttrl.train`` of configs/screen_catch_dqn.toml (embedded broker, learner and
+   one worker process): DQN with the MinAtar CNN on 32x32 gray frames (2 stacked), 50 steps a
+   second, for ``--train-seconds``.
    Greedy evaluations would play the same window as the worker, so none run: the score is the mean
    return of the last 20 training episodes (the worker explores with epsilon 0.05), against a
    random policy measured first on the same game. Episodes: 3 lives, at most 300 steps (6 s), +1 a
@@ -23,13 +24,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread, as mqttrl's nodes run numpy (mqttrl/__init__.py): set before numpy loads
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -39,28 +46,15 @@ from helpers.xvfb import Game, Xvfb  # noqa: E402
 
 from mqttrl_plugins.screen import make_screen_env  # noqa: E402
 
+CONFIG = REPO / "configs" / "screen_catch_dqn.toml"
 TITLE = "mqttrl catch"
-KEYS = [[], ["Left"], ["Right"]]
-REWARD = "mqttrl_plugins.screen.demo_game:CatchScore"
 GAME_ARGS = ("--lives", "3", "--ball-speed", "300", "--paddle-speed", "400", "--seed", "0")
-STEP_S = 0.02
-MAX_STEPS = 300
 
 
 def env_kwargs(display: str, **over) -> dict:
-    kw = {
-        "window": TITLE,
-        "window_exact": True,
-        "display": display,
-        "keys": KEYS,
-        "reward": REWARD,
-        "reset_keys": ["Return"],
-        "size": 32,
-        "frame_stack": 2,
-        "step_s": STEP_S,
-        "max_episode_steps": MAX_STEPS,
-    }
-    return kw | over
+    """The config's ``[env.kwargs]`` on ``display``, with ``over`` changed."""
+    kw = tomllib.loads(CONFIG.read_text())["env"]["kwargs"]
+    return kw | {"display": display} | over
 
 
 def random_returns(display: str, episodes: int, seed: int = 0) -> list[float]:
@@ -85,30 +79,9 @@ def train(display: str, seconds: float, run_dir: Path) -> tuple[object, list[dic
     import mqttrl
 
     result = mqttrl.train(
-        run="screen-catch",
-        env={"id": "screen", "num_envs": 1, "kwargs": env_kwargs(display)},
-        algorithm={
-            "name": "dqn",
-            "network": "minatar_cnn",
-            "lr": 5e-4,
-            "batch_size": 64,
-            "buffer_size": 50_000,
-            "learning_starts": 1000,
-            "replay_ratio": 16.0,
-            "max_update_debt": 1000,
-            "target_update_every": 250,
-            "n_step": 3,
-            "gamma": 0.97,
-            "epsilon_base": 0.05,
-            "epsilon_decay_steps": 4000,
-        },
-        worker={"batch_size": 32, "max_batch_delay_s": 0.2},
-        learner={"publish_every": 25},
-        workers=1,
+        str(CONFIG),
         max_seconds=seconds,
-        target_return=None,
-        eval_every_s=100_000,  # no greedy evaluation: it would play the worker's window
-        final_eval=False,
+        overrides={"env.kwargs.display": display},
         run_dir=run_dir,
         progress=False,
     )
