@@ -130,6 +130,15 @@ def check_device_replay(learner, figures: dict) -> None:
     print(f"device replay == host replay for 512 random slots on {learner.device}: {same}")
 
 
+def gather_ms(replay, batch: int, repeats: int = 10) -> float:
+    """Milliseconds the host replay takes to gather one batch (stacks rebuilt from the frame store)."""
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        replay.sample(rng.integers(0, replay.size, batch))
+    return (time.perf_counter() - t0) / repeats * 1000
+
+
 def timed(step, sync, warmup: int, min_updates: int, seconds: float) -> tuple[float, int]:
     """(updates/s, updates timed)."""
     for _ in range(warmup):
@@ -237,6 +246,8 @@ def main() -> None:
                     print(
                         f"{algo:8s} batch {batch:5d} {mode:15s} {ups:9.1f} updates/s ({n} timed; first {first_s:.1f} s)"
                     )
+                    if mode == "host":  # what the host replay costs the host per update: the stack gather
+                        row["host_gather_ms"] = round(gather_ms(learner.replay, batch), 2)
                     if mode == "device":
                         bare, fwd_bwd = bare_steps(learner)
                         row["bare"] = round(timed(bare, sync, args.warmup, args.min_updates, args.seconds)[0], 1)
@@ -253,7 +264,17 @@ def main() -> None:
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
-    cols = ["before", "host", "device", "device_bf16", "device_compile", "device_graphs", "bare", "fwd_bwd"]
+    cols = [
+        "before",
+        "host",
+        "device",
+        "device_bf16",
+        "device_compile",
+        "device_graphs",
+        "bare",
+        "fwd_bwd",
+        "host_gather_ms",
+    ]
     print("\n| algo / batch | " + " | ".join(cols) + " | device / bare |")
     print("|---" * (len(cols) + 2) + "|")
     for key, row in figures["results"].items():
