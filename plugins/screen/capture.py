@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .window import Region, ScreenEnvError
+from .window import Region, ScreenEnvError, missing
 
 
 class Grabber:
@@ -21,7 +21,7 @@ class Grabber:
         try:
             import mss
         except ImportError:
-            raise ScreenEnvError("screen env: screen capture needs mss: pip install 'mqttrl[screen]'") from None
+            raise missing("screen capture", "mss") from None
         make = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 spells it MSS
         kwargs = {"display": display} if display else {}
         try:

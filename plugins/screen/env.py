@@ -112,7 +112,7 @@ class ScreenEnv(gym.Env):
             if not done:
                 return frame
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise RuntimeError(
                     f"screen env: the game is still over {self.opts.reset_timeout_s:g} s after reset "
                     f"(reset_keys = {self.opts.reset_keys}); does a key restart it?"
                 )

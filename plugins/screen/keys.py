@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterable
 
-from .window import ScreenEnvError
+from .window import ScreenEnvError, missing
 
 #: X keysym names -> pynput ``Key`` attribute names (single characters go as characters)
 PYNPUT_NAMES = {
@@ -81,7 +81,7 @@ class XTestKeyboard(Keyboard):
             from Xlib import display as xdisplay
             from Xlib.ext import xtest
         except ImportError:
-            raise ScreenEnvError("screen env: keys on Linux need python-xlib: pip install 'mqttrl[screen]'") from None
+            raise missing("pressing keys on Linux", "python-xlib") from None
         self._X, self._XK, self._xtest = X, XK, xtest
         self.d = xdisplay.Display(display)
         if not self.d.has_extension("XTEST"):
@@ -130,7 +130,7 @@ class PynputKeyboard(Keyboard):  # pragma: no cover (Windows/macOS: untested her
         try:
             from pynput import keyboard
         except ImportError:
-            raise ScreenEnvError("screen env: keys on this system need pynput: pip install 'mqttrl[screen]'") from None
+            raise missing("pressing keys on this system", "pynput") from None
         self._kb = keyboard
         self.controller = keyboard.Controller()
 

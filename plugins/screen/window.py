@@ -11,9 +11,19 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+import gymnasium as gym
 
-class ScreenEnvError(ValueError):
-    """A screen-kit setting or a game that cannot be used: one line that says what to do."""
+from mqttrl.config import ConfigError
+
+
+class ScreenEnvError(ConfigError):
+    """A screen-kit setting or a game that cannot be used: one line that says what to do (the
+    commands print it as a config error, exit code 2)."""
+
+
+def missing(what: str, package: str) -> gym.error.DependencyNotInstalled:
+    """A package of the screen extra is not installed (the commands exit 5 with this line)."""
+    return gym.error.DependencyNotInstalled(f"screen env: {what} needs {package}: pip install 'mqttrl[screen]'")
 
 
 @dataclass(frozen=True)
@@ -55,9 +65,7 @@ def _open_display(display: str | None):
         from Xlib import display as xdisplay
         from Xlib import error as xerror
     except ImportError:
-        raise ScreenEnvError(
-            "screen env: the screen kit needs python-xlib on Linux: pip install 'mqttrl[screen]'"
-        ) from None
+        raise missing("finding a window on Linux", "python-xlib") from None
     try:
         return xdisplay.Display(display)
     except (xerror.DisplayError, xerror.ConnectionClosedError) as e:
