@@ -204,6 +204,9 @@ class AlgorithmInfo:
     #: is not repeated). Returns figures for the log. None: the algorithm does not learn from
     #: demonstrations, and a run with ``demos.path`` set is refused with one line
     learn_from_demos: Callable[[Any, Any, Any, bool], Mapping[str, float]] | None = None
+    #: the env id ``mqttrl check-plugin`` runs the algorithm's round trip on: one whose spaces the
+    #: algorithm supports (a Box-action algorithm cannot be checked on CartPole's Discrete actions)
+    check_env: str = "CartPole-v1"
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("async", "sync"):

@@ -215,17 +215,18 @@ def _send(c: _Checks, info: AlgorithmInfo, spec: Any, actor: Any, pending: int, 
 
 def check_algorithm(
     info: AlgorithmInfo,
-    env_id: str = "CartPole-v1",
+    env_id: str | None = None,
     params: Any = None,
     num_envs: int = 2,
     max_env_steps: int = 20_000,
 ) -> list[CheckResult]:
     """Run ``info`` through a worker/learner round trip on ``env_id``; one result per step.
 
-    ``params`` defaults to ``info.params()``; ``max_env_steps`` bounds how long the
-    actor may take to have transitions ready and the learner to want a train step.
+    ``env_id`` defaults to ``info.check_env``; ``params`` to ``info.params()``; ``max_env_steps``
+    bounds how long the actor may take to have transitions ready and the learner to want a train step.
     """
     c = _Checks()
+    env_id = env_id or getattr(info, "check_env", "CartPole-v1")
     forwards: dict[str, Forward] = {}
     try:
         _check_algorithm(c, info, env_id, params, num_envs, max_env_steps, forwards)

@@ -1,0 +1,69 @@
+"""SAC and REDQ for Box actions, Ape-X style: workers act with the newest policy, the learner keeps a replay.
+
+Written only against the public plugin API (``mqttrl.plugin``), as a third-party plugin would be.
+``[algorithm] name = "sac"`` is SAC (twin critics, Polyak-averaged targets, automatic entropy
+temperature, tanh-squashed Gaussian policy scaled into the action box); ``preset = "redq"`` makes
+it REDQ (10 critics, a random pair in the target, 20 critic updates per env step). The package, by role:
+
+* :mod:`.common`: ``SACParams``, the supported spaces, action scaling, the network description
+  and the sample spec, shared by both sides;
+* :mod:`.numpy_net`: the policy's forward in numpy (workers without torch);
+* :mod:`.actor`: the worker side, numpy only (sampling, uniform exploration before training);
+* :mod:`.replay`: the learner's replay ring (numpy);
+* :mod:`.losses`, :mod:`.nets`, :mod:`.learner`: the learner side in torch;
+* :mod:`.export`: a checkpoint's policy in numpy, and the policy as a torch module for ``mqttrl export``.
+
+The factories import torch only when it is asked for, so a worker that acts with the numpy
+forward never imports it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from mqttrl import hookimpl
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
+
+from .actor import SACActor
+from .common import SACParams, sample_spec
+from .export import export_module, weights_from_checkpoint
+from .numpy_net import NumpyPolicyForward
+
+
+def make_forward(params: SACParams, obs_space: gym.Space, act_space: gym.Space, backend: str, seed: int = 0) -> Forward:
+    """A forward for actors and inference servers: ``"numpy"`` or ``"torch"``; ``seed`` picks its weights until the first load."""
+    if backend == "numpy":
+        return NumpyPolicyForward(params, obs_space, act_space, seed)
+    if backend == "torch":
+        from .nets import TorchPolicyForward
+
+        return TorchPolicyForward(params, obs_space, act_space, seed)
+    raise ValueError(f"backend {backend!r}: use torch or numpy")
+
+
+def make_learner(
+    params: SACParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+) -> AsyncLearner:
+    """The learner needs torch; it is imported here, not when this module loads."""
+    from .learner import SACLearner
+
+    return SACLearner(params, obs_space, act_space, device, seed)
+
+
+@hookimpl
+def mqttrl_register_algorithms(register):
+    register(
+        AlgorithmInfo(
+            name="sac",
+            description="SAC for Box actions (twin critics, auto temperature; preset redq: REDQ's ensemble), Ape-X style",
+            params=SACParams,
+            mode="async",
+            sample_spec=sample_spec,
+            make_actor=SACActor,
+            make_learner=make_learner,
+            make_forward=make_forward,
+            weights_from_checkpoint=weights_from_checkpoint,
+            export_module=export_module,
+            check_env="Pendulum-v1",
+        )
+    )

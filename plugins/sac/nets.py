@@ -1,0 +1,136 @@
+"""SAC's networks in torch: the squashed Gaussian policy, the critic ensemble, and a torch forward.
+
+* ``PolicyNet``: ``body.{0,2,...}`` Linear + ReLU, then ``mean`` and ``log_std`` heads (the layout of
+  :func:`.common.net_info`, which the numpy forward and the export follow);
+* ``CriticEnsemble``: N MLP critics Q(s, a) held as stacked weights (N, in, out) and run with one
+  batched matmul per layer, so REDQ's ten critics cost about one wide critic, not ten calls;
+* ``TorchPolicyForward``: the policy's outputs for actors and inference servers, as the numpy one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from .common import LOG_STD_MAX, LOG_STD_MIN, SACParams, action_scale, check_info, check_spaces, net_info
+from .losses import squashed_log_prob
+
+
+class PolicyNet(nn.Module):
+    """The squashed Gaussian policy of ``info`` (:func:`.common.net_info`)."""
+
+    def __init__(self, info: Mapping[str, Any]):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = int(info["obs_dim"])
+        for h in info["hidden"]:
+            layers += [nn.Linear(width, int(h)), nn.ReLU()]
+            width = int(h)
+        self.body = nn.Sequential(*layers)
+        self.mean = nn.Linear(width, int(info["act_dim"]))
+        self.log_std = nn.Linear(width, int(info["act_dim"]))
+        center, half = action_scale(info)
+        self.register_buffer("action_center", torch.as_tensor(center, dtype=torch.float32), persistent=False)
+        self.register_buffer("action_half", torch.as_tensor(half, dtype=torch.float32), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std), each (B, A); log_std squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
+        x = self.body(obs.flatten(1).float())
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(self.log_std(x)) + 1.0)
+        return self.mean(x), log_std
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised squashed action in [-1, 1] (B, A) and its log-density (B,)."""
+        mean, log_std = self(obs)
+        noise = torch.randn(mean.shape, generator=generator, device="cpu").to(mean.device)
+        u = mean + log_std.exp() * noise
+        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """tanh(mean) scaled into the env's box (B, A)."""
+        mean, _ = self(obs)
+        return self.action_center + self.action_half * torch.tanh(mean)
+
+
+class CriticEnsemble(nn.Module):
+    """``n`` critics Q(s, a), MLPs of ``hidden`` with ReLU, as stacked weights ``w{i}`` (n, in, out)
+    and ``b{i}`` (n, 1, out); each critic initialised as torch's Linear, U(+-1/sqrt(fan_in))."""
+
+    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: list[int]):
+        super().__init__()
+        sizes = [obs_dim + act_dim, *[int(h) for h in hidden], 1]
+        self.n = n
+        self.depth = len(sizes) - 1
+        for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.register_parameter(f"w{i}", nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound)))
+            self.register_parameter(f"b{i}", nn.Parameter(torch.empty(n, 1, fan_out).uniform_(-bound, bound)))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, subset: torch.Tensor | None = None) -> torch.Tensor:
+        """Q-values (n, B), or (len(subset), B) of the critics ``subset`` indexes."""
+        x = torch.cat([obs.flatten(1).float(), action], dim=1)
+        k = self.n if subset is None else len(subset)
+        x = x.unsqueeze(0).expand(k, *x.shape)
+        for i in range(self.depth):
+            w, b = getattr(self, f"w{i}"), getattr(self, f"b{i}")
+            if subset is not None:
+                w, b = w[subset], b[subset]
+            x = torch.baddbmm(b, x, w)
+            if i < self.depth - 1:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+class TorchPolicyForward:
+    """The policy's outputs with torch (inference mode): ``action`` (greedy, in the box), ``mean``, ``log_std``."""
+
+    def __init__(self, params: SACParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+        self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
+        self.info = net_info(self.obs_dim, act_space, params)
+        with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
+            torch.manual_seed(seed)
+            self.net = PolicyNet(self.info).eval()
+
+    def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        check_info(info, self.obs_dim, self.act_dim)
+        full = {**self.info, **info}
+        with torch.random.fork_rng(devices=[]):
+            net = PolicyNet(full)
+        load_tensors(net, tensors)  # raises before anything is replaced
+        self.net, self.info = net.eval(), full
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        x = torch.from_numpy(np.array(obs, np.float32, copy=True))
+        with torch.inference_mode():
+            mean, log_std = self.net(x)
+            action = self.net.action_center + self.net.action_half * torch.tanh(mean)
+        return {"action": action.numpy(), "mean": mean.numpy(), "log_std": log_std.numpy()}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def module_tensors(module: nn.Module, prefix: str = "") -> dict[str, np.ndarray]:
+    """A module's persistent state as numpy arrays (copies), names prefixed."""
+    return {prefix + k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_tensors(module: nn.Module, tensors: Mapping[str, np.ndarray], prefix: str = "") -> None:
+    """Load ``prefix``-named numpy arrays into ``module``: every name and shape must fit (ValueError)."""
+    own = module.state_dict()
+    got = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    if set(got) != set(own):
+        raise ValueError(
+            f"weights do not fit: missing {sorted(set(own) - set(got))}, unexpected {sorted(set(got) - set(own))}"
+        )
+    for k, v in own.items():
+        if tuple(np.shape(got[k])) != tuple(v.shape):
+            raise ValueError(f"weights: {prefix}{k} has shape {np.shape(got[k])}, expected {tuple(v.shape)}")
+    module.load_state_dict({k: torch.as_tensor(np.array(got[k], np.float32)) for k in own})
