@@ -23,6 +23,7 @@ from mqttrl.plugin.algorithm import AlgorithmInfo, Forward, SyncLearner
 
 from .actor import PPOActor
 from .common import PPOParams, sample_spec
+from .demo_clone import learn_from_demos
 from .export import export_module, weights_from_checkpoint
 from .numpy_net import NumpyForward
 
@@ -62,5 +63,6 @@ def mqttrl_register_algorithms(register):
             make_forward=make_forward,
             weights_from_checkpoint=weights_from_checkpoint,
             export_module=export_module,
+            learn_from_demos=learn_from_demos,
         )
     )
