@@ -135,10 +135,21 @@ def display(tmp_path_factory):
     x.stop()
 
 
-@pytest.fixture
-def game(display, tmp_path):
+@pytest.fixture(scope="module")
+def game(display, tmp_path_factory):
+    """One Catch window for the module's tests (each starts with a reset: Return, a new game)."""
     g = Game(
-        display, tmp_path, "catch-test", "--lives", "1", "--ball-speed", "150", "--paddle-speed", "400", "--seed", "3"
+        display,
+        tmp_path_factory.mktemp("game"),
+        "catch-test",
+        "--lives",
+        "1",
+        "--ball-speed",
+        "150",
+        "--paddle-speed",
+        "400",
+        "--seed",
+        "3",
     )
     g.wait_window()
     yield g
