@@ -40,6 +40,7 @@ KEYS = [[], ["Left"], ["Right"]]
         ({"window": "g", "reward": REWARD, "keys": KEYS, "size": [84]}, "size=[84]"),
         ({"window": "g", "reward": REWARD, "keys": KEYS, "frame_stack": 0}, "frame_stack=0"),
         ({"window": "g", "reward": REWARD, "keys": KEYS, "keys_backend": "xdo"}, "keys_backend='xdo'"),
+        ({"window": "g", "reward": REWARD, "keys": KEYS, "gray": "yes"}, "gray='yes': true or false"),
     ],
 )
 def test_bad_options_are_one_line(kwargs, says):
@@ -254,10 +255,13 @@ def test_control_hz_paces_the_screen_env_through_its_real_time_protocol(game):
         env.close()
 
 
-def test_a_missing_window_is_one_line(display):
+def test_a_missing_window_or_key_is_one_line(game):
     with pytest.raises(ScreenEnvError) as e:
-        make_screen_env(window="no such game", display=display, keys=KEYS, reward=REWARD)
-    assert "no window titled 'no such game'" in str(e.value) and "\n" not in str(e.value)
+        make_screen_env(window="no such game", display=game.display, keys=KEYS, reward=REWARD)
+    assert "no window titled 'no such game'" in str(e.value) and "'catch-test'" in str(e.value)
+    with pytest.raises(ScreenEnvError) as e:
+        screen_env(game.display, keys=[[], ["Lefty"]])
+    assert "unknown key 'Lefty'" in str(e.value) and "\n" not in str(e.value)
 
 
 # ---- DQN on the window, end to end -----------------------------------------------------------

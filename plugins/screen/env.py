@@ -30,15 +30,18 @@ class ScreenEnv(gym.Env):
 
     def __init__(self, **kwargs: Any):
         self.opts = o = parse_options(kwargs)
+        self.reward_fn = load_reward(o.reward)
         self.display = o.display or None
         self.window = find_window(o.window, self.display, o.window_exact) if o.window else None
         self.region = self.window.region if self.window else Region(*o.region)
         self.actions = [tuple(k) for k in o.keys]
-        self.keyboard = make_keyboard(
-            o.keys_backend, self.display, self.window.handle if o.focus and self.window else None
-        )
-        self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
-        self.reward_fn = load_reward(o.reward)
+        focus = self.window.handle if o.focus and self.window else None
+        self.keyboard = make_keyboard(o.keys_backend, self.display, focus)
+        try:
+            self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
+        except ScreenEnvError:
+            self.keyboard.close()
+            raise
         self.action_space = gym.spaces.Discrete(len(self.actions))
         shape = (o.height, o.width) if o.gray else (o.height, o.width, 3)
         self.observation_space = gym.spaces.Box(0, 255, self._stacked_shape(shape), np.uint8)

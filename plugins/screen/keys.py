@@ -83,7 +83,10 @@ class XTestKeyboard(Keyboard):
         except ImportError:
             raise missing("pressing keys on Linux", "python-xlib") from None
         self._X, self._XK, self._xtest = X, XK, xtest
-        self.d = xdisplay.Display(display)
+        try:
+            self.d = xdisplay.Display(display)
+        except Exception as e:  # Xlib's DisplayError, ConnectionClosedError
+            raise ScreenEnvError(f"screen env: cannot open X display {display or '$DISPLAY'!r}: {e}") from None
         if not self.d.has_extension("XTEST"):
             raise ScreenEnvError(
                 f"screen env: X display {display or '$DISPLAY'!r} has no XTEST extension: cannot press keys"

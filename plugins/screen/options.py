@@ -95,6 +95,12 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
             _fail(key, v, "seconds, >= 0")
     if not _is_int(o.max_episode_steps) or o.max_episode_steps < 0:
         _fail("max_episode_steps", o.max_episode_steps, "an int >= 0")
+    for key in ("window_exact", "gray", "focus"):
+        if not isinstance(getattr(o, key), bool):
+            _fail(key, getattr(o, key), "true or false")
+    for key in ("window", "display"):
+        if not isinstance(getattr(o, key), str):
+            _fail(key, getattr(o, key), "a string")
     if o.keys_backend not in ("auto", "xtest", "pynput"):
         _fail("keys_backend", o.keys_backend, '"auto", "xtest" or "pynput"')
     if not all(isinstance(n, str) for n in o.reset_keys):
