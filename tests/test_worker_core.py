@@ -346,6 +346,8 @@ def test_heartbeat_contents():
         "dropped": {"samples": 2},
         "rejected": {"garbage": 1},
         "paused": True,
+        "idle": None,
+        "paused_s": 0.0,
         "time": 1234.5,
     }
     assert list(hb) == ["worker", "incarnation", "pid", "epoch", "model_version", "env_steps", "episodes"] + [
@@ -355,6 +357,8 @@ def test_heartbeat_contents():
         "dropped",
         "rejected",
         "paused",
+        "idle",
+        "paused_s",
         "time",
     ]
     encode_json(hb)  # it goes out as JSON

@@ -281,6 +281,11 @@ class MqttNode:
         return self._subs.refused
 
     @property
+    def outbox_limit(self) -> int:
+        """How many messages the outbox holds before it drops the oldest of a kind."""
+        return self._outbox.limit
+
+    @property
     def outbox_size(self) -> int:
         with self._cv:
             return len(self._outbox)

@@ -24,6 +24,11 @@ class FakeNode:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.stopped = False
         self.unsent: list[object] = []
+        #: the link is up (a real-time worker pauses its games while it is down)
+        self.connected = True
+        self.outbox_limit = 2000
+        #: seconds the oldest batch has waited for the broker's acknowledgement (a test may set it)
+        self.unacked_age = 0.0
 
     def start(self, wait=None):
         return self
@@ -34,6 +39,9 @@ class FakeNode:
     def stop(self, final=(), flush_timeout=5.0):
         self.published.extend((m.topic, m.payload) for m in final)
         self.stopped = True
+
+    def oldest_unacked_age(self, now=None) -> float:
+        return self.unacked_age
 
     def take_acked(self) -> list[object]:
         return []

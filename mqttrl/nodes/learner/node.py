@@ -294,7 +294,10 @@ class LearnerNode:
         return birth
 
     def _flow_payload(self) -> bytes:
-        return encode_json({"pause": self.core.paused, "model_version": self.version, "time": time.time()})
+        """The flow signal; re-published every ``beat_s`` it is also the learner's beat: workers
+        that stop hearing it idle (the learner or their link is away; WorkerCore.should_idle)."""
+        beat = {"pause": self.core.paused, "model_version": self.version, "beat_s": self.lc.metrics_interval_s}
+        return encode_json({**beat, "time": time.time()})
 
     def publish_weights(self) -> None:
         """Publish the learner's weights as the core's current version (retained: late workers get them).
@@ -528,6 +531,7 @@ class LearnerNode:
                 if now >= next_metrics:
                     next_metrics = now + self.lc.metrics_interval_s
                     self.core.check_liveness(clock())
+                    self.node.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")  # the beat
                     payload = encode_json(self._metrics(window))
                     self.node.publish(self.topics.learner_metrics, payload, 0, False, "metrics")
                     metrics_file.write(payload.decode() + "\n")

@@ -63,6 +63,39 @@ class Rules:
         return from_section(cls, config.worker, sync=mode == "sync", max_env_steps=max_env_steps)
 
 
+#: a learner whose flow beat (re-published every ``beat_s``) has not come for this many beats, and at
+#: least :data:`LEARNER_SILENT_MIN_S`, is away: its link or process is gone without a last will yet
+LEARNER_SILENT_BEATS = 5
+LEARNER_SILENT_MIN_S = 5.0
+#: the outbox this full (a fraction of its limit) means the link carries less than the worker makes
+OUTBOX_IDLE_FRACTION = 0.5
+#: a sample batch the broker has not acknowledged for this long means a stalled link (a silent cut
+#: that TCP and keepalive have not noticed yet, or an uplink far slower than the worker)
+UNACKED_IDLE_S = 5.0
+
+#: why a worker idles (:meth:`WorkerCore.should_idle`), in words for its log
+IDLE_REASONS = {
+    "link_down": "no connection to the broker",
+    "link_stalled": f"the broker acknowledged no batch for over {UNACKED_IDLE_S:g}s",
+    "learner_offline": "the learner is offline",
+    "learner_silent": "the learner is silent (no flow beat)",
+    "learner_paused": "the learner's flow control",
+    "outbox_full": f"the outbox is over {OUTBOX_IDLE_FRACTION:.0%} full",
+}
+
+
+@attrs.frozen
+class Link:
+    """What the worker's MQTT client says of its link (the shell reads it each turn)."""
+
+    connected: bool = True
+    #: messages waiting in the outbox, and its limit (0: unknown)
+    outbox: int = 0
+    outbox_limit: int = 0
+    #: seconds the oldest sample batch has waited for the broker's acknowledgement (0.0: none waits)
+    unacked_age_s: float = 0.0
+
+
 class Move(enum.Enum):
     """What the worker does after a vector step."""
 
@@ -104,6 +137,18 @@ class WorkerCore:
         #: the learner's flow signal, and whether the learner is online to lift it
         self.paused = False
         self.learner_online = False
+        #: the learner's state was received (an explicit offline state idles the worker, no state does not)
+        self.learner_known = False
+        #: the learner re-publishes its flow every ``beat_s`` (0: an older learner that does not), and
+        #: when its last flow or state came (on the core's clock; None: never)
+        self.learner_beat_s = 0.0
+        self.learner_heard: float | None = None
+        #: the link as the shell last reported it (:meth:`should_idle`)
+        self.link = Link()
+        #: why the worker idles now (None: it plays), since when, and the idle seconds before that
+        self.idle_reason: str | None = None
+        self.idle_since: float | None = None
+        self.idled_s = 0.0
         #: sync mode: the version the sent share was made with, until a newer model is loaded
         self.awaiting_newer_than: int | None = None
         self.seq = 0
@@ -135,10 +180,16 @@ class WorkerCore:
         if newer(w.order, best):
             self.pending_weights = w
 
-    def on_flow(self, payload: bytes) -> None:
-        self.paused = bool(decode_json(payload).get("pause", False))
+    def on_flow(self, payload: bytes, now: float | None = None) -> None:
+        """The learner's flow signal; received at ``now``, it is also the learner's beat."""
+        flow = decode_json(payload)
+        self.paused = bool(flow.get("pause", False))
+        beat = flow.get("beat_s")
+        self.learner_beat_s = float(beat) if isinstance(beat, (int, float)) and beat > 0 else 0.0
+        if now is not None:
+            self.learner_heard = now
 
-    def on_learner_state(self, payload: bytes) -> None:
+    def on_learner_state(self, payload: bytes, now: float | None = None) -> None:
         if not payload:  # a cleared retained state
             return
         status = decode_json(payload, {"status": str})["status"]
@@ -146,6 +197,9 @@ class WorkerCore:
         if online != self.learner_online:
             log.info("learner is %s", status)
         self.learner_online = online
+        self.learner_known = True
+        if online and now is not None:
+            self.learner_heard = now
 
     # ---- starting --------------------------------------------------------------
     def begin(self, rules: Rules) -> None:
@@ -191,6 +245,63 @@ class WorkerCore:
         """The learner asked workers to pause. A pause left retained by a learner that went
         offline holds nobody back: it could never be lifted."""
         return self.paused and self.learner_online
+
+    def learner_silent(self, now: float) -> bool:
+        """The learner said it beats, and no beat came for :data:`LEARNER_SILENT_BEATS` of them."""
+        if not self.learner_beat_s or self.learner_heard is None:
+            return False
+        return now - self.learner_heard > max(LEARNER_SILENT_MIN_S, LEARNER_SILENT_BEATS * self.learner_beat_s)
+
+    def should_idle(self, now: float, link: Link | None = None) -> str | None:
+        """Why the worker should stop making experience now (a key of :data:`IDLE_REASONS`), or
+        None to play on; ``link`` (when given) is the shell's newest reading of its link.
+
+        Experience made while the link cannot carry it, or while no learner takes it, is lost
+        (outbox full) or refused when it arrives (stale); a worker that idles meanwhile keeps
+        what it holds admissible. Idling means: no env steps (a game that can pause is paused:
+        the real-time shell calls ``env.pause()`` while this says so), but messages, new weights
+        and heartbeats go on. Pure: the reasons, first that applies:
+
+        * ``link_down``: the client has no connection to the broker;
+        * ``link_stalled``: a batch has waited for the broker's acknowledgement over
+          :data:`UNACKED_IDLE_S` (a silent cut, or an uplink slower than the worker);
+        * ``learner_offline``: the learner's state says offline (its last will or clean exit);
+        * ``learner_silent``: a learner that beats (re-publishes its flow every ``beat_s``) was not
+          heard from for :data:`LEARNER_SILENT_BEATS` beats (at least :data:`LEARNER_SILENT_MIN_S`);
+        * ``learner_paused``: its flow control asks workers to pause (and it is online to lift it);
+        * ``outbox_full``: the outbox is :data:`OUTBOX_IDLE_FRACTION` full or more.
+        """
+        if link is not None:
+            self.link = link
+        link = self.link
+        if not link.connected:
+            return "link_down"
+        if link.unacked_age_s > UNACKED_IDLE_S:
+            return "link_stalled"
+        if self.learner_known and not self.learner_online:
+            return "learner_offline"
+        if self.learner_silent(now):
+            return "learner_silent"
+        if self.held_back:
+            return "learner_paused"
+        if link.outbox_limit and link.outbox >= OUTBOX_IDLE_FRACTION * link.outbox_limit:
+            return "outbox_full"
+        return None
+
+    def track_idle(self, reason: str | None, now: float) -> bool:
+        """Record that the worker idles for ``reason`` (None: it plays) from ``now``; True when
+        that changed (the shell logs it). The idle time adds up in :meth:`idle_seconds`."""
+        if reason == self.idle_reason:
+            return False
+        if self.idle_since is not None:
+            self.idled_s += now - self.idle_since
+        self.idle_since = now if reason is not None else None
+        self.idle_reason = reason
+        return True
+
+    def idle_seconds(self, now: float) -> float:
+        """Seconds this worker idled so far (heartbeats report it as ``paused_s``)."""
+        return self.idled_s + (now - self.idle_since if self.idle_since is not None else 0.0)
 
     def stepped(self, num_envs: int, ended: Iterable[EpisodeEnd], wall_time: float) -> None:
         """Count one vector step and the episodes it finished."""
@@ -270,9 +381,12 @@ class WorkerCore:
         dropped: Mapping[str, int],
         rejected: Mapping[str, int],
         env_restarts: int = 0,
+        now: float | None = None,
     ) -> dict:
         """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys.
-        ``env_restarts``: envs this process made afresh after their game crashed."""
+        ``env_restarts``: envs this process made afresh after their game crashed; ``now`` (the
+        core's clock) dates ``paused_s``, the seconds idled so far (:meth:`should_idle`)."""
+        idled = self.idle_seconds(now) if now is not None else self.idled_s
         return {
             "worker": self.name,
             "incarnation": self.incarnation,
@@ -287,5 +401,7 @@ class WorkerCore:
             "dropped": dict(dropped),
             "rejected": dict(rejected),
             "paused": self.held_back,
+            "idle": self.idle_reason,
+            "paused_s": round(idled, 3),
             "time": wall_time,
         }

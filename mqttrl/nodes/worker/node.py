@@ -31,7 +31,7 @@ from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
-from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
+from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
@@ -92,8 +92,8 @@ class WorkerNode:
             {
                 Kind.CONFIG: _payload_only(self.core.on_config),
                 Kind.WEIGHTS: _payload_only(self.core.on_weights),
-                Kind.FLOW: _payload_only(self.core.on_flow),
-                Kind.LEARNER_STATE: _payload_only(self.core.on_learner_state),
+                Kind.FLOW: lambda _name, payload: self.core.on_flow(payload, self.clock()),
+                Kind.LEARNER_STATE: lambda _name, payload: self.core.on_learner_state(payload, self.clock()),
             },
             log,
         )
@@ -188,11 +188,25 @@ class WorkerNode:
         self._drain()
         self._load_new_weights()
         self._heartbeat_if_due()
-        if self.core.held_back:
-            self._drain(timeout=0.01)  # the learner is behind: wait for it
+        if self._idle_now():
+            self._drain(timeout=0.05)  # idle in small slices: messages, weights and heartbeats go on
             return
         if self._step(envs):
             self._send_when_due()
+
+    def _idle_now(self) -> str | None:
+        """Why the worker idles now (the core's :meth:`~WorkerCore.should_idle` over this turn's
+        reading of the link), None to play; a change is logged, the idle time counted."""
+        now, n = self.clock(), self.node
+        link = Link(n.connected, n.outbox_size, n.outbox_limit, n.oldest_unacked_age(now))
+        reason = self.core.should_idle(now, link)
+        before = self.core.idle_reason
+        if self.core.track_idle(reason, now):
+            if reason is not None:
+                log.info("worker %s idles: %s", self.name, IDLE_REASONS[reason])
+            elif before is not None:
+                log.info("worker %s plays again (%s no more)", self.name, IDLE_REASONS[before])
+        return reason
 
     def _step(self, envs: EnvSet) -> bool:
         """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
@@ -329,10 +343,13 @@ class WorkerNode:
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
 
     def _note_acks(self) -> None:
+        """Take the acknowledged and dropped batches (always: the client keeps them until taken)
+        and write them to the ledger when there is one."""
+        acked, dropped = self.node.take_acked(), self.node.take_dropped()
         if self.ledger is not None:
-            for seq in self.node.take_acked():
+            for seq in acked:
                 self.ledger.write("acked", seq=seq)
-            for seq in self.node.take_dropped():
+            for seq in dropped:
                 self.ledger.write("dropped", seq=seq, cause="outbox full")
 
     def _send_episodes(self) -> None:
@@ -353,6 +370,7 @@ class WorkerNode:
             self.node.dropped,
             self.rejections.snapshot(),
             env_restarts=self.env_restarts,
+            now=self.clock(),
         )
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
