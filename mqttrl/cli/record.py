@@ -20,6 +20,8 @@ EPILOG = """examples:
   mqttrl record demos/lunar-me --env LunarLander-v3 --keys configs/keys/lunarlander.toml --played-by me
                                                                      (you, at the keyboard)
   mqttrl train configs/lunarlander_dqn.toml --demos demos/lunar      (learn from them)
+  mqttrl record demos/lunar --to-minari mqttrl/lunarlander/heuristic-v0  (export to Minari)
+  mqttrl record demos/lunar-copy --minari mqttrl/lunarlander/heuristic-v0    (import a Minari dataset)
 """
 
 
@@ -32,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="take the env (id, kwargs) and, for --keys, its real-time rate (env.control_hz) from a run config",
     )
     p.add_argument("--env-kwargs", default="{}", metavar="JSON", help="the env's keyword arguments, a JSON object")
-    who = p.add_mutually_exclusive_group(required=True)
+    who = p.add_mutually_exclusive_group()
     who.add_argument(
         "--policy",
         metavar="MODULE:FUNCTION",
@@ -48,6 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--keys",
         metavar="TOML",
         help="a person: a window shows the game, keys map to actions as the TOML file says (docs/demonstrations.md)",
+    )
+    who.add_argument(
+        "--minari",
+        metavar="DATASET",
+        help="import a Minari dataset (its id in Minari's data folder, or its path) instead of playing "
+        "(pip install -e '.[minari]')",
+    )
+    p.add_argument(
+        "--to-minari",
+        metavar="ID",
+        help="then export OUT as the Minari dataset ID (e.g. mqttrl/lunarlander/heuristic-v0) into Minari's data "
+        "folder ($MINARI_DATASETS_PATH, default ~/.minari/datasets); alone: export the dataset OUT as it is",
     )
     p.add_argument("--episodes", type=positive_int, default=10, metavar="N", help="episodes to record")
     p.add_argument("--seed", type=int, default=0, help="episode i resets the env with seed SEED + i")
@@ -87,6 +101,12 @@ def run(args: argparse.Namespace) -> None:
     from mqttrl.demos.sources import SourceError, function_policy, play_episodes, record, run_policy
     from mqttrl.envs.make import make_env
 
+    if not (args.policy or args.run or args.keys or args.minari):
+        if not args.to_minari:
+            _fail("who plays? one of --policy, --from, --keys, --minari (or --to-minari to export OUT)", 2)
+        return _export(args)
+    if args.minari:
+        return _import(args)
     kwargs = _env_kwargs(args.env_kwargs)
     policy = None
     if args.config:
@@ -138,6 +158,32 @@ def run(args: argparse.Namespace) -> None:
     if returns:
         mean = sum(returns) / len(returns)
         print(f"{len(returns)} episodes, mean return {mean:.2f}; dataset {args.out} holds {writer.episodes}")
+    if args.to_minari:
+        _export(args)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from mqttrl.demos import DatasetError, read_dataset
+    from mqttrl.demos.minari_io import to_minari
+
+    try:
+        where = to_minari(read_dataset(args.out), args.to_minari, author=args.played_by)
+    except DatasetError as e:
+        _fail(str(e), 2)
+    print(f"exported {args.out} as the Minari dataset {args.to_minari} ({where})")
+
+
+def _import(args: argparse.Namespace) -> None:
+    from mqttrl.demos import DatasetError
+    from mqttrl.demos.minari_io import from_minari
+
+    try:
+        dataset = from_minari(args.minari, args.out, env_id=args.env, append=args.append)
+    except DatasetError as e:
+        _fail(str(e), 2)
+    print(f"imported the Minari dataset {args.minari}: {dataset.describe()}")
+    if args.to_minari:
+        _export(args)
 
 
 COMMAND = Command(
