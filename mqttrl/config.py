@@ -135,11 +135,23 @@ class WorkerConfig:
         "sent raw. The learner caps what a batch may decompress to at `learner.max_payload_mb`",
         validator=one_of("auto", "none", "zstd", "lz4"),
     )
+    metrics_port: int = setting(
+        0,
+        doc="Prometheus endpoint of each worker process (`/metrics`: time per block, control-period errors; "
+        "docs/telemetry.md): the worker with `--index i` listens on this port + i. 0: off",
+        validator=non_negative,
+    )
 
 
 @attrs.define
 class LearnerConfig:
     publish_every: int = setting(50, doc="updates per published model version", validator=positive)
+    metrics_port: int = setting(
+        0,
+        doc="Prometheus endpoint of the learner (`/metrics`: time per block: receive, sample, train step, publish; "
+        "the workers' real-time control periods are on their own endpoints, `worker.metrics_port`). 0: off",
+        validator=non_negative,
+    )
     max_staleness_s: float = setting(
         10.0,
         unit="s",

@@ -344,12 +344,12 @@ class Policy:
         """The run's env, made as the run makes it (``config.env.id``, ``config.env.kwargs``, plus ``kwargs``)."""
         if self.config is None:
             raise ValueError(f"{self.source}: no run config was found, so the run's env is not known")
-        from mqttrl.envs.make import make_env
+        from mqttrl.envs.realtime import make_run_env
 
         extra = dict(kwargs)
         if render_mode is not None:
             extra["render_mode"] = render_mode
-        return make_env(self.config.env.id, {**self.config.env.kwargs, **extra})
+        return make_run_env(self.config.env, extra_kwargs=extra)
 
     def play(
         self,
@@ -489,10 +489,10 @@ def _spaces_of_env(
     config: Any, registry: Any, observation_space: gym.Space | None, action_space: gym.Space | None
 ) -> tuple[gym.Space, gym.Space]:
     """The spaces not given, read from the run's env (made once and closed); one line if it cannot be made."""
-    from mqttrl.envs.make import make_env
+    from mqttrl.envs.realtime import make_run_env
 
     try:
-        env = make_env(config.env.id, config.env.kwargs, registry)
+        env = make_run_env(config.env, registry)
     except Exception as e:
         raise PolicyLoadError(
             f"cannot make the run's env {config.env.id!r} to read its spaces ({type(e).__name__}: {e}); "

@@ -52,11 +52,13 @@ class BlockTimes:
         self.window: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self.total: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
 
     def add(self, block: str, seconds: float) -> None:
         self.window[block] = self.window.get(block, 0.0) + seconds
         self.calls[block] = self.calls.get(block, 0) + 1
         self.total[block] = self.total.get(block, 0.0) + seconds
+        self.counts[block] = self.counts.get(block, 0) + 1
 
     @contextmanager
     def timed(self, block: str):
@@ -124,6 +126,10 @@ class PeriodStats:
         self.reset_s = 0.0
         self.paused_s = 0.0
         self.max_s = 0.0
+        #: seconds the clocks slept waiting for periods to end (a worker's "wait" block)
+        self.wait_s = 0.0
+        #: the sum of all errors (a Prometheus histogram's ``_sum``)
+        self.err_sum = 0.0
 
     def record(self, error_s: float) -> None:
         """One period ended ``error_s`` seconds after it should have."""
@@ -132,6 +138,7 @@ class PeriodStats:
         self._n = min(self._n + 1, len(self._ring))
         self.hist[int(np.searchsorted(self._edges, error_s, side="left"))] += 1
         self.periods += 1
+        self.err_sum += error_s
         if error_s > self.max_s:
             self.max_s = error_s
 
@@ -161,3 +168,97 @@ class PeriodStats:
             "paused_s": round(self.paused_s, 4),
             "hist": list(self.hist),
         }
+
+
+class FleetTiming:
+    """The learner's view of its workers' timing, from their heartbeats: the blocks summed over
+    the fleet (window and run), and the control periods of the real-time workers combined."""
+
+    def __init__(self):
+        self.window: dict[str, dict[str, float]] = {}
+        self.total: dict[str, dict[str, float]] = {}
+        #: per worker, its newest real-time report (``PeriodStats.take`` plus the pause state)
+        self.realtime: dict[str, dict] = {}
+
+    def on_heartbeat(self, worker: str, hb: Mapping) -> None:
+        timing = hb.get("timing")
+        if isinstance(timing, Mapping):
+            self.window = add_windows([self.window, timing])
+            self.total = add_windows([self.total, timing])
+        rt = hb.get("realtime")
+        if isinstance(rt, Mapping):
+            self.realtime[worker] = dict(rt)
+
+    def forget(self, worker: str) -> None:
+        self.realtime.pop(worker, None)
+
+    def take(self) -> dict:
+        """``worker_timing`` (the window since the last take), ``worker_timing_total`` and ``realtime``
+        (None when no worker steps in real time) for the learner's metrics message."""
+        window, self.window = self.window, {}
+        return {"worker_timing": window, "worker_timing_total": self.total, "realtime": combine_realtime(self.realtime)}
+
+
+def _numbers(values: Iterable) -> list[float]:
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def combine_realtime(reports: Mapping[str, Mapping]) -> dict | None:
+    """The fleet's control periods from each real-time worker's newest report: the window's p99
+    and max are the worst worker's, p50 the median worker's; the run's percentiles come from the
+    summed histograms (bucket upper edges); counters are summed."""
+    if not reports:
+        return None
+    rs = list(reports.values())
+    win = [r.get("period_err_ms") or {} for r in rs]
+    run = [r.get("run_err_ms") or {} for r in rs]
+    hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
+    for r in rs:
+        h = r.get("hist")
+        if isinstance(h, list) and len(h) == len(hist):
+            hist = [a + int(b) for a, b in zip(hist, h)]
+    p50s = sorted(_numbers(w.get("p50") for w in win))
+    out = {
+        "workers": len(rs),
+        "period_err_ms": {
+            "p50": p50s[len(p50s) // 2] if p50s else None,
+            "p99": max(_numbers(w.get("p99") for w in win), default=None),
+            "max": max(_numbers(w.get("max") for w in win), default=None),
+        },
+        "run_err_ms": {
+            "p50": percentile_from_histogram(hist, 0.5),
+            "p99": percentile_from_histogram(hist, 0.99),
+            "max": max(_numbers(r.get("max") for r in run), default=None),
+        },
+        "games_paused": sum(1 for r in rs if r.get("games_paused")),
+    }
+    for key in ("periods", "overruns", "skipped"):
+        out[key] = int(sum(_numbers(r.get(key) for r in rs)))
+    for key in ("lost_s", "reset_s", "paused_s"):
+        out[key] = round(sum(_numbers(r.get(key) for r in rs)), 4)
+    return out
+
+
+def timing_fields(metrics: Mapping) -> dict[str, float]:
+    """Flat numeric fields of a learner metrics message's timing, for storages (InfluxDB,
+    TensorBoard, files, wandb): per block ``time_<who>_<block>_s`` (seconds in the window) and
+    ``time_<who>_<block>_ms`` (mean per call), and ``rt_*`` for real-time control periods."""
+    fields: dict[str, float] = {}
+    for who, key in (("learner", "timing"), ("workers", "worker_timing")):
+        blocks = metrics.get(key)
+        if not isinstance(blocks, Mapping):
+            continue
+        for block, v in blocks.items():
+            if isinstance(v, Mapping) and isinstance(v.get("s"), int | float):
+                fields[f"time_{who}_{block}_s"] = float(v["s"])
+                if v.get("n"):
+                    fields[f"time_{who}_{block}_ms"] = 1000.0 * float(v["s"]) / float(v["n"])
+    rt = metrics.get("realtime")
+    if isinstance(rt, Mapping):
+        for q, v in (rt.get("period_err_ms") or {}).items():
+            if isinstance(v, int | float):
+                fields[f"rt_err_{q}_ms"] = float(v)
+        for key in ("periods", "overruns", "skipped", "lost_s", "reset_s", "paused_s", "games_paused"):
+            if isinstance(rt.get(key), int | float):
+                fields[f"rt_{key}"] = float(rt[key])
+    return fields

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Real servers the integration tests start on free ports: binary -> Debian package
 missing=()
-for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server Xvfb:xvfb xdotool:xdotool; do
+for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server prometheus:prometheus Xvfb:xvfb xdotool:xdotool; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

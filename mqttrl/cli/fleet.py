@@ -79,6 +79,17 @@ class FleetView:
         w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
         if isinstance(hb.get("env_restarts"), int):  # games that crashed and were made afresh
             w["env_restarts"] = hb["env_restarts"]
+        rt = hb.get("realtime")
+        if isinstance(rt, dict):  # a real-time worker: its control periods since its last heartbeat
+            err = rt.get("period_err_ms") or {}
+            w.update(
+                period_p50_ms=err.get("p50"),
+                period_p99_ms=err.get("p99"),
+                period_max_ms=err.get("max"),
+                overruns=rt.get("overruns"),
+                lost_s=rt.get("lost_s"),
+                paused_s=rt.get("paused_s"),
+            )
 
     def on_episodes(self, name: str, payload: bytes) -> None:
         episodes = decode_episodes(payload)
@@ -110,8 +121,13 @@ class FleetView:
             title=f"mqttrl run {self.topics.run}", box=box.SIMPLE_HEAD, pad_edge=False
         )  # no column rules: fits 80 columns
         t.add_column("node", max_width=16, overflow="ellipsis", no_wrap=True)  # long names are cut, not the titles
-        for col in ("status", "seen", "steps/s", "model", "lag", "return", "restarts"):
+        realtime = any(w.get("period_p99_ms") is not None for w in self.workers.values())
+        cols = ("status", "seen", "steps/s", "model", "lag", "return", "restarts") + (
+            ("p99 ms", "late") if realtime else ()
+        )
+        for col in cols:
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=len(col))
+        fleet_rt = self.metrics.get("realtime") if realtime else None
         updates = self.metrics.get("updates_per_s")
         t.add_row(
             "learner",
@@ -122,6 +138,11 @@ class FleetView:
             "-",
             "-",
             _text(self.metrics.get("env_restarts")),
+            *(
+                _realtime_cells(fleet_rt.get("period_err_ms") or {}, fleet_rt)
+                if isinstance(fleet_rt, dict)
+                else ["-", "-"]
+            )[: 2 if realtime else 0],
         )
         now = time.time()
         for name in sorted(self.workers):
@@ -135,6 +156,7 @@ class FleetView:
                 _text(self.lag(w)),
                 f"{w['last_return']:.1f}" if w["last_return"] is not None else "-",
                 _text(w["env_restarts"]),
+                *(_realtime_cells({"p99": w.get("period_p99_ms")}, w) if realtime else []),
             )
         return t
 
@@ -152,6 +174,12 @@ class FleetView:
             row = {"node": name, **{k: v for k, v in w.items() if not k.startswith("_")}, "lag": self.lag(w)}
             out.append({k: v for k, v in row.items() if v is not None})
         return out
+
+
+def _realtime_cells(err: dict, counts: dict) -> list[str]:
+    """A real-time row's control-period p99 (ms) and overruns."""
+    p99 = err.get("p99")
+    return [f"{p99:.1f}" if isinstance(p99, int | float) else "-", _text(counts.get("overruns"))]
 
 
 def _text(value) -> str:

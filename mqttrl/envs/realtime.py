@@ -121,13 +121,19 @@ class ActionHistory(gym.Wrapper):
         return self.observe(obs), r, term, trunc, info
 
 
-def make_run_env(env_config, registry=None) -> gym.Env:
-    """The run's env as every node sees its spaces: made from ``[env]`` and, with
-    ``act_buf_len``, its observation carrying the last actions. Stepped freely (an evaluator, a
-    learner reading spaces); a worker with ``control_hz`` wraps it in :class:`RealTimeEnv`."""
+def make_run_env(env_config, registry=None, extra_kwargs: dict | None = None) -> gym.Env:
+    """The run's env as every node sees its spaces: made from ``[env]`` (``extra_kwargs`` over
+    its kwargs) and, with ``act_buf_len``, its observation carrying the last actions. Stepped
+    freely (an evaluator, a learner reading spaces); a worker with ``control_hz`` wraps it in
+    :class:`RealTimeEnv`."""
     from mqttrl.envs.make import make_env
 
-    env = make_env(env_config.id, env_config.kwargs, registry)
+    env = make_env(env_config.id, {**env_config.kwargs, **(extra_kwargs or {})}, registry)
+    return with_action_history(env, env_config)
+
+
+def with_action_history(env: gym.Env, env_config) -> gym.Env:
+    """``env`` with the last ``[env] act_buf_len`` actions in its observation (as it is for 0)."""
     length = getattr(env_config, "act_buf_len", 0)
     return ActionHistory(env, length) if length else env
 
@@ -212,11 +218,25 @@ class RealTimeEnvSet(EnvSet):
         self.make_clock = make_clock
         super().__init__(lambda: RealTimeEnv(make(), make_clock()), num_envs, seed, **kwargs)
 
-    def step(self, actions: np.ndarray):
+    def step(self, actions: np.ndarray, during: Callable[[], None] | None = None):
+        """Send every action, run ``during`` (a worker's chores: messages, heartbeat, a batch
+        out) while the period runs, then wait for its end and read every env."""
         acts = actions.tolist() if actions.ndim == 1 else list(actions)
         for env, a in zip(self.envs, acts):
             env.send(a)
+        if during is not None:
+            during()
         return super().step(actions)
+
+    @property
+    def slept(self) -> float:
+        """Seconds the envs' clocks slept so far (the worker's "wait" block)."""
+        return self.envs[0].clock.stats.wait_s  # one PeriodStats for the worker's clocks
+
+    def restart_clocks(self) -> None:
+        """The schedules start now (after a wait that was no env's fault, e.g. for a model)."""
+        for env in self.envs:
+            env.clock.start()
 
     def pause(self) -> None:
         for env in self.envs:
@@ -241,4 +261,3 @@ def real_time_settings(env_config) -> dict | None:
     if hz <= 0:
         return None
     return {"hz": hz, "mode": env_config.clock, "tolerance": env_config.overrun_tolerance}
-

@@ -80,7 +80,9 @@ class ControlClock:
         t = self.now()
         if t < end:
             self.sleep(end - t)
-            t = self.now()
+            t2 = self.now()
+            self.stats.wait_s += t2 - t
+            t = t2
         late = t - end
         limit = self.tolerance * self.period
         if late > limit:
@@ -92,7 +94,9 @@ class ControlClock:
                 self.stats.skipped += skip
                 self.stats.lost_s += skip * self.period
                 self.sleep(max(0.0, end - t))
-                t = self.now()
+                t2 = self.now()
+                self.stats.wait_s += t2 - t
+                t = t2
                 late = t - end
             elif late >= self.period:  # elastic: whole periods went by; skip them, never burst
                 skip = math.floor(late / self.period)

@@ -291,12 +291,12 @@ EVAL_SEED_BASE = 10**6
 def greedy_actor(config, episodes: int, seed: int = EVAL_SEED_BASE):
     """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side
     (``seed`` seeds the actor's own generators; the episodes' seeds are :func:`evaluation_seed`'s)."""
-    from mqttrl.envs.make import make_env
+    from mqttrl.envs.realtime import make_run_env
     from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
-    make = lambda: make_env(config.env.id, config.env.kwargs, registry)  # noqa: E731
+    make = lambda: make_run_env(config.env, registry)  # noqa: E731
     env = make()
     info = registry.algorithm(config.algorithm.name)
     params, obs_space, act_space = config.algorithm.params, env.observation_space, env.action_space

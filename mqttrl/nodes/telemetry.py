@@ -31,6 +31,7 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.plugin.storage import Point
 from mqttrl.procs import install_stop_handlers
 from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore
+from mqttrl.timing import timing_fields
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
@@ -269,6 +270,7 @@ class TelemetryNode:
         for k, v in (m.get("train") or {}).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 fields[f"train_{k}"] = float(v)
+        fields.update(timing_fields(m))  # where the time goes, per block; real-time control periods
         points = [Point("learner", tags, fields, now)]
         points += [
             Point("rejections", {**tags, "reason": r}, {"count": int(c)}, now)

@@ -28,17 +28,19 @@ import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import ConfigError, RunConfig, write_resolved
-from mqttrl.envs.make import make_env
+from mqttrl.envs.realtime import make_run_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY
 from mqttrl.plugin.manager import UnknownPluginError, get_registry
 from mqttrl.procs import install_stop_handlers
+from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
 from mqttrl.state.init_from import load_into, read_source
 from mqttrl.state.rng import restore_rng, rng_state, seed_everything
+from mqttrl.timing import BlockTimes, FleetTiming
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
@@ -90,11 +92,14 @@ class LearnerNode:
         self.initialised_from: str | None = None
         if init_from is not None:
             self._init_from(Path(init_from), registry)
+        #: where the time goes, per block (receive, sample, train_step, publish), and the workers' reports
+        self.blocks = BlockTimes()
+        self.fleet_timing = FleetTiming()
         self.dispatch = Dispatcher(
             self.topics,
             {
                 Kind.SAMPLES: self._on_samples,
-                Kind.HEARTBEAT: _timed(self.core.on_heartbeat),
+                Kind.HEARTBEAT: _timed(self._on_heartbeat),
                 Kind.WORKER_STATE: _timed(self.core.on_worker_state),
                 Kind.COMMAND: self._on_command,
             },
@@ -116,6 +121,7 @@ class LearnerNode:
         if resume:
             self._resume()
         self._take_demos()
+        self._time_replay_sampling()
         write_resolved(config, self.run_dir / "config.json")
         self.node = self._make_client(broker)
         #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
@@ -321,8 +327,33 @@ class LearnerNode:
 
     def _handle(self, msg: Message) -> None:
         """Dispatch one message, then acknowledge it to the broker (it is ours now)."""
-        self.dispatch(msg.topic, msg.payload)
-        self.node.ack(msg)
+        with self.blocks.timed("receive"):
+            self.dispatch(msg.topic, msg.payload)
+            self.node.ack(msg)
+
+    def _on_heartbeat(self, worker: str, payload: bytes, now: float) -> None:
+        """The core judges the heartbeat; its timing and real-time reports feed the fleet's figures."""
+        self.core.on_heartbeat(worker, payload, now)
+        self.fleet_timing.on_heartbeat(worker, decode_json(payload))
+
+    def _time_replay_sampling(self) -> None:
+        """Time the replay's ``sample`` as the ``sample`` block (part of ``train_step``), where the
+        algorithm keeps a replay with one (the built-in DQN does)."""
+        replay = getattr(self.algo, "replay", None)
+        sample = getattr(replay, "sample", None)
+        if not callable(sample):
+            return
+        timed = self.blocks.timed
+
+        def timed_sample(*args, **kwargs):
+            with timed("sample"):
+                return sample(*args, **kwargs)
+
+        replay.sample = timed_sample
+
+    def _gauges(self) -> dict[str, float]:
+        """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
+        return {"updates": self.algo.updates, "model_version": self.version, "samples": self.core.samples_total}
 
     def _on_samples(self, worker: str, payload: bytes) -> None:
         try:
@@ -469,6 +500,9 @@ class LearnerNode:
             "workers": core["workers"],
             "train": core["train"],
             "round": core["round"],
+            "timing": self.blocks.take(),
+            "timing_total": {b: round(s, 3) for b, s in self.blocks.total.items()},
+            **self.fleet_timing.take(),
             "uptime_s": now - self.started,
         }
         window.update(t=now, updates=self.algo.updates, samples=core["samples"])
@@ -480,12 +514,14 @@ class LearnerNode:
 
     def _train(self) -> bool:
         """Let the core train; publish, record the round and checkpoint as it answers."""
-        step = self.core.step(clock())
+        with self.blocks.timed("train_step"):
+            step = self.core.step(clock())
         if step.round_record is not None:
             with open(self.run_dir / "rounds.jsonl", "a") as f:
                 f.write(json.dumps({**step.round_record, "time": time.time()}) + "\n")
         if step.publish:
-            self.publish_weights()
+            with self.blocks.timed("publish"):
+                self.publish_weights()
         if (
             step.trained
             and self.lc.checkpoint_every
@@ -498,6 +534,7 @@ class LearnerNode:
 
     def run(self, max_seconds: float | None = None) -> None:
         self.node.start(wait=30)
+        metrics_server = serve_metrics(self.lc.metrics_port, "learner", self.blocks, None, self._gauges)
         self._read_retained_version()
         self.core.new_version(clock())
         self.publish_weights()
@@ -540,6 +577,8 @@ class LearnerNode:
                     break
         finally:
             metrics_file.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
             self._shutdown()
 
     def _shutdown(self) -> None:
@@ -574,7 +613,7 @@ def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes]
 def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]:
     """The run's env's spaces (the env is made once and closed); an env error is one line."""
     try:
-        env = make_env(config.env.id, config.env.kwargs, registry)
+        env = make_run_env(config.env, registry)
     except (UnknownPluginError, gym.error.Error) as e:  # unknown id, missing extra: one line, no traceback
         raise SystemExit(f"env error: {e}") from None
     spaces = env.observation_space, env.action_space

@@ -29,6 +29,8 @@ import gymnasium as gym
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
+from mqttrl.envs.realtime import RealTimeEnvSet, real_time_settings, with_action_history
+from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
@@ -36,6 +38,8 @@ from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForwa
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
+from mqttrl.prometheus import serve_metrics
+from mqttrl.timing import BlockTimes, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
@@ -103,6 +107,14 @@ class WorkerNode:
         #: the forward when it is the central inference servers' client (told the model version to ask for)
         self.remote: RemoteForward | None = None
         self.actor: Actor | None = None
+        #: where the time goes, per block (forward, env_step, wait, encode, publish, load, receive)
+        self.blocks = BlockTimes()
+        #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
+        #: worker paused its games (they can pause) because it had nothing useful to do
+        self.period_stats: PeriodStats | None = None
+        self.games_paused = False
+        self.idle_reason: str | None = None
+        self._chore_s = 0.0
         #: env restarts so far (games that crashed and were made afresh): heartbeats report it
         self.env_restarts = 0
         #: weights messages never decoded because a newer one was queued behind them
@@ -160,6 +172,13 @@ class WorkerNode:
         self.node.ack_timeout_s = cfg.worker.ack_timeout_s
         self.info = get_registry().algorithm(cfg.algorithm.name)
         envs, ctx = self._make_envs(cfg)
+        metrics = serve_metrics(
+            cfg.worker.metrics_port + (self.index or 0) if cfg.worker.metrics_port else 0,
+            self.name,
+            self.blocks,
+            lambda: self.period_stats,
+            self._gauges,
+        )
         try:
             self._make_policy(cfg, envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
             if not self._wait_for("weights", lambda: self.core.has_model):
@@ -174,14 +193,30 @@ class WorkerNode:
                 self.backend,
             )
             try:
+                tick = self._tick_realtime if isinstance(envs, RealTimeEnvSet) else self._tick
+                if isinstance(envs, RealTimeEnvSet):
+                    envs.restart_clocks()  # the wait for a model is not an overrun
                 while not self._stop.is_set() and not self.core.finished:
-                    self._tick(envs)
+                    tick(envs)
             finally:
                 self._flush()  # every recorded row is a real transition, even after an EnvFailing
         finally:
             envs.close()
             if self.forward is not None:
                 self.forward.close()
+            if metrics is not None:
+                metrics.shutdown()
+
+    def _gauges(self) -> dict[str, float]:
+        """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
+        return {
+            "env_steps": self.core.env_steps,
+            "episodes": self.core.episodes,
+            "model_version": self.core.version,
+            "env_restarts": self.env_restarts,
+            "outbox": self.node.outbox_size,
+            "games_paused": int(self.games_paused),
+        }
 
     def _tick(self, envs: EnvSet) -> None:
         """One turn of the game loop: messages, new weights, heartbeat, a vector step, maybe a batch."""
@@ -208,15 +243,96 @@ class WorkerNode:
                 log.info("worker %s plays again (%s no more)", self.name, IDLE_REASONS[before])
         return reason
 
+    # ---- real time ---------------------------------------------------------------------
+    def _tick_realtime(self, envs: RealTimeEnvSet) -> None:
+        """One control period: forward, send the actions, do the chores while the period runs
+        (messages, heartbeat, a batch out), wait for its end, read, record, take a new model.
+
+        A worker with nothing useful to do pauses games that can pause (resumed at once when
+        there is); a game that cannot pause plays on with the newest model, its steps not
+        recorded meanwhile (they would be lost or refused as stale)."""
+        idle = self.idle_reason = self._idle()
+        if idle and envs.pausable:
+            if not self.games_paused:
+                envs.pause()
+                self.games_paused = True
+                log.info("worker %s paused its games: %s", self.name, idle)
+            with self.blocks.timed("paused"):
+                self._drain(timeout=0.01)
+            self._load_new_weights()
+            self._heartbeat_if_due()
+            return
+        if self.games_paused:
+            envs.resume()
+            self.games_paused = False
+            log.info("worker %s resumed its games", self.name)
+        record = idle is None  # a game that cannot pause plays on; nothing is recorded while idle
+        clock = self.blocks.clock
+        t0 = clock()
+        try:
+            actions, extras = self.actor.act(envs.obs)
+        except InferenceUnavailable as e:
+            log.error("%s", e)
+            self._heartbeat()
+            return
+        t1 = clock()
+        slept0 = envs.slept
+        self._chore_s = 0.0
+        obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions, during=self._chores)
+        add = self.blocks.add
+        add("forward", t1 - t0)
+        slept = envs.slept - slept0
+        add("wait", slept)
+        add("env_step", max(0.0, clock() - t1 - slept - self._chore_s))
+        actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
+        if envs.failed:
+            obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
+            for i in envs.failed:
+                self.actor.truncate(i, obs[i])
+                self._refill_row(envs, i, obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
+        if record:
+            with self.blocks.timed("record"):
+                self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
+        self.core.stepped(envs.num_envs, ended, time.time())
+        self.env_restarts = envs.env_restarts
+        self._load_new_weights()
+
+    def _chores(self) -> None:
+        """What a real-time worker does while a period runs (the actions are out): messages,
+        heartbeat, a due batch (encoded and queued; the network thread sends it). Never waits
+        on the network; its time is measured (``chores`` in the period, per block in heartbeats)."""
+        t0 = self.blocks.clock()
+        with self.blocks.timed("receive"):
+            self._drain()
+        self._heartbeat_if_due()
+        if self.core.next_move(self.actor.pending(), self.clock()) is Move.SEND:
+            self._send_batch()
+        self._chore_s = self.blocks.clock() - t0
+
+    def _idle(self) -> str | None:
+        """Why the worker has nothing useful to do now, or None: waiting for a PPO round's model,
+        or what the core's :meth:`~WorkerCore.should_idle` says (link down, learner away or
+        holding workers back, outbox full); a game that can pause is paused meanwhile."""
+        if self.core.awaiting_model:
+            return "waiting for the learner's next model"
+        reason = self._idle_now()
+        return IDLE_REASONS[reason] if reason is not None else None
+
     def _step(self, envs: EnvSet) -> bool:
         """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
+        clock = self.blocks.clock
+        t0 = clock()
         try:
             actions, extras = self.actor.act(envs.obs)
         except InferenceUnavailable as e:
             log.error("%s", e)
             self._heartbeat()
             return False
+        t1 = clock()
         obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
+        add = self.blocks.add
+        add("forward", t1 - t0)
+        add("env_step", clock() - t1)
         actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
         if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
             obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
@@ -281,7 +397,8 @@ class WorkerNode:
         if self.actor.pending():  # a batch never mixes model versions
             self._send_batch()
         w = load.weights
-        self.actor.load_weights(w.tensors, w.info)
+        with self.blocks.timed("load"):
+            self.actor.load_weights(w.tensors, w.info)
         self.core.loaded(w)
         if self.remote is not None:
             self.remote.require_version(w.version, w.epoch)
@@ -326,6 +443,7 @@ class WorkerNode:
         if not arrays or not count:
             return
         seq, version = self.core.batch_sent()
+        t0 = self.blocks.clock()
         payload = encode_batch(
             self.topics.run,
             self.name,
@@ -340,7 +458,10 @@ class WorkerNode:
         if self.ledger is not None:
             self._note_acks()
             self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
+        t1 = self.blocks.clock()
         self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
+        self.blocks.add("encode", t1 - t0)
+        self.blocks.add("publish", self.blocks.clock() - t1)
 
     def _note_acks(self) -> None:
         """Take the acknowledged and dropped batches (always: the client keeps them until taken)
@@ -372,6 +493,9 @@ class WorkerNode:
             env_restarts=self.env_restarts,
             now=self.clock(),
         )
+        hb["timing"] = self.blocks.take()
+        if self.period_stats is not None:
+            hb["realtime"] = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
     def _offline_state(self, reason: str) -> Outgoing:
@@ -454,7 +578,15 @@ class WorkerNode:
         place = self.index if self.index is not None else name_hash % 1_000_003
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + place * 97
         registry = get_registry()
-        envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs, registry), num_envs, seed, env_id=cfg.env.id)
+        make = lambda: with_action_history(make_env(cfg.env.id, cfg.env.kwargs, registry), cfg.env)  # noqa: E731
+        rt = real_time_settings(cfg.env)
+        if rt is None:
+            envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id)
+        else:
+            self.period_stats = stats = PeriodStats()
+            envs = RealTimeEnvSet(
+                make, num_envs, seed, env_id=cfg.env.id, make_clock=lambda: ControlClock(**rt, stats=stats)
+            )
         if self.index is None:
             ctx = ActorContext(num_envs=num_envs, total_envs=num_envs, seed=seed, ladder_phase=name_hash / 2**32)
         else:

@@ -1,0 +1,125 @@
+"""The worker shell in real time (WorkerNode.run over a fake MQTT node, DQN) on a fake clock:
+simulated game PCs advance with that clock, so the tests run in milliseconds and every figure
+is exact: no missed action, no overrun, the action history in the samples, per-block timing
+and control-period errors in heartbeats, and games paused while the learner holds workers back."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers.fake_node import FakeNode
+
+from mqttrl.config import AlgorithmSection, RunConfig
+from mqttrl.envs.realtime_clock import ControlClock
+from mqttrl.envs.realtime_sim import WallClockGame
+from mqttrl.nodes.worker import node as node_mod
+from mqttrl.plugin.manager import get_registry
+from mqttrl.transport.client import BrokerSettings, Message
+from mqttrl.transport.topics import Kind, Topics
+from mqttrl.wire import decode_batch, decode_json, encode_json, encode_weights
+from mqttrl_plugins.dqn.common import DQNParams
+
+RUN = "rt"
+
+
+class FakeTime:
+    def __init__(self):
+        self.t = 1000.0
+        self.lock = threading.Lock()
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, d: float) -> None:
+        with self.lock:
+            self.t += max(0.0, d)
+
+
+def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int):
+    games: list[WallClockGame] = []
+
+    def make_env(env_id, kwargs, registry):
+        games.append(WallClockGame("CartPole-v1", world_hz=50.0, clock=ft.now, sleep=ft.sleep))
+        return games[-1]
+
+    monkeypatch.setattr(node_mod, "make_env", make_env)
+    monkeypatch.setattr(node_mod, "ControlClock", functools.partial(ControlClock, now=ft.now, sleep=ft.sleep))
+    settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
+    worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1, wait_timeout=10)
+    worker.node = FakeNode(settings)
+    params = DQNParams(hidden=[16])
+    cfg = RunConfig(run=RUN, algorithm=AlgorithmSection(name="dqn", params=params)).to_dict()
+    cfg["env"].update(control_hz=50.0, act_buf_len=2)
+    cfg["worker"].update(heartbeat_interval_s=0.001, batch_size=32)
+    topics = Topics(RUN)
+    obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4 + 2 * 2,), np.float32), gym.spaces.Discrete(2)
+    dqn = get_registry().algorithm("dqn")
+    tensors, winfo = dqn.make_learner(params, obs_space, act_space, "cpu", 0).export_weights()
+    inbox = worker.node.inbox
+    inbox.put(Message(topics.config, encode_json(cfg), True))
+    inbox.put(Message(topics.learner_state, encode_json({"status": "online"}), True))
+    inbox.put(Message(topics.flow, encode_json({"pause": paused}), True))
+    inbox.put(Message(topics.weights, encode_weights(0, "dqn", RUN, tensors, winfo), True))
+    t = threading.Thread(target=worker.run, kwargs={"max_env_steps": max_env_steps}, daemon=True)
+    t.start()
+    return worker, games, topics, t
+
+
+def finish(worker, t) -> None:
+    t.join(30)
+    if t.is_alive():
+        worker.stop()
+        pytest.fail(f"the worker did not finish (env steps {worker.env_steps})")
+
+
+def published(worker, topics, kind):
+    return [p for topic, p in worker.node.published if topics.parse(topic)[0] == kind]
+
+
+def test_a_real_time_worker_keeps_every_period(monkeypatch):
+    ft = FakeTime()
+    worker, games, topics, t = start_worker(monkeypatch, ft, paused=False, max_env_steps=400)
+    finish(worker, t)
+    assert worker.env_steps == 400
+    # every action reached its game before the tick it was meant for; one tick a period
+    assert sum(g.missed for g in games) == 0 and sum(g.early_reads for g in games) == 0
+    assert sum(g.total_ticks for g in games) == 400
+    beats = [decode_json(p) for p in published(worker, topics, Kind.HEARTBEAT)]
+    rt = [b["realtime"] for b in beats if "realtime" in b]
+    assert rt and all(r["overruns"] == 0 and r["skipped"] == 0 for r in rt)
+    assert worker.period_stats.periods == 400 and worker.period_stats.overruns == 0
+    assert worker.period_stats.max_s == pytest.approx(0.0)
+    blocks = {k for b in beats for k in b["timing"]}
+    assert {"forward", "env_step", "wait"} <= blocks
+    assert {"forward", "env_step", "wait", "encode", "publish", "receive"} <= set(worker.blocks.total)
+    # 200 periods of 20 ms (fake) slept out: the period's time, less what the loop did in it
+    assert worker.blocks.total["wait"] == pytest.approx(200 * 0.02, rel=0.01)
+    # the samples carry the last two actions, one-hot, after the game's 4 numbers
+    batches = [decode_batch(p) for p in published(worker, topics, Kind.SAMPLES)]
+    obs = np.concatenate([b.arrays["obs"] for b in batches])
+    assert obs.shape[1] == 8 and set(np.unique(obs[:, 4:])) <= {0.0, 1.0}
+
+
+def test_a_worker_held_back_pauses_its_games(monkeypatch):
+    """The learner's flow control holds workers back: the games are paused (the world stands
+    still while 5 s pass), resumed at once when the hold is lifted; the paused time is reported."""
+    ft = FakeTime()
+    worker, games, topics, t = start_worker(monkeypatch, ft, paused=True, max_env_steps=100)
+    deadline = time.monotonic() + 10
+    while not worker.games_paused and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert worker.games_paused and worker.env_steps == 0
+    ft.sleep(5.0)
+    worker.node.inbox.put(Message(topics.flow, encode_json({"pause": False}), True))
+    finish(worker, t)
+    assert worker.env_steps == 100 and not worker.games_paused
+    assert sum(g.total_ticks for g in games) == 100  # not one tick in the 5 s paused
+    assert all(g.paused_s == pytest.approx(5.0) for g in games)
+    rt = [decode_json(p).get("realtime") for p in published(worker, topics, Kind.HEARTBEAT)]
+    assert rt[-1]["paused_s"] == pytest.approx(10.0)  # two games, 5 s each
+    assert rt[-1]["overruns"] == 0
