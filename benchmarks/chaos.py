@@ -22,6 +22,14 @@ run reached its target.
 
     .venv/bin/python benchmarks/chaos.py --config configs/cartpole_dqn.toml --minutes 10
     .venv/bin/python benchmarks/chaos.py --config configs/cartpole_ppo.toml --minutes 10
+
+The same harness without faults (``--no-faults``: no fault injected, no env raises) is the
+baseline; given its report (``--baseline its/chaos.json``), the faulty run's post-solve greedy
+median (the median greedy return of the evaluations from the first one that reached the
+target on) must be within ``--tolerance`` (10 %) of the baseline's, or the exit status is 1:
+
+    .venv/bin/python benchmarks/chaos.py --minutes 10 --no-faults --workdir /tmp/chaos-base
+    .venv/bin/python benchmarks/chaos.py --minutes 10 --baseline /tmp/chaos-base/chaos.json
 """
 
 from __future__ import annotations
@@ -247,7 +255,7 @@ def run(args) -> int:
                 next_eval = now + 20
                 evals.append((now - t0, greedy_return(config, watch.newest)))
                 print(f"  {now - t0:5.0f}s greedy return {evals[-1][1]:.1f}", flush=True)
-            if now >= next_fault:
+            if now >= next_fault and args.faults:
                 kind = rng.choice(args.faults)
                 f = {"kind": kind, "t": now}
                 if kind == "worker_kill":
@@ -296,10 +304,43 @@ def run(args) -> int:
         broker.p.wait(15)
     (work / "faults.json").write_text(json.dumps(faults, indent=1))
     report = reconcile(ledgers, faults, watch, evals, config, t0)
+    report["idle"] = idle_seconds(logs)
+    if args.baseline:
+        report["baseline"] = compare(report, json.loads(Path(args.baseline).read_text()), args.tolerance)
     (work / "chaos.json").write_text(json.dumps(report, indent=1))
     print_report(report)
     print(f"\nfull report: {work / 'chaos.json'}")
-    return 0 if report["unexplained_batches"] == 0 and report["versions_monotonic"] else 1
+    ok = report["unexplained_batches"] == 0 and report["versions_monotonic"]
+    return 0 if ok and report.get("baseline", {}).get("within", True) else 1
+
+
+def post_solve_median(evals: list, target: float) -> float | None:
+    """The median greedy return of the evaluations from the first that reached ``target`` on
+    (None: never reached): how well the run holds a solved policy, not how fast it got there."""
+    first = next((i for i, (_t, r) in enumerate(evals) if r >= target), None)
+    return None if first is None else statistics.median(r for _t, r in evals[first:])
+
+
+def compare(report: dict, baseline: dict, tolerance: float) -> dict:
+    """This run's post-solve median against the no-fault baseline's (within ``tolerance``, a fraction)."""
+    ours, base = report.get("post_solve_median"), baseline.get("post_solve_median")
+    ratio = ours / base if ours is not None and base else None
+    return {
+        "post_solve_median": base,
+        "ratio": ratio,
+        "tolerance": tolerance,
+        "within": ratio is not None and ratio >= 1 - tolerance,
+    }
+
+
+def idle_seconds(logs: Path) -> dict:
+    """How often and why the workers idled (their log lines; WorkerCore.should_idle)."""
+    reasons = collections.Counter()
+    for path in logs.glob("w*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if " idles: " in line:
+                reasons[line.split(" idles: ", 1)[1].strip()] += 1
+    return dict(reasons)
 
 
 # ---- accounting -------------------------------------------------------------------------------
@@ -427,6 +468,7 @@ def reconcile(ledgers: Path, faults: list[dict], watch: WeightsWatch, evals, con
         "target": target,
         "target_reached": any(r >= target for _, r in evals),
         "first_target_s": next((t for t, r in evals if r >= target), None),
+        "post_solve_median": post_solve_median(evals, target),
     }
 
 
@@ -452,6 +494,14 @@ def print_report(r: dict) -> None:
     first = r["first_target_s"]
     reached = f"reached at {first:.0f} s" if first is not None else "NOT reached"
     print(f"target {r['target']}: {reached}; greedy returns: {[round(x, 1) for _, x in r['evals']]}")
+    print(f"post-solve greedy median: {r['post_solve_median']}; workers idled: {r.get('idle', {})}")
+    b = r.get("baseline")
+    if b is not None:
+        ratio = "-" if b["ratio"] is None else f"{b['ratio']:.3f}"
+        print(
+            f"no-fault baseline's post-solve median {b['post_solve_median']}: ratio {ratio} "
+            f"({'within' if b['within'] else 'NOT within'} {b['tolerance']:.0%})"
+        )
 
 
 def main() -> int:
@@ -469,7 +519,12 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="config override")
     p.add_argument("--workdir", help="where logs, ledgers and the report go (default: a new temp dir)")
+    p.add_argument("--no-faults", action="store_true", help="the baseline: inject no fault, no env raises")
+    p.add_argument("--baseline", type=Path, help="a --no-faults run's chaos.json to compare the post-solve median with")
+    p.add_argument("--tolerance", type=float, default=0.10, help="how far below the baseline's median may be")
     args = p.parse_args()
+    if args.no_faults:
+        args.faults, args.p_raise = [], 0.0
     if shutil.which("mosquitto") is None:
         print("chaos.py needs mosquitto on PATH (Debian: apt-get install mosquitto)", file=sys.stderr)
         return 2
