@@ -134,8 +134,7 @@ class TelemetryNode:
         )
         self.rejections = self.dispatch.rejections
         #: the refusal count last logged by :meth:`report_rejections`, and when
-        self._rejections_logged = 0
-        self._rejections_logged_at = -1e18
+        self._rejections_logged, self._rejections_logged_at = 0, -1e18
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-telemetry-{run}",
