@@ -1,0 +1,267 @@
+"""Continuous control per env step: mqttrl's SAC and REDQ against Stable-Baselines3 SAC, side by side.
+
+Not a test: it prints figures (and writes JSON and a figure). Each mqttrl run is the README's
+command with a seed and an env-step budget (`mqttrl train CONFIG --seed S --run-dir DIR
+--no-progress --set train.max_env_steps=N --set train.target_return=1e9`: the target is set out of
+reach so that every run uses its whole budget). Its curve is the run's own greedy evaluations
+(`evaluations.csv`: the mean of `train.eval_episodes` greedy episodes against `model_env_steps`, the
+env steps the learner had taken in when it published the evaluated model). After the run this
+script evaluates the run's last checkpoint (`mqttrl.load_policy(run, which="latest")`) on the same
+--episodes seeds (10**6 + i) as the SB3 model: that is the "final" figure.
+
+SB3 SAC runs in this process with the same networks and optimiser as the mqttrl configs
+(configs/pendulum_sac.toml): net_arch [64, 64] for the policy and both critics, batch 128, Adam
+lr 1e-3 for policy, critics and temperature, tau 0.005, gamma 0.99, buffer 100k, learning_starts
+1000 (uniform random actions before), one gradient step per env step, ent_coef "auto" (target
+entropy -|A|), one env, one torch thread. Its curve: the same greedy evaluation (--episodes
+episodes, seeds 10**6 + i) every --eval-every env steps.
+
+    python benchmarks/bench_continuous.py --seeds 0 1 2 --json pendulum.json --plot pendulum.png
+    python benchmarks/bench_continuous.py --algos redq --redq-steps 5000 --seeds 0
+    python benchmarks/bench_continuous.py --from-json pendulum.json --plot pendulum.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CONFIGS = {"sac": REPO / "configs/pendulum_sac.toml", "redq": REPO / "configs/pendulum_redq.toml"}
+
+#: Stable-Baselines3 SAC with the networks and optimiser of configs/pendulum_sac.toml (module docstring)
+SB3_SAC = dict(
+    learning_rate=1e-3,
+    buffer_size=100_000,
+    learning_starts=1000,
+    batch_size=128,
+    tau=0.005,
+    gamma=0.99,
+    train_freq=1,
+    gradient_steps=1,
+    ent_coef="auto",
+    policy_kwargs=dict(net_arch=[64, 64]),
+)
+
+
+def greedy_returns(act, env_id: str, episodes: int) -> list[float]:
+    """``episodes`` greedy episodes of ``act(obs) -> action``, reset seeds 10**6 + i."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    out = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=10**6 + i)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(act(obs))
+            total += float(r)
+            done = term or trunc
+        out.append(total)
+    env.close()
+    return out
+
+
+def read_curve(run_dir: Path) -> list[dict]:
+    path = run_dir / "evaluations.csv"
+    if not path.exists():
+        return []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    curve = []
+    for r in rows:
+        steps = r.get("model_env_steps") or r.get("env_steps")
+        if steps not in (None, "") and r.get("mean") not in (None, ""):
+            curve.append({"env_steps": int(float(steps)), "mean": float(r["mean"]), "wall_s": float(r["wall_s"])})
+    return curve
+
+
+def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path) -> dict:
+    """The README's command for ``algo``'s config with a seed and an env-step budget; the run's curve
+    and its last checkpoint's greedy mean on the common seeds."""
+    import numpy as np
+
+    import mqttrl
+
+    run_dir = workdir / f"{algo}-s{seed}"
+    cmd = [
+        str(Path(sys.executable).parent / "mqttrl"),
+        "train",
+        str(CONFIGS[algo]),
+        "--seed",
+        str(seed),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--set",
+        f"train.max_env_steps={steps}",
+        "--set",
+        "train.target_return=1e9",
+        "--set",
+        "train.max_seconds=3600",
+    ]
+    print(" ".join(cmd[1:]), flush=True)
+    t0 = time.monotonic()
+    with (workdir / f"{algo}-s{seed}.log").open("w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - t0
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    policy = mqttrl.load_policy(run_dir, which="latest")
+    final = greedy_returns(lambda o: policy.predict(np.asarray(o)[None])[0], "Pendulum-v1", episodes)
+    return {
+        "algo": f"mqttrl {algo}",
+        "seed": seed,
+        "rc": rc,
+        "wall_s": wall,
+        "env_steps": summary.get("env_steps"),
+        "updates": summary.get("updates"),
+        "final_mean": statistics.fmean(final),
+        "final_returns": final,
+        "curve": read_curve(run_dir),
+    }
+
+
+def run_sb3(seed: int, steps: int, episodes: int, eval_every: int) -> dict:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    torch.set_num_threads(1)
+    curve: list[dict] = []
+    t0 = time.monotonic()
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % eval_every == 0:
+                ret = greedy_returns(lambda o: self.model.predict(o, deterministic=True)[0], "Pendulum-v1", episodes)
+                curve.append(
+                    {"env_steps": self.num_timesteps, "mean": statistics.fmean(ret), "wall_s": time.monotonic() - t0}
+                )
+            return True
+
+    model = SAC("MlpPolicy", gym.make("Pendulum-v1"), seed=seed, verbose=0, **SB3_SAC)
+    model.learn(total_timesteps=steps, callback=Evaluate())
+    final = greedy_returns(lambda o: model.predict(o, deterministic=True)[0], "Pendulum-v1", episodes)
+    return {
+        "algo": "SB3 SAC",
+        "seed": seed,
+        "rc": 0,
+        "wall_s": time.monotonic() - t0,
+        "env_steps": steps,
+        "updates": int(model._n_updates),
+        "final_mean": statistics.fmean(final),
+        "final_returns": final,
+        "curve": curve,
+    }
+
+
+def at_steps(run: dict, steps: int) -> float | None:
+    """The run's greedy mean of the last evaluation of a model trained on at most ``steps`` env steps."""
+    points = [p for p in run["curve"] if p["env_steps"] <= steps]
+    return points[-1]["mean"] if points else None
+
+
+def report(results: list[dict], marks: list[int]) -> None:
+    algos = list(dict.fromkeys(r["algo"] for r in results))
+    head = f"{'algorithm':<14} {'seeds':>5} " + " ".join(f"{'@' + str(m):>9}" for m in marks)
+    print(head + f" {'final':>9} {'env steps':>9} {'updates':>8} {'wall s':>7}")
+    for a in algos:
+        runs = [r for r in results if r["algo"] == a]
+        cells = []
+        for m in marks:
+            vals = [v for v in (at_steps(r, m) for r in runs) if v is not None]
+            cells.append(f"{statistics.median(vals):>9.1f}" if vals else f"{'-':>9}")
+        final = statistics.median(r["final_mean"] for r in runs)
+        steps = statistics.median(r["env_steps"] or 0 for r in runs)
+        ups = statistics.median(r["updates"] or 0 for r in runs)
+        wall = statistics.median(r["wall_s"] for r in runs)
+        print(f"{a:<14} {len(runs):>5} " + " ".join(cells) + f" {final:>9.1f} {steps:>9.0f} {ups:>8.0f} {wall:>7.0f}")
+        for r in runs:
+            print(
+                f"    seed {r['seed']}: final {r['final_mean']:.1f}, curve "
+                + ", ".join(f"{p['env_steps']}:{p['mean']:.0f}" for p in r["curve"])
+            )
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {}
+    for r in results:
+        c = colors.setdefault(r["algo"], f"C{len(colors)}")
+        xs = [p["env_steps"] for p in r["curve"]]
+        ys = [p["mean"] for p in r["curve"]]
+        walls = [p["wall_s"] for p in r["curve"]]
+        label = r["algo"] if r["seed"] == min(x["seed"] for x in results if x["algo"] == r["algo"]) else None
+        axes[0].plot(xs, ys, color=c, alpha=0.8, label=label)
+        axes[1].plot(walls, ys, color=c, alpha=0.8, label=label)
+    for ax, xl in zip(axes, ("env steps", "wall-clock seconds")):
+        ax.axhline(-200, color="gray", ls=":", lw=1)
+        ax.set_xlabel(xl)
+        ax.set_ylabel("greedy mean return")
+        ax.legend()
+    fig.suptitle("Pendulum-v1: greedy evaluations")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algos", nargs="+", default=["sac", "redq", "sb3"], choices=["sac", "redq", "sb3"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--steps", type=int, default=20_000, help="env steps per run (SAC and SB3)")
+    ap.add_argument("--redq-steps", type=int, default=None, help="env steps per REDQ run (default: --steps)")
+    ap.add_argument("--episodes", type=int, default=10, help="greedy episodes per evaluation")
+    ap.add_argument("--eval-every", type=int, default=1000, help="SB3: env steps between evaluations")
+    ap.add_argument("--marks", nargs="+", type=int, default=[2000, 5000, 10000, 20000])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--from-json", type=Path, nargs="+")
+    args = ap.parse_args()
+    if args.from_json:
+        results = [r for p in args.from_json for r in json.loads(p.read_text())["results"]]
+    else:
+        results = []
+        workdir = Path(tempfile.mkdtemp(prefix="bench-continuous-"))
+        print(f"workdir {workdir}; {platform.platform()}, {os.cpu_count()} cores", flush=True)
+        for seed in args.seeds:  # seed by seed, every algorithm side by side
+            for algo in args.algos:
+                if algo == "sb3":
+                    results.append(run_sb3(seed, args.steps, args.episodes, args.eval_every))
+                else:
+                    steps = args.redq_steps if algo == "redq" and args.redq_steps else args.steps
+                    results.append(run_mqttrl(algo, seed, steps, args.episodes, workdir))
+                r = results[-1]
+                print(f"{r['algo']} seed {seed}: final {r['final_mean']:.1f} after {r['wall_s']:.0f} s", flush=True)
+                if args.json:
+                    args.json.write_text(
+                        json.dumps(
+                            {"args": vars(args) | {"json": str(args.json), "plot": str(args.plot)}, "results": results},
+                            default=str,
+                        )
+                    )
+    report(results, args.marks)
+    if args.plot:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()
