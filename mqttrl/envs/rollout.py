@@ -176,7 +176,7 @@ class EnvSet:
                     err = e
             self._note_failure(i, "step", err)
             self.failed.append(i)
-            results.append((self.obs[i], 0.0, False, False, None))
+            results.append((self.obs[i], 0.0, False, False, {}))
             err = None
         for i in range(self.num_envs):
             if i not in self.failed:
