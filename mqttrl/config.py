@@ -205,8 +205,9 @@ class LearnerConfig:
     forget_offline_s: float = setting(
         3600.0,
         unit="s",
-        doc="a worker offline for this long is forgotten: its row in the metrics and its sequence numbers (also in "
-        "checkpoints). A fleet whose processes come and go under new names (the default name is `<host>-<pid>`) "
+        doc="a worker offline for this long leaves the metrics and checkpoints (the learner still remembers the "
+        "sequence numbers of the last 4096 forgotten workers, so their resends stay duplicates). A fleet whose "
+        "processes come and go under new names (the default name is `<host>-<pid>`) "
         "would otherwise grow the learner for ever",
         validator=positive,
     )

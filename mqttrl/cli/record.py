@@ -97,9 +97,8 @@ def _env_kwargs(text: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> None:
-    from mqttrl.demos import DatasetError, DatasetWriter
-    from mqttrl.demos.sources import SourceError, function_policy, play_episodes, record, run_policy
-    from mqttrl.envs.make import make_env
+    from mqttrl.demos import DatasetError
+    from mqttrl.demos.sources import SourceError
 
     if not (args.policy or args.run or args.keys or args.minari):
         if not args.to_minari:
@@ -107,8 +106,20 @@ def run(args: argparse.Namespace) -> None:
         return _export(args)
     if args.minari:
         return _import(args)
-    kwargs = _env_kwargs(args.env_kwargs)
-    policy = None
+    try:
+        _record(args, _env_kwargs(args.env_kwargs))
+    except (DatasetError, SourceError) as e:
+        _fail(str(e), 2)
+    if args.to_minari:
+        _export(args)
+
+
+def _record(args: argparse.Namespace, kwargs: dict) -> None:
+    """Make the env (from --env, --config or --from's run), the player, and record."""
+    from mqttrl.demos import DatasetWriter
+    from mqttrl.envs.make import make_env
+
+    act = None
     if args.config:
         from mqttrl.cli.common import load
 
@@ -117,49 +128,60 @@ def run(args: argparse.Namespace) -> None:
         kwargs = {**cfg.env.kwargs, **kwargs}
         hz = float(getattr(cfg.env, "control_hz", 0.0) or 0.0)  # the real-time setting, where this mqttrl has it
         args.fps = args.fps or hz or None
-    try:
-        if args.run:
-            policy, act = run_policy(args.run, args.which)
-            if args.env is None and policy.config is not None:
-                args.env, kwargs = policy.config.env.id, {**policy.config.env.kwargs, **kwargs}
-        if args.env is None:
-            _fail("--env is needed (or --from a run whose config names its env)", 2)
-        if args.keys:
-            kwargs.setdefault("render_mode", "rgb_array")
-        env = make_env(args.env, kwargs)
-        try:
-            stored = {k: v for k, v in kwargs.items() if k != "render_mode"}  # how it was shown is not the game
-            writer = DatasetWriter(args.out, args.env, env.observation_space, env.action_space, stored, args.append)
-            if args.keys:
-                from mqttrl.demos.keyboard import KeyboardPlayer
+    if args.run:
+        from mqttrl.demos.sources import run_policy
 
-                player = KeyboardPlayer.from_toml(args.keys, env, fps=args.fps)
-                played_by = args.played_by or "person"
-                played = player.play(args.episodes, played_by, args.seed, args.max_steps)
-            else:
-                if args.policy:
-                    act = function_policy(args.policy, env)
-                played_by = args.played_by or (f"policy:{args.policy}" if args.policy else f"run:{args.run}")
-                played = play_episodes(env, act, args.episodes, played_by, args.seed, args.max_steps)
-            print(f"recording {args.episodes} episodes of {args.env} played by {played_by} into {args.out}", flush=True)
-            try:
-                returns = record(writer, played)
-            except (DatasetError, SourceError):
-                raise
-            except KeyboardInterrupt:
-                print("interrupted: the episodes finished so far are kept", file=sys.stderr)
-                returns = []
-            except Exception as e:
-                _fail(f"the env or player failed: {type(e).__name__}: {e} ({writer.episodes} episodes kept)", 1)
-        finally:
-            env.close()
-    except (DatasetError, SourceError) as e:
-        _fail(str(e), 2)
+        policy, act = run_policy(args.run, args.which)
+        if args.env is None and policy.config is not None:
+            args.env, kwargs = policy.config.env.id, {**policy.config.env.kwargs, **kwargs}
+    if args.env is None:
+        _fail("--env is needed (or --from a run whose config names its env)", 2)
+    if args.keys:
+        kwargs.setdefault("render_mode", "rgb_array")
+    env = make_env(args.env, kwargs)
+    try:
+        stored = {k: v for k, v in kwargs.items() if k != "render_mode"}  # how it was shown is not the game
+        writer = DatasetWriter(args.out, args.env, env.observation_space, env.action_space, stored, args.append)
+        played, played_by = _player(args, env, act)
+        print(f"recording {args.episodes} episodes of {args.env} played by {played_by} into {args.out}", flush=True)
+        _write(writer, played, args.out)
+    finally:
+        env.close()
+
+
+def _player(args: argparse.Namespace, env, act):
+    """The episodes the chosen player plays (a generator) and who that is."""
+    from mqttrl.demos.sources import function_policy, play_episodes
+
+    if args.keys:
+        from mqttrl.demos.keyboard import KeyboardPlayer
+
+        played_by = args.played_by or "person"
+        player = KeyboardPlayer.from_toml(args.keys, env, fps=args.fps)
+        return player.play(args.episodes, played_by, args.seed, args.max_steps), played_by
+    if args.policy:
+        act = function_policy(args.policy, env)
+    played_by = args.played_by or (f"policy:{args.policy}" if args.policy else f"run:{args.run}")
+    return play_episodes(env, act, args.episodes, played_by, args.seed, args.max_steps), played_by
+
+
+def _write(writer, played, out: str) -> None:
+    """Each episode into the dataset as it ends; a failing env or player keeps what was written."""
+    from mqttrl.demos import DatasetError
+    from mqttrl.demos.sources import SourceError, record
+
+    try:
+        returns = record(writer, played)
+    except (DatasetError, SourceError):
+        raise
+    except KeyboardInterrupt:
+        print("interrupted: the episodes finished so far are kept", file=sys.stderr)
+        return
+    except Exception as e:
+        _fail(f"the env or player failed: {type(e).__name__}: {e} ({writer.episodes} episodes kept)", 1)
     if returns:
         mean = sum(returns) / len(returns)
-        print(f"{len(returns)} episodes, mean return {mean:.2f}; dataset {args.out} holds {writer.episodes}")
-    if args.to_minari:
-        _export(args)
+        print(f"{len(returns)} episodes, mean return {mean:.2f}; dataset {out} holds {writer.episodes}")
 
 
 def _export(args: argparse.Namespace) -> None:

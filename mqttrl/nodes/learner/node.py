@@ -118,9 +118,7 @@ class LearnerNode:
         self._recent_weights: OrderedDict[int, bytes] = OrderedDict()
         #: the newest published weights, re-published by the birth after a (re)connect
         self._last_weights: bytes | None = None
-        if resume:
-            self._resume()
-        self._take_demos()
+        self._start_from(resume)
         self._time_replay_sampling()
         write_resolved(config, self.run_dir / "config.json")
         self.node = self._make_client(broker)
@@ -189,6 +187,12 @@ class LearnerNode:
         load_into(self.algo, source, self.config.algorithm.name)
         self.initialised_from = source.origin
         log.info("initialised the %s networks from %s", self.config.algorithm.name, source.origin)
+
+    def _start_from(self, resume: bool) -> None:
+        """The state training starts from: the newest checkpoint (``resume``), then the demonstrations."""
+        if resume:
+            self._resume()
+        self._take_demos()
 
     def _take_demos(self) -> None:
         """``demos.path``: the demonstration dataset, read whole and checked against the run's spaces,
