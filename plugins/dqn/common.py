@@ -172,7 +172,9 @@ class DQNParams:
     #: layers fully: 0.0)
     reset_head_alpha: float = attrs.field(default=0.0, validator=unit_interval)
     #: updates owed beyond this are forgiven: a backlog after an outage is replayed less
-    #: instead of pausing every worker until it is paid
+    #: instead of pausing every worker until it is paid. Never below what 4 batches of every sender
+    #: owe plus the warm-up's debt, so replay ratios up to 64 hold under flow control (the batches in
+    #: flight when workers are told to pause are no backlog)
     forgive_debt_above: int = attrs.field(default=1000, validator=positive)
     #: image observations as frames, each sent and stored once: "stack" (axis 0 stacks frames,
     #: as gymnasium's FrameStackObservation), "whole" (an observation is one frame), "off"

@@ -55,6 +55,9 @@ from .resets import forget_moments, shrink_and_perturb
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
+#: a backlog is only forgiven beyond what this many batches of every sender owe (DQNLearner._forgive_above)
+FORGIVE_BATCHES = 4
+
 log = logging.getLogger("mqttrl.dqn")
 
 # --------------------------------------------------------------------------
@@ -221,6 +224,9 @@ class DQNLearner:
         self.samples_added = 0
         #: updates owed beyond forgive_debt_above, written off (a backlog after an outage)
         self.forgiven = 0.0
+        #: who sent batches and the most updates one batch owed (:meth:`_forgive_above`)
+        self._senders: set[str] = set()
+        self._batch_debt = 0.0
 
     # ---- pacing
 
@@ -269,10 +275,22 @@ class DQNLearner:
             else:
                 dr.set_max_priority(rows)
         self.samples_added += n
-        over = self._debt() - self.params.forgive_debt_above
+        over = self._debt() - self._forgive_above(batch.worker, n)
         if over > 0:
             self.forgiven += over
         return n
+
+    def _forgive_above(self, worker: str, n: int) -> float:
+        """Updates owed beyond which a backlog is forgiven: ``forgive_debt_above``, but never less than
+        what FORGIVE_BATCHES batches of every sender owe, plus what is left of the warm-up's debt (the
+        samples before ``learning_starts``). At high replay ratios one batch owes hundreds of updates
+        (256 transitions at ratio 64, batch 32: 512), and neither the batches still in flight when the
+        workers are told to pause nor the warm-up are a backlog: forgiving them would lower the ratio."""
+        p = self.params
+        self._senders.add(worker)
+        self._batch_debt = max(self._batch_debt, n * p.replay_ratio / p.batch_size)
+        warmup = max(p.learning_starts, p.batch_size) * p.replay_ratio / p.batch_size - self.updates
+        return max(p.forgive_debt_above, FORGIVE_BATCHES * len(self._senders) * self._batch_debt) + max(0.0, warmup)
 
     def _initial_priorities(self, batch: SampleBatch, n: int, m: int) -> np.ndarray:
         """Priorities of the ``m`` newest rows of a batch of ``n``: the actors' TD errors (Ape-X) when

@@ -1,0 +1,139 @@
+"""Per-update CPU cost of DQN's heads: dqn, c51, qr, noisy and rainbow side by side, one process.
+
+Not a test: it prints figures measured in one run. For each variant (bench_ablation.VARIANTS: the
+config with one ingredient on) the learner gets the same number of real transitions (the config's
+env played by the variant's own actor, encoded and decoded as a worker sends them), then
+gradient updates are timed in rounds, the variants interleaved round by round so that a change in
+the machine's load spreads over all of them; the median round per variant is reported, in ms per
+update and as a multiple of dqn's. ``--old-projection`` adds "c51-hat" and "rainbow-hat": the same
+variants with the (B, K, K) C51 projection that ``c51_project`` replaced (the O(B K) fix's gain).
+
+    python benchmarks/bench_heads.py --config configs/minatar_breakout_dqn.toml --old-projection
+    python benchmarks/bench_heads.py --config configs/cartpole_rainbow.toml --rounds 15 --updates 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ablation import VARIANTS
+
+import mqttrl  # noqa: F401  (first: one BLAS thread per process)
+from mqttrl.config import load_config
+from mqttrl.envs.make import make_env
+from mqttrl.envs.rollout import EnvSet
+from mqttrl.plugin.algorithm import ActorContext
+from mqttrl.plugin.manager import get_registry
+from mqttrl.wire import decode_batch, encode_batch
+
+#: the variants timed (bench_ablation's names)
+TIMED = ("dqn", "c51", "qr", "noisy", "rainbow")
+
+
+def hat_projection(next_probs, reward, discount, support):
+    """The C51 projection as it was before the O(B K) fix: a (B, K, K) tensor of hat weights."""
+    v_min, v_max = float(support[0]), float(support[-1])
+    dz = (v_max - v_min) / (support.numel() - 1)
+    tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs() / dz).clamp(min=0.0)
+    return (weight * next_probs.unsqueeze(1)).sum(dim=2)
+
+
+def record(cfg, info, n_transitions: int, seed: int = 0) -> list[bytes]:
+    """Payloads as one worker sends them: the config's actor (its own exploration, and its priorities
+    when the variant has actor priorities) playing the config's env."""
+    params = cfg.algorithm.params
+    envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs), cfg.env.num_envs, seed=seed)
+    space, acts = envs.envs[0].observation_space, envs.envs[0].action_space
+    forward = info.make_forward(params, space, acts, "numpy", seed)
+    actor = info.make_actor(params, space, acts, ActorContext(num_envs=cfg.env.num_envs, seed=seed), forward)
+    payloads, made = [], 0
+    while made < n_transitions:
+        while actor.pending() < cfg.worker.batch_size:
+            actions, extras = actor.act(envs.obs)
+            obs, rewards, next_obs, term, trunc, _ = envs.step(actions)
+            actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
+        count = actor.pending()
+        payloads.append(encode_batch(cfg.run, "w0", len(payloads), 1, actor.take(), incarnation="i0", count=count))
+        made += count
+    envs.close()
+    return payloads
+
+
+def make_learners(config: str, names: list[str], transitions: int, extra: list[str]) -> dict:
+    registry = get_registry()
+    out = {}
+    for name in names:
+        base = name.removesuffix("-hat")
+        cfg = load_config(config, [*VARIANTS[base], *extra], lambda n: registry.algorithm(n).params)
+        info = registry.algorithm(cfg.algorithm.name)
+        env = make_env(cfg.env.id, cfg.env.kwargs, registry)
+        space, acts = env.observation_space, env.action_space
+        env.close()
+        learner = info.make_learner(cfg.algorithm.params, space, acts, "cpu", 0)
+        for payload in record(cfg, info, transitions):
+            learner.add(decode_batch(payload))
+        out[name] = learner
+    return out
+
+
+def time_round(learner, updates: int, old_projection: bool) -> float:
+    """Seconds per update over ``updates`` updates (the projection swapped in for the '-hat' variants)."""
+    from mqttrl_plugins.dqn import heads
+
+    saved = heads.c51_project
+    if old_projection:
+        heads.c51_project = hat_projection
+    try:
+        t0 = time.perf_counter()
+        for _ in range(updates):
+            learner.train_step()
+        return (time.perf_counter() - t0) / updates
+    finally:
+        heads.c51_project = saved
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="configs/minatar_breakout_dqn.toml")
+    p.add_argument("--transitions", type=int, default=6000, help="real transitions in each learner's replay")
+    p.add_argument("--rounds", type=int, default=11, help="timed rounds per variant (median reported)")
+    p.add_argument("--updates", type=int, default=30, help="updates per round")
+    p.add_argument("--old-projection", action="store_true", help="also time c51 and rainbow with the (B,K,K) form")
+    p.add_argument("--set", dest="extra", action="append", default=[], help="extra overrides for every variant")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args()
+
+    names = list(TIMED) + (["c51-hat", "rainbow-hat"] if args.old_projection else [])
+    learners = make_learners(args.config, names, args.transitions, args.extra)
+    for name, learner in learners.items():  # warm-up (allocations, first noise draws)
+        time_round(learner, 5, name.endswith("-hat"))
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.rounds):
+        for name, learner in learners.items():
+            rounds[name].append(time_round(learner, args.updates, name.endswith("-hat")))
+    median = {name: statistics.median(v) for name, v in rounds.items()}
+    batch = learners["dqn"].params.batch_size
+    print(
+        f"{args.config}: batch {batch}, {args.rounds} rounds of {args.updates} updates, median; "
+        f"{os.cpu_count()} cores, torch threads {__import__('torch').get_num_threads()}, "
+        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    print("| variant | ms per update | x dqn |")
+    print("|---|---|---|")
+    for name in names:
+        print(f"| {name} | {median[name] * 1e3:.2f} | {median[name] / median['dqn']:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": args.config, "median_s": median, "rounds": rounds}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
