@@ -14,7 +14,9 @@ configs/cartpole_rainbow.toml, ``dqn`` is configs/cartpole_dqn.toml's run. Varia
 - ``per-actor``: prioritized replay, priorities computed by the actors (Ape-X);
 - ``c51``, ``qr``: the distributional heads; ``noisy``: noisy nets instead of the epsilon ladder;
 - ``rainbow``: the preset, ``algorithm.preset=rainbow`` (C51, noisy, prioritized with actor
-  priorities, double, dueling, 3-step), with its keys also set over the config's own.
+  priorities, double, dueling, 3-step), with its keys also set over the config's own;
+- ``rainbow-resets``: rainbow with shrink-and-perturb resets every 4,000 updates
+  (``algorithm.reset_every``; every other variant sets it to 0).
 
 C51 takes its support (v_min, v_max) from the config, which must set one (a C51 head without it is
 refused): configs/cartpole_rainbow.toml has CartPole's [0, 100], configs/lunarlander_dqn.toml
@@ -56,6 +58,7 @@ OFF: dict[str, object] = {
     "initial_priority": "actor",
     "distributional": "none",
     "noisy": False,
+    "reset_every": 0,
 }
 
 
@@ -78,6 +81,8 @@ VARIANTS: dict[str, list[str]] = {
     "qr": variant(distributional="qr"),
     "noisy": variant(noisy=True),
     "rainbow": variant(preset="rainbow", **PRESETS["rainbow"]),
+    # shrink-and-perturb every 4,000 updates (3 resets in 100k env steps at replay ratio 8, batch 64)
+    "rainbow-resets": variant(preset="rainbow", **PRESETS["rainbow"], reset_every=4000),
 }
 
 
