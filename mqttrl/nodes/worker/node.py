@@ -237,10 +237,12 @@ class WorkerNode:
         reason = self.core.should_idle(now, link)
         before = self.core.idle_reason
         if self.core.track_idle(reason, now):
+            # flow control comes and goes many times a second on a busy learner: not worth a line
+            quiet = logging.DEBUG if (reason or before) == "learner_paused" else logging.INFO
             if reason is not None:
-                log.info("worker %s idles: %s", self.name, IDLE_REASONS[reason])
+                log.log(quiet, "worker %s idles: %s", self.name, IDLE_REASONS[reason])
             elif before is not None:
-                log.info("worker %s plays again (%s no more)", self.name, IDLE_REASONS[before])
+                log.log(quiet, "worker %s plays again (%s no more)", self.name, IDLE_REASONS[before])
         return reason
 
     # ---- real time ---------------------------------------------------------------------
