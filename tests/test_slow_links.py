@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 import time
 import warnings
 
@@ -17,6 +18,7 @@ from helpers.link import PUBACK, Corrupter, Link, declare_length, encode_length,
 from safetensors.numpy import save as st_save
 
 from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, Rules
+from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode
 from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_weights, encode_batch, encode_weights
 
@@ -186,24 +188,49 @@ def test_the_worker_decodes_only_the_newest_of_queued_weights():
     from mqttrl.nodes.worker.node import WorkerNode
 
     worker = WorkerNode(BrokerSettings("mqtt://127.0.0.1:1", protocol="5"), RUN, name="w0")  # never connects
-    decoded: list[int] = []
-    handled: list[str] = []
-    worker.dispatch.handlers[next(k for k in worker.dispatch.handlers if k == "weights")] = lambda _n, p: (
-        decoded.append(decode_weights(p).version)
-    )
-    worker.dispatch.handlers[next(k for k in worker.dispatch.handlers if k == "flow")] = lambda _n, p: handled.append(
-        f"flow after {len(decoded)} decodes"
-    )
+    put = worker.weights_inbox.put
+    seen_flow: list[bool] = []
+    worker.weights_inbox.put = lambda payload: (seen_flow.append(worker.core.paused), put(payload))
     inbox: queue.Queue = queue.Queue()
     for v in range(1, 6):
-        inbox.put(
-            Message(worker.topics.weights, encode_weights(v, "dqn", RUN, {"w": np.zeros(2, np.float32)}), 1, True)
-        )
-    inbox.put(Message(worker.topics.flow, b'{"pause": false}', 1, True))
+        payload = encode_weights(v, "dqn", RUN, {"w": np.zeros(2, np.float32)})
+        inbox.put(Message(worker.topics.weights, payload, True))
+    inbox.put(Message(worker.topics.flow, b'{"pause": true}', True))
     worker.node.inbox = inbox
     worker._drain()
-    assert decoded == [5] and worker.weights_superseded == 4
-    assert handled == ["flow after 0 decodes"]  # control first, never behind a model being decoded
+    assert worker.core.pending_weights.version == 5 and worker.weights_inbox.superseded == 4
+    assert seen_flow == [True]  # the flow message was handled before any model was decoded
+
+
+def test_big_weights_are_decoded_off_the_game_loop_and_only_the_newest():
+    """A message of at least thread_above bytes: put() returns at once while a slow decode runs
+    on the decoder thread; of those queued meanwhile only the newest is decoded."""
+    started = threading.Event()
+
+    def slow_decode(payload: bytes):
+        started.set()
+        time.sleep(0.3)
+        return decode_weights(payload)
+
+    inbox = WeightsInbox(slow_decode, thread_above=100)
+    msgs = [encode_weights(v, "dqn", RUN, {"w": np.zeros(64, np.float32)}) for v in range(1, 5)]
+    t0 = time.monotonic()
+    inbox.put(msgs[0])
+    assert started.wait(2)
+    for m in msgs[1:]:
+        inbox.put(m)  # v2, v3 wait and are replaced; v4 is decoded next
+    assert time.monotonic() - t0 < 0.2 and inbox.take() == []
+    deadline = time.monotonic() + 5
+    got = []
+    while time.monotonic() < deadline and len(got) < 2:
+        got += inbox.take()
+        time.sleep(0.02)
+    assert [w.version for w in got] == [1, 4] and inbox.superseded == 2
+    inbox.put(b"garbage" * 100)
+    while time.monotonic() < deadline and not (got := inbox.take()):
+        time.sleep(0.02)
+    assert isinstance(got[0], Rejected)  # a refusal the worker counts, not a dead thread
+    inbox.close()
 
 
 # ---- the proxy's corruption, as pure logic --------------------------------------------

@@ -173,7 +173,10 @@ class WorkerCore:
 
     def on_weights(self, payload: bytes) -> None:
         """Keep the newest acceptable weights; they are loaded between steps."""
-        w = decode_weights(payload)
+        self.offer_weights(decode_weights(payload))
+
+    def offer_weights(self, w: WeightsMessage) -> None:
+        """Decoded weights (the shell may decode big ones off the game loop): kept if newest."""
         if w.run != self.run:
             raise Rejected("wrong_run", f"weights for run {w.run!r}")
         best = self.pending_weights.order if self.pending_weights is not None else (self.epoch, self.version)

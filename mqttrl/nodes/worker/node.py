@@ -35,6 +35,7 @@ from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
+from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
@@ -43,7 +44,7 @@ from mqttrl.timing import BlockTimes, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
-from mqttrl.wire import Rejected, RejectionCounter, encode_batch, encode_json
+from mqttrl.wire import Rejected, RejectionCounter, decode_weights, encode_batch, encode_json
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -117,8 +118,7 @@ class WorkerNode:
         self._chore_s = 0.0
         #: env restarts so far (games that crashed and were made afresh): heartbeats report it
         self.env_restarts = 0
-        #: weights messages never decoded because a newer one was queued behind them
-        self.weights_superseded = 0
+        self.weights_inbox = WeightsInbox(decode_weights)  # the newest weights, big ones decoded off the game loop
         self.node = MqttNode(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
@@ -533,14 +533,14 @@ class WorkerNode:
         """Handle every queued message, waiting up to ``timeout`` for the first.
 
         A worker only needs the newest model: of the weights messages queued, only the last is
-        decoded (the others are counted in ``weights_superseded``), and after every other message,
+        decoded (the others are counted in ``weights_inbox.superseded``), and after every other message,
         so flow, learner state and config are never handled behind a model being decoded."""
         newest = None
         try:
             msg = self.node.inbox.get(timeout=timeout) if timeout else self.node.inbox.get_nowait()
             while True:
                 if msg.topic == self.topics.weights:
-                    self.weights_superseded += newest is not None
+                    self.weights_inbox.superseded += newest is not None
                     newest = msg
                 else:
                     self.dispatch(msg.topic, msg.payload)
@@ -548,7 +548,14 @@ class WorkerNode:
         except queue.Empty:
             pass
         if newest is not None:
-            self.dispatch(newest.topic, newest.payload)
+            self.weights_inbox.put(newest.payload)  # a big model is decoded off the game loop
+        for got in self.weights_inbox.take():
+            try:
+                if isinstance(got, Rejected):
+                    raise got
+                self.core.offer_weights(got)
+            except Rejected as r:
+                self.rejections.add(r, "weights")
 
     def _wait_for(self, what: str, ready: Callable[[], bool]) -> bool:
         """Handle messages until ``ready()``; False when stopped first. Says every 10 s what it waits for."""
