@@ -43,10 +43,15 @@ CASES = {
     "ppo-discrete": ("ppo", "CartPole-v1", {"obs_norm": True}),
     "ppo-box": ("ppo", "Pendulum-v1", {"obs_norm": True}),
     "ppo-cnn": ("ppo", BOOL_GRID, {"network": "minatar_cnn"}),
+    "sac-box": ("sac", "Pendulum-v1", {}),
 }
 
 #: DQN's small MLP and PPO's defaults are what a test usually wants; the CNNs need an image env
-SMALL = {"dqn": {"hidden": [32, 32], "buffer_size": 1000, "batch_size": 16}, "ppo": {"hidden": [32, 32]}}
+SMALL = {
+    "dqn": {"hidden": [32, 32], "buffer_size": 1000, "batch_size": 16},
+    "ppo": {"hidden": [32, 32]},
+    "sac": {"hidden": [32, 32], "buffer_size": 1000, "batch_size": 16},
+}
 
 
 @attrs.frozen
@@ -89,6 +94,13 @@ class Run:
                 net = self.learner.online
                 q = net(x, noise=False) if self.config.algorithm.params.noisy else net(x)
                 return {"q": q.numpy()}
+            if self.config.algorithm.name == "sac":
+                mean, log_std = self.learner.actor(x)
+                return {
+                    "action": self.learner.actor.greedy(x).numpy(),
+                    "mean": mean.numpy(),
+                    "log_std": log_std.numpy(),
+                }
             from mqttrl_plugins.ppo.common import normalize_obs
 
             if self.learner.obs_rms is not None:
@@ -108,7 +120,7 @@ class Run:
 def perturb(learner, rng: np.random.Generator) -> None:
     """Move every weight (and PPO's observation statistics) away from its initial value, so that a
     loader that ignored the saved weights, or a normalisation left out, shows."""
-    nets = [learner.online] if hasattr(learner, "online") else [learner.agent]
+    nets = [getattr(learner, name) for name in ("online", "agent", "actor") if hasattr(learner, name)]
     with torch.no_grad():
         for net in nets:
             for p in net.parameters():  # on the scale of each tensor's own values: the outputs stay varied
@@ -162,4 +174,6 @@ def greedy(run, out: dict[str, np.ndarray]) -> np.ndarray:
         return out["q"].argmax(axis=1)
     if "logits" in out:
         return out["logits"].argmax(axis=1)
+    if "action" in out:  # SAC: tanh(mean) scaled into the box
+        return out["action"]
     return np.clip(out["mean"], run.act_space.low, run.act_space.high)
