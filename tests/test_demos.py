@@ -221,3 +221,18 @@ def test_record_refuses_a_bad_policy_with_one_line(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "has no 'nothing_here'" in err
+
+
+def test_record_from_a_trained_run(tmp_path):
+    """--from RUN: the run's greedy policy plays the run's env (the env id comes from its config)."""
+    pytest.importorskip("torch")
+    from helpers.policy_runs import make_run
+
+    from mqttrl.policy import load_policy
+
+    make_run(tmp_path / "run", "dqn", "CartPole-v1")
+    main(["record", str(tmp_path / "d"), "--from", str(tmp_path / "run"), "--episodes", "1", "--max-steps", "20"])
+    (ep,) = read_dataset(tmp_path / "d").episodes
+    assert read_dataset(tmp_path / "d").env_id == "CartPole-v1" and ep.played_by.startswith("run:")
+    policy = load_policy(tmp_path / "run")
+    np.testing.assert_array_equal(ep.actions, [policy.predict(o) for o in ep.obs[:-1]])
