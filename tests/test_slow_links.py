@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import threading
 import time
 import warnings
@@ -245,6 +246,67 @@ def test_the_corrupter_rewrites_one_puback_and_passes_the_rest():
     value, at = split_length(out, len(publish) + 1)
     assert value == 2_000_000 and out[len(publish)] == 0x40
     assert out[at:] == b"\x00\x07" + puback and c.rewritten == 1
+
+
+# ---- the proxy's shaping and cuts, against a local echo server (no broker) -----------------
+def echo_server() -> int:
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=conn: _echo(c), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def _echo(conn: socket.socket) -> None:
+    try:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+    except OSError:
+        pass
+
+
+def round_trip(port: int, payload: bytes, timeout: float = 10.0) -> float:
+    """Seconds to send ``payload`` through the link and read it back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        t0 = time.monotonic()
+        c.sendall(payload)
+        got = 0
+        while got < len(payload):
+            got += len(c.recv(65536))
+        return time.monotonic() - t0
+
+
+def test_the_link_delays_caps_silences_and_resets():
+    link = Link(echo_server(), latency_s=0.1, jitter_s=0.02)
+    try:
+        assert 0.16 <= round_trip(link.port, b"x") < 0.5  # 100 +- 20 ms each way
+        link.shape(rate=100_000)
+        assert 0.45 <= round_trip(link.port, b"x" * 50_000) < 2.0  # 50 kB at 100 kB/s (up and back overlap)
+        link.shape()
+        with socket.create_connection(("127.0.0.1", link.port), timeout=5) as c:
+            link.silence()
+            c.sendall(b"held")
+            c.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                c.recv(10)  # nothing passes, the connection stays up
+            link.heal()
+            c.settimeout(5)
+            assert c.recv(10) == b"held"  # held bytes flow again
+            link.reset()
+            with pytest.raises(OSError):
+                c.sendall(b"x" * 100)
+                assert c.recv(10) == b""  # reset (or closed) by the proxy
+                raise ConnectionResetError
+        assert round_trip(link.port, b"again") < 1  # a reset link takes new connections
+    finally:
+        link.close()
 
 
 # ---- one integration test: a corrupted PUBACK against a real mosquitto --------------
