@@ -152,8 +152,8 @@ def test_alpha_loss_gradient_raises_alpha_below_the_entropy_target():
 
 @pytest.mark.parametrize(("log_std_bias", "direction"), [(-10.0, 1), (0.4, -1)])
 def test_temperature_tuning_moves_alpha_towards_the_entropy_target(log_std_bias, direction):
-    """A nearly deterministic policy (std e^-5: entropy far below -|A|) raises alpha; a wide one
-    (std ~ 1: the squashed entropy ~ -1 per dim... above the target of -2) lowers it."""
+    """A nearly deterministic policy (std e^-5 before the tanh: entropy far below the target -|A| = -2)
+    raises alpha; a wide one (std ~0.84: entropy above 0, far above a target of -4) lowers it."""
     learner = fed_learner(tiny(target_entropy=-4.0 if direction < 0 else None))
     with torch.no_grad():
         learner.actor.log_std.weight.zero_()
