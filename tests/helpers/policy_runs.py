@@ -37,7 +37,7 @@ VERSION = 7
 #: id -> (algorithm, env id, parameters): every built-in head and torso, and both action kinds of PPO
 CASES = {
     "dqn-mlp": ("dqn", "CartPole-v1", {}),
-    "dqn-c51-noisy": ("dqn", "CartPole-v1", {"distributional": "c51", "noisy": True}),
+    "dqn-c51-noisy": ("dqn", "CartPole-v1", {"distributional": "c51", "noisy": True, "v_min": -10.0, "v_max": 10.0}),
     "dqn-qr": ("dqn", "CartPole-v1", {"distributional": "qr", "dueling": False}),
     "dqn-cnn": ("dqn", PIXEL_DOT, {"network": "minatar_cnn"}),
     "ppo-discrete": ("ppo", "CartPole-v1", {"obs_norm": True}),
