@@ -23,14 +23,18 @@ time favours SB3 (mqttrl evaluates on the same 2 cores while it trains).
 SB3 DQN hyperparameters (the MinAtar paper's DQN, Young & Tian 2019, with Adam as in the mqttrl
 config; see SB3_DQN below): network = one 3x3 conv of 16 channels, ReLU, flatten, linear 128, ReLU,
 linear head (a `BaseFeaturesExtractor`, net_arch=[]: SB3's NatureCNN does not fit 10x10 inputs);
-buffer 100k, learning_starts 5000, batch 32, Adam lr 2.5e-4 (eps 1.5e-4), train_freq 4 with one
+buffer 100k, learning_starts 5000, batch 32, Adam lr 2.5e-4 (eps 3.125e-4), train_freq 4 with one
 gradient step (each transition replayed 8 times on average: the mqttrl config's replay_ratio 8;
 --sb3-train-freq 1 gives the paper's 32), target network copied every 1000 env steps, epsilon 1 ->
 0.1 linearly over the first 100k env steps, gamma 0.99, Huber loss, gradient norm clipped at 10.
 
     python benchmarks/bench_minatar.py --seeds 0 1 2 --budget 900 --sb3 --json minatar_dqn.json
     python benchmarks/bench_minatar.py --config configs/minatar_breakout_ppo.toml --json minatar_ppo.json
+    python benchmarks/bench_minatar.py --seeds 0 --env-steps 100000 --budget 1200 --json minatar_100k.json
     python benchmarks/bench_minatar.py --from-json minatar_dqn.json minatar_ppo.json   # one figure of both
+
+Figures have two panels: greedy mean by env steps (the data each evaluated model was trained on)
+and by wall clock.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ SB3_DQN = dict(
     learning_starts=5_000,
     batch_size=32,
     learning_rate=2.5e-4,
-    adam_eps=1.5e-4,
+    adam_eps=3.125e-4,  # the mqttrl config's (Dopamine's MinAtar eps; the runs before 2026-11-24 used 1.5e-4)
     train_freq=4,
     gradient_steps=1,
     target_update_interval=1_000,
