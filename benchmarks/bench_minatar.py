@@ -271,7 +271,17 @@ class _GreedySB3:
         return actions, {}
 
 
-def run_sb3(env_id: str, seed: int, budget: float, eval_every_s: float, episodes: int, train_freq: int) -> dict:
+def run_sb3(
+    env_id: str,
+    seed: int,
+    budget: float,
+    eval_every_s: float,
+    episodes: int,
+    train_freq: int,
+    max_steps: int | None = None,
+) -> dict:
+    """SB3 DQN for ``budget`` seconds of training (and at most ``max_steps`` env steps), evaluated
+    every ``eval_every_s`` seconds of training and at the end."""
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
@@ -328,7 +338,7 @@ def run_sb3(env_id: str, seed: int, budget: float, eval_every_s: float, episodes
             if elapsed >= state["next"]:
                 state["next"] += eval_every_s
                 run_eval(elapsed, self.num_timesteps)
-            return elapsed < budget
+            return elapsed < budget and (max_steps is None or self.num_timesteps < max_steps)
 
     t0 = time.monotonic()
     model.learn(total_timesteps=SB3_TOTAL_STEPS, callback=Budget())
@@ -537,7 +547,15 @@ def main() -> None:
             )
             if args.sb3:
                 print(f"seed {seed}: SB3 DQN on {env_id} for {args.budget:.0f} s of training ...", flush=True)
-                sb = run_sb3(env_id, seed, args.budget, args.sb3_eval_every_s, args.episodes, args.sb3_train_freq)
+                sb = run_sb3(
+                    env_id,
+                    seed,
+                    args.budget,
+                    args.sb3_eval_every_s,
+                    args.episodes,
+                    args.sb3_train_freq,
+                    args.env_steps,
+                )
                 row["sb3"] = sb
                 s = stats(sb, args.threshold)
                 print(
