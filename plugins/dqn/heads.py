@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .numpy_heads import HeadSpec, quantile_midpoints
+from .numpy_heads import HeadSpec
 
 # --------------------------------------------------------------------------
 # 1. Noisy linear layer
@@ -108,7 +108,11 @@ def expected_q(spec: HeadSpec, out: torch.Tensor, support: torch.Tensor | None) 
 
 
 def c51_project(
-    next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
+    next_probs: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    support: torch.Tensor,
+    ends: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """The categorical projection (Bellemare et al. 2017, Algorithm 1) of the distribution of
     ``reward + discount * Z``, Z with probabilities ``next_probs`` (B, K) on ``support`` (K,), onto the
@@ -119,8 +123,10 @@ def c51_project(
     O(B K): only the two atoms around Tz_j get a non-zero hat weight: l_j = min(floor((Tz_j - v_min) /
     dz), K - 2) and l_j + 1, each weighted by the hat formula itself (the same float arithmetic as
     the (B, K, K) form it replaced, ~7x slower at K = 51), added with two ``scatter_add``. A Tz_j
-    exactly on an atom keeps all its mass there (v_max: weight 0 on K - 2, 1 on K - 1)."""
-    v_min, v_max = float(support[0]), float(support[-1])
+    exactly on an atom keeps all its mass there (v_max: weight 0 on K - 2, 1 on K - 1). ``ends``:
+    the support's first and last atom as floats, when the caller knows them (read from a GPU's
+    ``support`` they would cost the update a wait for the device)."""
+    v_min, v_max = ends if ends is not None else (float(support[0]), float(support[-1]))
     k = support.numel()
     dz = (v_max - v_min) / (k - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)  # B, K (j)
@@ -154,7 +160,8 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, kappa: fl
     kappa: QR-DQN's form; IQN's divides). ``quantiles`` (B, N): theta_i(s, a) of the online net;
     ``target`` (B, N'): the target quantiles (no gradient flows into them)."""
     n = quantiles.shape[1]
-    tau = torch.from_numpy(quantile_midpoints(n)).to(quantiles.device).view(1, n, 1)
+    # quantile_midpoints' values, made on the device (no host-to-device copy per update)
+    tau = ((2 * torch.arange(n, device=quantiles.device, dtype=torch.float64) + 1) / (2.0 * n)).float().view(1, n, 1)
     u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # B, i, j
     huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)
     rho = (tau - (u.detach() < 0).float()).abs() * huber
@@ -178,7 +185,12 @@ def td_loss(
     gets C51's ``target_edge_mass`` (:func:`edge_mass`, a scalar tensor)."""
     with torch.no_grad():
         if spec.distributional == "c51":
-            m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support)
+            # the support's ends as float32 atoms hold them (linspace keeps both ends exact)
+            ends = (
+                float(torch.tensor(spec.v_min, dtype=torch.float32)),
+                float(torch.tensor(spec.v_max, dtype=torch.float32)),
+            )
+            m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support, ends)
             target_value = m @ support
             if stats is not None:
                 stats["target_edge_mass"] = edge_mass(m)
