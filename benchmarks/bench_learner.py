@@ -145,7 +145,9 @@ def main() -> None:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(args.updates):
-            learner.train_step()  # reads the loss back: synchronises every step, as the learner node does
+            learner.train_step()  # on CUDA it reads the previous update's metrics back, as the learner node does
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()  # the last update is done too
         dt = time.perf_counter() - t0
         ups = args.updates / dt
         figures["train"][bs] = {
