@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,13 +71,22 @@ def test_status_prints_into_a_pipe(mosquitto, tmp_path):
     env = {**os.environ, "COLUMNS": "80"}
     argv = [str(BIN / "mqttrl"), "status", "--run", "piped", "--broker", mosquitto.url, "--every", "0.5"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
-        time.sleep(3)
+        # two tables printed, on a loaded machine too (a fixed sleep raced the interpreter's start)
+        deadline = time.monotonic() + 60
+        while sum("mqttrl run piped" in line for line in lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=5)
+        err = proc.stderr.read()
         publisher.loop_stop()
         publisher.disconnect()
+    out = "".join(lines)
     assert "Traceback" not in err, err
     assert out.count("mqttrl run piped") >= 2, out + err
     assert "learner" in out and "online" in out
