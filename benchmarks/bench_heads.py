@@ -38,9 +38,9 @@ from mqttrl.wire import decode_batch, encode_batch
 TIMED = ("dqn", "c51", "qr", "noisy", "rainbow")
 
 
-def hat_projection(next_probs, reward, discount, support):
+def hat_projection(next_probs, reward, discount, support, ends=None):
     """The C51 projection as it was before the O(B K) fix: a (B, K, K) tensor of hat weights."""
-    v_min, v_max = float(support[0]), float(support[-1])
+    v_min, v_max = ends if ends is not None else (float(support[0]), float(support[-1]))
     dz = (v_max - v_min) / (support.numel() - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
     weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs() / dz).clamp(min=0.0)

@@ -64,10 +64,14 @@ class NoisyLinear(nn.Module):
         self.eps_out = eps_out.to(self.weight_mu.device, torch.float32)
 
     def forward(self, x: torch.Tensor, noise: bool = True) -> torch.Tensor:
-        y = F.linear(x, self.weight_mu, self.bias_mu)
         if not noise:
-            return y
-        # the noisy matrix is never formed: x (sigma * eps_out eps_in^T)^T = eps_out * ((x * eps_in) sigma^T)
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        if self.eps_in.dim() == 1:  # one draw for the batch (the learner): one matmul with the noisy matrix
+            weight = torch.addcmul(self.weight_mu, self.weight_sigma, torch.outer(self.eps_out, self.eps_in))
+            return F.linear(x, weight, torch.addcmul(self.bias_mu, self.bias_sigma, self.eps_out))
+        # a draw per row: the noisy matrices are never formed,
+        # x (sigma * eps_out eps_in^T)^T = eps_out * ((x * eps_in) sigma^T)
+        y = F.linear(x, self.weight_mu, self.bias_mu)
         return y + self.eps_out * (F.linear(x * self.eps_in, self.weight_sigma) + self.bias_sigma)
 
     def extra_repr(self) -> str:
@@ -134,9 +138,10 @@ def c51_project(
     high = low + 1
     w_low = (1.0 - (tz - support[low]).abs() / dz).clamp(min=0.0)
     w_high = (1.0 - (tz - support[high]).abs() / dz).clamp(min=0.0)
-    m = torch.zeros_like(next_probs)
-    m.scatter_add_(1, low, next_probs * w_low)
-    m.scatter_add_(1, high, next_probs * w_high)
+    probs = next_probs.to(w_low.dtype)  # the support's precision (float32 under bf16 autocast too)
+    m = torch.zeros_like(probs)
+    m.scatter_add_(1, low, probs * w_low)
+    m.scatter_add_(1, high, probs * w_high)
     return m
 
 
