@@ -5,6 +5,8 @@ it cannot use."""
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -64,8 +66,8 @@ def _batch(n: int, seq: int, value: float) -> SampleBatch:
     return SampleBatch("r", "w", seq, 0, n, arrays)
 
 
-def _dataset(tmp_path, episodes):
-    w = DatasetWriter(tmp_path / "ds", "CartPole-v1", OBS, ACT)
+def _dataset(tmp_path, episodes, obs_space=OBS):
+    w = DatasetWriter(tmp_path / "ds", "CartPole-v1", obs_space, ACT)
     for ep in episodes:
         w.add(ep)
     return read_dataset(tmp_path / "ds")
@@ -159,3 +161,43 @@ def test_train_refuses_another_games_dataset(tmp_path, capsys):
         main(["train", str(config), "--demos", str(tmp_path / "ds"), "--run-dir", str(tmp_path / "run")])
     assert e.value.code == 2
     assert "observation space" in capsys.readouterr().err
+
+
+def _node_config(tmp_path, path, algorithm="dqn"):
+    from mqttrl.config import load_config
+    from mqttrl.plugin.manager import get_registry
+
+    registry = get_registry()
+    sets = [f"algorithm.name={algorithm}", f"demos.path={json.dumps(str(path))}", "demos.pretrain_updates=20"]
+    sets += ["algorithm.hidden=[16]", "algorithm.batch_size=8"] if algorithm == "dqn" else ["algorithm.hidden=[16]"]
+    return load_config(None, sets, lambda n: registry.algorithm(n).params)
+
+
+def test_the_learner_node_hands_the_dataset_to_the_algorithm(tmp_path, caplog, mosquitto):
+    """The node's side of the seam: demos.path -> read, checked, learn_from_demos (pretraining in a new run)."""
+    from mqttrl.nodes.learner.node import LearnerNode
+    from mqttrl.transport.client import BrokerSettings
+
+    _dataset(tmp_path, [_ep(12, True)], gym.make("CartPole-v1").observation_space)
+    caplog.set_level("INFO", "mqttrl.learner")
+    node = LearnerNode(_node_config(tmp_path, tmp_path / "ds"), BrokerSettings(url=mosquitto.url), tmp_path / "run")
+    assert node.algo.demos is not None and node.algo.demos.size == 12
+    assert "demo_pretrain_updates 20" in caplog.text
+
+
+def test_the_learner_node_refuses_demos_for_an_algorithm_without_the_seam(tmp_path, monkeypatch, mosquitto):
+    import attrs
+
+    from mqttrl.config import ConfigError
+    from mqttrl.nodes.learner import node as learner_node
+    from mqttrl.plugin.manager import get_registry
+    from mqttrl.transport.client import BrokerSettings
+
+    registry = get_registry()
+    without = attrs.evolve(registry.algorithm("dqn"), learn_from_demos=None)
+    monkeypatch.setattr(type(registry), "algorithm", lambda self, name: without)
+    _dataset(tmp_path, [_ep(5, True)], gym.make("CartPole-v1").observation_space)
+    with pytest.raises(ConfigError, match="does not learn from demonstrations"):
+        learner_node.LearnerNode(
+            _node_config(tmp_path, tmp_path / "ds"), BrokerSettings(url=mosquitto.url), tmp_path / "run"
+        )
