@@ -191,3 +191,24 @@ def test_real_time_env_lock_steps_a_plain_env():
     env.step(1)
     env.step(0)
     assert ft.t == pytest.approx(t0 + 0.04) and env.game is None
+
+
+class _SlowGame(WallClockGame):
+    """A game whose send_action waits for the game (it must return at once) and cannot resume."""
+
+    def send_action(self, action):
+        import time
+
+        time.sleep(0.02)
+
+    resume = None
+
+
+def test_check_plugin_checks_the_real_time_protocol():
+    from mqttrl.plugin.check import check_realtime_game
+
+    good = check_realtime_game(lambda: WallClockGame("CartPole-v1", world_hz=200.0), "env g", period_s=0.005)
+    assert good and all(r.ok for r in good) and any("pause/resume" in r.name for r in good)
+    bad = check_realtime_game(lambda: _SlowGame("CartPole-v1", world_hz=200.0), "env s", period_s=0.005)
+    assert not bad[-1].ok and "must not wait" in bad[-1].detail
+    assert check_realtime_game(lambda: gym.make("CartPole-v1"), "env c") == []  # lock-step: nothing to check

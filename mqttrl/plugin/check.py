@@ -551,6 +551,8 @@ def run_checks(name: str, settings: dict | None = None) -> list[CheckResult]:
     reg = get_registry()
     if name in reg.algorithms:
         return check_algorithm(reg.algorithms[name].obj)
+    if ":" in name and name not in reg.storages:  # a gymnasium env by "module:Env-v0" (a game of one's own)
+        return _check_env_id(name, reg)
     if name in reg.storages:
         return _storage_in_tmp(reg.storages[name].obj, settings)
     record = reg.plugin(name)
@@ -570,6 +572,8 @@ def run_checks(name: str, settings: dict | None = None) -> list[CheckResult]:
         ]
     for env in record.get("envs", []):
         results.append(_check_env(env, reg))
+        if results[-1].ok and not env.endswith("/"):
+            results += check_realtime_game(lambda env=env: reg.envs[env].obj(), f"env {env}")
     return results
 
 
@@ -596,3 +600,81 @@ def _check_env(name: str, reg: Any) -> CheckResult:
     except Exception as exc:
         return CheckResult(f"env {name}", False, f"{type(exc).__name__}: {exc}")
     return CheckResult(f"env {name}", True, f"obs {env.observation_space}, actions {env.action_space}")
+
+
+def _check_env_id(env_id: str, reg: Any) -> list[CheckResult]:
+    """An env given as ``module:Env-v0``: made and stepped like a plugin's, and, where it speaks
+    the real-time protocol, :func:`check_realtime_game`."""
+    from mqttrl.envs.make import make_env
+
+    name = f"env {env_id}"
+    try:
+        env = make_env(env_id, {}, reg)
+        obs, _ = env.reset(seed=0)
+        if not env.observation_space.contains(obs):
+            return [CheckResult(name, False, "reset() returned an observation outside observation_space")]
+        env.close()
+    except Exception as exc:
+        return [CheckResult(name, False, f"{type(exc).__name__}: {exc}")]
+    return [
+        CheckResult(name, True, f"obs {env.observation_space}, actions {env.action_space}"),
+        *check_realtime_game(lambda: make_env(env_id, {}, reg), name),
+    ]
+
+
+def check_realtime_game(make: Callable[[], Any], name: str, period_s: float = 0.05) -> list[CheckResult]:
+    """The real-time protocol (docs/plugins.md, "Real-time games"), where the env speaks it:
+    ``send_action`` returns at once (under ``period_s``), ``read_obs`` returns ``(obs, reward,
+    terminated, truncated, info)`` with the observation in the space, three periods in a row;
+    ``pause``/``resume`` (both or neither) and ``set_speed`` run without error. An env that
+    does not speak it gets no result (it is stepped in lock-step)."""
+    from mqttrl.envs.realtime import game_of
+
+    env = make()
+    game = game_of(env)
+    if game is None:
+        env.close()
+        return []
+    c = _Checks()
+    try:
+        with c.step(f"{name}: real-time reset"):
+            obs, _ = env.reset(seed=0)
+            c.require(f"{name}: real-time reset", env.observation_space.contains(obs), "obs outside observation_space")
+        for k in range(3):
+            with c.step(f"{name}: send_action/read_obs {k + 1}") as note:
+                t0 = time.perf_counter()
+                game.send_action(env.action_space.sample())
+                took = time.perf_counter() - t0
+                c.require(
+                    f"{name}: send_action", took < period_s, f"send_action took {took * 1000:.1f} ms: it must not wait"
+                )
+                time.sleep(period_s)
+                out = game.read_obs()
+                c.require(
+                    f"{name}: read_obs",
+                    isinstance(out, tuple) and len(out) == 5,
+                    f"read_obs returned {type(out).__name__}, expected (obs, reward, terminated, truncated, info)",
+                )
+                obs, reward, term, trunc, info = out
+                c.require(f"{name}: read_obs", env.observation_space.contains(obs), "obs outside observation_space")
+                c.require(f"{name}: read_obs", isinstance(info, dict), "info must be a dict")
+                float(reward)
+                note["detail"] = f"send {took * 1000:.2f} ms"
+                if term or trunc:
+                    env.reset()
+        has = [callable(getattr(game, m, None)) for m in ("pause", "resume")]
+        if any(has):
+            with c.step(f"{name}: pause/resume"):
+                c.require(
+                    f"{name}: pause/resume", all(has), "an env that can pause implements both pause() and resume()"
+                )
+                game.pause()
+                game.resume()
+        if callable(getattr(game, "set_speed", None)):
+            with c.step(f"{name}: set_speed"):
+                game.set_speed(1.0)
+    except _Failed:
+        pass
+    finally:
+        env.close()
+    return c.results
