@@ -92,6 +92,13 @@ class EnvConfig:
         "only): in real time each action lands a period late, so the net needs to see them",
         validator=non_negative,
     )
+    obs_timeout_s: float = setting(
+        10.0,
+        unit="s",
+        doc="real time: a game that speaks the real-time protocol and gives no observation (or finishes no reset) "
+        "within this long hangs, and is handled like a crash: closed, made afresh, its samples kept. 0: wait for ever",
+        validator=non_negative,
+    )
 
 
 @attrs.define

@@ -212,3 +212,34 @@ def test_check_plugin_checks_the_real_time_protocol():
     bad = check_realtime_game(lambda: _SlowGame("CartPole-v1", world_hz=200.0), "env s", period_s=0.005)
     assert not bad[-1].ok and "must not wait" in bad[-1].detail
     assert check_realtime_game(lambda: gym.make("CartPole-v1"), "env c") == []  # lock-step: nothing to check
+
+
+def test_a_game_that_hangs_is_restarted_like_a_crash():
+    """tmrl #122: the game stopped sending data. Its read_obs gets a deadline; past it the env
+    set closes it and makes it afresh (counted in env_restarts); the other game steps on."""
+    import threading
+
+    ft = FakeTime()
+    release = threading.Event()
+    made: list[WallClockGame] = []
+
+    class Hanging(WallClockGame):
+        def read_obs(self):
+            if self is made[0] and self.total_ticks >= 2:
+                release.wait(5)  # never answers (released at the end of the test)
+            return super().read_obs()
+
+    def make():
+        made.append(Hanging("CartPole-v1", world_hz=20.0, clock=ft.now, sleep=ft.sleep))
+        return made[-1]
+
+    envs = RealTimeEnvSet(
+        make, 2, seed=0, make_clock=lambda: ControlClock(20.0, now=ft.now, sleep=ft.sleep), obs_timeout_s=0.05
+    )
+    try:
+        for _ in range(4):
+            _, rewards, *_ = envs.step(np.array([1, 0]))
+        assert envs.env_restarts == 1 and len(made) == 3  # the hung game was made afresh
+        assert envs.failures == [0, 0]  # and it steps again
+    finally:
+        release.set()

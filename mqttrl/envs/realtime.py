@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.envs.realtime_clock import ControlClock
+from mqttrl.envs.realtime_guard import Deadline
 from mqttrl.envs.rollout import EnvSet
 
 
@@ -149,7 +150,7 @@ class RealTimeEnv(gym.Wrapper):
     a game that can pause (:func:`can_pause`), else they only mark the time.
     """
 
-    def __init__(self, env: gym.Env, clock: ControlClock):
+    def __init__(self, env: gym.Env, clock: ControlClock, obs_timeout_s: float = 0.0):
         super().__init__(env)
         self.clock = clock
         self.history: ActionHistory | None = env if isinstance(env, ActionHistory) else None
@@ -159,6 +160,8 @@ class RealTimeEnv(gym.Wrapper):
         self.pausable = can_pause(inner)
         self._sent = False
         self._send_error: Exception | None = None
+        #: a game's read_obs and reset answer within ``obs_timeout_s`` or raise GameHung (a crash)
+        self.deadline = Deadline(obs_timeout_s) if obs_timeout_s and self.game is not None else None
 
     def send(self, action: Any) -> None:
         """Apply ``action`` now (a failure is raised by the next :meth:`step`, where the
@@ -182,7 +185,9 @@ class RealTimeEnv(gym.Wrapper):
             err, self._send_error = self._send_error, None
             raise err
         self.clock.wait()
-        if self.game is not None:
+        if self.deadline is not None:
+            obs, r, term, trunc, info = self.deadline.call("read_obs", self.game.read_obs)
+        elif self.game is not None:
             obs, r, term, trunc, info = self.game.read_obs()
         else:
             obs, r, term, trunc, info = self.inner.step(self._action)
@@ -194,9 +199,21 @@ class RealTimeEnv(gym.Wrapper):
         started = self.clock.now()
         self._sent = False
         self._send_error = None
-        out = self.env.reset(**kwargs)
+        if self.deadline is not None:
+            out = self.deadline.call("reset", self.env.reset, **kwargs)
+        else:
+            out = self.env.reset(**kwargs)
         self.clock.excuse_reset(started)
         return out
+
+    def close(self):
+        if self.deadline is not None:
+            try:
+                self.deadline.call("close", self.env.close)
+            finally:
+                self.deadline.close()
+        else:
+            self.env.close()
 
     def pause(self) -> None:
         if self.pausable and not self.clock.paused:
@@ -214,9 +231,11 @@ class RealTimeEnvSet(EnvSet):
     env's action first, then waits out the period and reads each (the first read waits; the
     others' periods have ended by then), so each action goes out at its period's start."""
 
-    def __init__(self, make: Callable[[], gym.Env], num_envs: int, seed: int, *, make_clock, **kwargs):
+    def __init__(
+        self, make: Callable[[], gym.Env], num_envs: int, seed: int, *, make_clock, obs_timeout_s: float = 0.0, **kwargs
+    ):
         self.make_clock = make_clock
-        super().__init__(lambda: RealTimeEnv(make(), make_clock()), num_envs, seed, **kwargs)
+        super().__init__(lambda: RealTimeEnv(make(), make_clock(), obs_timeout_s), num_envs, seed, **kwargs)
 
     def step(self, actions: np.ndarray, during: Callable[[], None] | None = None):
         """Send every action, run ``during`` (a worker's chores: messages, heartbeat, a batch
@@ -261,3 +280,8 @@ def real_time_settings(env_config) -> dict | None:
     if hz <= 0:
         return None
     return {"hz": hz, "mode": env_config.clock, "tolerance": env_config.overrun_tolerance}
+
+
+def obs_timeout(env_config) -> float:
+    """``[env] obs_timeout_s``: a real-time game silent for this long is handled like a crash."""
+    return float(getattr(env_config, "obs_timeout_s", 0.0) or 0.0)

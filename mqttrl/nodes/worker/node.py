@@ -29,7 +29,7 @@ import gymnasium as gym
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
-from mqttrl.envs.realtime import RealTimeEnvSet, real_time_settings, with_action_history
+from mqttrl.envs.realtime import RealTimeEnvSet, obs_timeout, real_time_settings, with_action_history
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
@@ -594,7 +594,12 @@ class WorkerNode:
         else:
             self.period_stats = stats = PeriodStats()
             envs = RealTimeEnvSet(
-                make, num_envs, seed, env_id=cfg.env.id, make_clock=lambda: ControlClock(**rt, stats=stats)
+                make,
+                num_envs,
+                seed,
+                env_id=cfg.env.id,
+                make_clock=lambda: ControlClock(**rt, stats=stats),
+                obs_timeout_s=obs_timeout(cfg.env),
             )
         if self.index is None:
             ctx = ActorContext(num_envs=num_envs, total_envs=num_envs, seed=seed, ladder_phase=name_hash / 2**32)

@@ -1,0 +1,66 @@
+"""A game that hangs is a game that crashed: its calls made with a deadline.
+
+tmrl #122: "OpenPlanet stopped sending data": a game that hangs instead of crashing blocks
+the worker for ever. :class:`Deadline` runs a real-time game's ``read_obs`` and ``reset`` on one
+helper thread and waits at most ``timeout_s``; past it, :class:`GameHung` is raised and the
+worker's env set treats it as a crash (closes the env, makes it afresh, keeps its samples:
+:class:`~mqttrl.envs.rollout.EnvSet`'s restart path). The hung call is left to its thread
+(a daemon), which is abandoned: the next call gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class GameHung(TimeoutError):
+    """A real-time game gave no answer within its deadline (``[env] obs_timeout_s``)."""
+
+
+class Deadline:
+    """Calls on one daemon thread, each waited for at most ``timeout_s``."""
+
+    def __init__(self, timeout_s: float, name: str = "game"):
+        self.timeout_s = timeout_s
+        self.name = name
+        self._jobs: queue.SimpleQueue | None = None
+
+    def _start(self) -> queue.SimpleQueue:
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, args=(jobs,), name=f"mqttrl-{self.name}", daemon=True).start()
+        return jobs
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            fn, args, kwargs, box, done = job
+            try:
+                box.append((True, fn(*args, **kwargs)))
+            except BaseException as e:  # handed to the caller, raised there
+                box.append((False, e))
+            done.set()
+
+    def call(self, what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        if self._jobs is None:
+            self._jobs = self._start()
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, args, kwargs, box, done))
+        if not done.wait(self.timeout_s):
+            self._jobs = None  # that thread is stuck in the game: the next call gets a fresh one
+            raise GameHung(f"{what} gave no answer within {self.timeout_s:g}s (env.obs_timeout_s): the game hangs")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        if self._jobs is not None:
+            self._jobs.put(None)
+            self._jobs = None
