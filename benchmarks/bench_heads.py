@@ -10,6 +10,7 @@ variants with the (B, K, K) C51 projection that ``c51_project`` replaced (the O(
 
     python benchmarks/bench_heads.py --config configs/minatar_breakout_dqn.toml --old-projection
     python benchmarks/bench_heads.py --config configs/cartpole_rainbow.toml --rounds 15 --updates 40
+    python benchmarks/bench_heads.py --projection 32 128 512    # the C51 projection alone, old and new
 """
 
 from __future__ import annotations
@@ -101,6 +102,28 @@ def time_round(learner, updates: int, old_projection: bool) -> float:
         heads.c51_project = saved
 
 
+def time_projections(batches: list[int], atoms: int = 51) -> None:
+    """The C51 projection alone, the (B, K, K) form against c51_project, on the same inputs."""
+    import timeit
+
+    import torch
+
+    from mqttrl_plugins.dqn.heads import c51_project
+
+    print("| batch | (B, K, K) form | c51_project | speed-up |")
+    print("|---|---|---|---|")
+    for b in batches:
+        z = torch.linspace(-10.0, 10.0, atoms)
+        probs, reward = torch.softmax(torch.randn(b, atoms), 1), torch.randn(b) * 5
+        discount = torch.full((b,), 0.97)
+        assert (c51_project(probs, reward, discount, z) - hat_projection(probs, reward, discount, z)).abs().max() < 1e-6
+        times = [
+            min(timeit.repeat(lambda f=f: f(probs, reward, discount, z), number=200, repeat=7)) / 200
+            for f in (hat_projection, c51_project)
+        ]
+        print(f"| {b} | {times[0] * 1e3:.3f} ms | {times[1] * 1e3:.3f} ms | {times[0] / times[1]:.1f}x |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/minatar_breakout_dqn.toml")
@@ -110,7 +133,13 @@ def main() -> None:
     p.add_argument("--old-projection", action="store_true", help="also time c51 and rainbow with the (B,K,K) form")
     p.add_argument("--set", dest="extra", action="append", default=[], help="extra overrides for every variant")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument(
+        "--projection", type=int, nargs="+", metavar="B", help="only time the C51 projection at these batches"
+    )
     args = p.parse_args()
+    if args.projection:
+        time_projections(args.projection)
+        return
 
     names = list(TIMED) + (["c51-hat", "rainbow-hat"] if args.old_projection else [])
     learners = make_learners(args.config, names, args.transitions, args.extra)
