@@ -111,6 +111,14 @@ class ScalarMapper:
             return int(max(0.0, t - state.t0))
         return state.env_steps
 
+    def _point_step(self, p: Point, state: _RunState) -> int:
+        """A point's step: an evaluation sits at the env steps its model was trained on (its
+        ``env_steps``: curves compare runs at equal data), everything else at the run's step."""
+        steps = p.fields.get("env_steps")
+        if p.measurement == "eval" and self.step_axis == "env_steps" and isinstance(steps, int):
+            return steps
+        return self._step(state, p.time)
+
     def map(self, points: Iterable[Point]) -> list[Scalars]:
         """The scalars of a batch of points, in order (a point without numbers gives none)."""
         out: list[Scalars] = []
@@ -124,7 +132,7 @@ class ScalarMapper:
             if p.measurement == "worker" and isinstance(p.fields.get("env_steps_per_s"), (int, float)):
                 rates_changed[run] = (state, p.time)
             if values:
-                out.append(Scalars(run, p.time, self._step(state, p.time), values))
+                out.append(Scalars(run, p.time, self._point_step(p, state), values))
         for run, (state, t) in rates_changed.items():
             total = sum(state.rates.values())
             out.append(Scalars(run, t, self._step(state, t), {"throughput/env_steps_per_s": total}))

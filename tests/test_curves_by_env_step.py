@@ -74,3 +74,16 @@ def test_telemetry_keeps_the_env_steps_of_an_evaluation(shared_mosquitto):
     node.on_eval("train", encode_json(_result(8, 81.0)))
     evals = [p for p in points if p.measurement == "eval"]
     assert evals[0].fields["env_steps"] == 4200 and "env_steps" not in evals[1].fields
+
+
+def test_scalar_storages_put_an_evaluation_at_its_models_env_steps():
+    from mqttrl.plugin.storage import Point
+    from mqttrl_plugins.scalars import ScalarMapper
+
+    m = ScalarMapper()
+    tags = {"run": "r", "worker": "w0"}
+    m.map([Point("episode", tags, {"return": 1.0, "length": 1, "env_steps": 9000}, 0.0)])
+    (s,) = m.map([Point("eval", {"run": "r", "evaluator": "e"}, {"mean": 5.0, "env_steps": 7000}, 1.0)])
+    assert (s.step, s.values["eval/mean"]) == (7000, 5.0)  # not the run's 9000
+    (s,) = m.map([Point("eval", {"run": "r", "evaluator": "e"}, {"mean": 6.0}, 2.0)])
+    assert s.step == 9000  # an evaluation that does not say: the run's step
