@@ -34,7 +34,7 @@ def doc_schema() -> dict[str, set[str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             fields = re.sub(r"\([^)]*\)", "", cells[2])  # drop remarks such as "(... `window` episodes)"
-            schema[cells[0].strip("`")] = set(re.findall(r"`([a-z_<>]+)`", fields))
+            schema[cells[0].strip("`")] = set(re.findall(r"`([a-z0-9_<>]+)`", fields))
     assert {"episode", "episode_stats", "learner", "worker", "rejections", "eval", "best", "telemetry"} <= set(schema)
     return schema
 
@@ -99,6 +99,8 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
                 "train_loss": 1.0 / (i + 1),
                 "train_policy_loss": 0.5,
                 "train_value_loss": 0.25,
+                **REALTIME_FIELDS,
+                "rt_overruns": i,
             },
             t,
         )
@@ -129,6 +131,28 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
             point("best", {}, {"mean_return": 150.0 + i + off, "model_version": i}, t)
     return lines
 
+
+#: the learner point's timing and real-time fields (constant but rt_overruns, which counts up)
+REALTIME_FIELDS = {
+    "time_learner_receive_s": 0.1,
+    "time_learner_sample_s": 0.2,
+    "time_learner_train_step_s": 0.6,
+    "time_learner_publish_s": 0.05,
+    "time_workers_forward_ms": 0.4,
+    "time_workers_env_step_ms": 0.3,
+    "time_workers_wait_ms": 48.0,
+    "time_workers_encode_ms": 0.15,
+    "time_workers_publish_ms": 0.03,
+    "rt_err_p50_ms": 0.2,
+    "rt_err_p99_ms": 1.5,
+    "rt_err_max_ms": 4.0,
+    "rt_periods": 1000,
+    "rt_skipped": 2,
+    "rt_lost_s": 0.1,
+    "rt_reset_s": 3.0,
+    "rt_paused_s": 12.5,
+    "rt_games_paused": 1,
+}
 
 L = N - 1  # index of the last point
 #: panel title -> refId -> series (its group-by tag value, or None) -> expected last row
@@ -168,6 +192,30 @@ EXPECT = {
     },
     "Evaluation": {"A": {"train": {"mean": 354.0, "min": 344.0, "max": 364.0, "std": 5.0}}},
     "Telemetry": {"A": {None: {"mean": 0.5}}, "B": {None: {"mean": 120.0}}, "C": {None: {"last": L % 3}}},
+    "Control period error (real time)": {
+        "A": {None: {"mean": 0.2}},
+        "B": {None: {"max": 1.5}},
+        "C": {None: {"max": 4.0}},
+    },
+    "Overruns, lost and paused time (real time)": {
+        "A": {None: {"last": L}},
+        "B": {None: {"last": 2}},
+        "C": {None: {"last": 0.1}},
+        "D": {None: {"last": 12.5}},
+    },
+    "Where the time goes (workers)": {
+        "A": {None: {"mean": 0.4}},
+        "B": {None: {"mean": 0.3}},
+        "C": {None: {"mean": 48.0}},
+        "D": {None: {"mean": 0.15}},
+        "E": {None: {"mean": 0.03}},
+    },
+    "Where the time goes (learner)": {
+        "A": {None: {"mean": 0.1}},
+        "B": {None: {"mean": 0.2}},
+        "C": {None: {"mean": 0.6}},
+        "D": {None: {"mean": 0.05}},
+    },
 }
 
 
