@@ -124,6 +124,7 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
                     "max": 310.0 + i,
                     "model_version": i,
                     "episodes": 20,
+                    "env_steps": 1000 * i,
                 },
                 t,
             )
