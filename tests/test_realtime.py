@@ -243,3 +243,30 @@ def test_a_game_that_hangs_is_restarted_like_a_crash():
         assert envs.failures == [0, 0]  # and it steps again
     finally:
         release.set()
+
+
+def test_the_learner_combines_its_workers_reports():
+    """Heartbeats -> learner metrics -> storages: the worst worker's window p99 and max, the
+    run's percentiles from the summed histograms, summed counters and block times."""
+    from mqttrl.timing import FleetTiming, timing_fields
+
+    reports = []
+    for errs in ([0.0002] * 99 + [0.004], [0.0003] * 90 + [0.030] * 10):
+        st = PeriodStats()
+        for e in errs:
+            st.record(e)
+        st.overruns = sum(e > 0.005 for e in errs)
+        reports.append(st.take())
+    fleet = FleetTiming()
+    fleet.on_heartbeat("w0", {"realtime": reports[0], "timing": {"forward": {"s": 0.1, "n": 100}}})
+    fleet.on_heartbeat("w1", {"realtime": reports[1], "timing": {"forward": {"s": 0.3, "n": 100}}})
+    m = fleet.take()
+    rt = m["realtime"]
+    assert rt["workers"] == 2 and rt["periods"] == 200 and rt["overruns"] == 10
+    assert rt["period_err_ms"]["max"] == pytest.approx(30.0) and rt["period_err_ms"]["p99"] == pytest.approx(30.0)
+    assert rt["run_err_ms"]["p50"] == 0.5 and rt["run_err_ms"]["p99"] == 30  # bucket upper edges (99 of 200 <= 0.25)
+    assert m["worker_timing"] == {"forward": {"s": pytest.approx(0.4), "n": 200}}
+    assert fleet.take()["worker_timing"] == {}  # a window; the total stays
+    fields = timing_fields({**m, "timing": {"train_step": {"s": 0.5, "n": 10}}})
+    assert fields["rt_err_p99_ms"] == pytest.approx(30.0) and fields["rt_overruns"] == 10
+    assert fields["time_workers_forward_ms"] == pytest.approx(2.0) and fields["time_learner_train_step_ms"] == 50.0
