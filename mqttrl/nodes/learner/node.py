@@ -353,7 +353,10 @@ class LearnerNode:
             with timed("sample"):
                 return sample(*args, **kwargs)
 
-        replay.sample = timed_sample
+        try:
+            replay.sample = timed_sample
+        except (AttributeError, TypeError):  # a replay with __slots__ or a read-only attribute: untimed
+            pass
 
     def _gauges(self) -> dict[str, float]:
         """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
