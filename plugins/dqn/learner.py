@@ -402,6 +402,8 @@ class DQNLearner:
         if self.demos is not None:  # demonstration rows appended (.demo_replay)
             weights, batch = self.demos.mix(weights, batch, self.device)
         self._reset_noise()
+        if self.params.compile == "reduce-overhead":  # CUDA graphs: a new training step begins
+            torch.compiler.cudagraph_mark_step_begin()
         loss, elementwise, target, q = self._compute(
             batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["discount"], weights
         )
