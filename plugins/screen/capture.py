@@ -9,6 +9,8 @@ RGB copy).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .window import Region, ScreenEnvError, missing
@@ -23,7 +25,7 @@ class Grabber:
         except ImportError:
             raise missing("screen capture", "mss") from None
         make = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 spells it MSS
-        kwargs = {"display": display} if display else {}
+        kwargs = {"display": display} if display and sys.platform.startswith("linux") else {}
         try:
             self.sct = make(**kwargs)
         except Exception as e:  # mss raises its own ScreenShotError (no display, no XRandR ...)
