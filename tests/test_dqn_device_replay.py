@@ -219,3 +219,21 @@ def test_a_checkpoint_loads_into_a_fused_adam_and_back():
     again.load_state_dict(tensors, meta)
     assert not again.optimizer.param_groups[0]["fused"]
     assert again.train_step() == fused.train_step()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run by hand where one is)")
+def test_on_cuda_the_device_replay_samples_like_the_host_and_metrics_lag_one_update():
+    space = gym.spaces.Box(0, 255, (4, 6, 6), np.uint8)
+    kw = dict(batch_size=8, learning_starts=8, prioritized=True, initial_priority="max")
+    learner = DQNLearner(small_params(replay_device="auto", **kw), space, gym.spaces.Discrete(3), "cuda", 0)
+    assert learner.device_replay is not None  # auto: a small replay fits
+    for seq, (batch, w) in enumerate(_frame_batches(4, 40, seed=1)):
+        n = len(batch["action"])
+        learner.add(decode_batch(encode_batch("r", f"w{w}", seq, 0, batch, incarnation="i", count=n)))
+    idx = np.arange(learner.size)
+    got = learner.device_replay.gather(torch.from_numpy(idx).cuda())
+    for name, arr in learner.replay.sample(idx).items():
+        np.testing.assert_array_equal(got[name].cpu().numpy(), arr, err_msg=name)
+    first, second = learner.train_step(), learner.train_step()
+    assert first["loss"] == second["loss"]  # the second call reports the first update (one late)
+    assert np.isfinite(learner.train_step()["loss"])
