@@ -234,6 +234,32 @@ def test_keys_move_the_paddle_and_rewards_come_from_the_users_function(game):
         env.close()
 
 
+class CountingReward:
+    """A user's reward function: reward = calls since the episode's first frame, done at the 3rd."""
+
+    frames: list = []  # noqa: RUF012 (shared on purpose: the env makes its own instance)
+
+    def reset(self, frame: np.ndarray) -> None:
+        self.calls = 0
+
+    def __call__(self, frame: np.ndarray) -> tuple[float, bool]:
+        CountingReward.frames.append(frame.shape)
+        self.calls = getattr(self, "calls", 0) + 1
+        return float(self.calls), self.calls >= 3
+
+
+def test_reward_and_end_are_the_users_functions(game):
+    """Whatever the user's function says is the step's reward and end; it sees the full-size window."""
+    env = screen_env(game.display, reward=f"{__name__}:CountingReward", size=21)
+    try:
+        env.reset()
+        steps = [env.step(0)[1:3] for _ in range(3)]
+        assert steps == [(1.0, False), (2.0, False), (3.0, True)]
+        assert set(CountingReward.frames) == {(160, 160, 3)}  # the window, not the 21x21 observation
+    finally:
+        env.close()
+
+
 def test_control_hz_paces_the_screen_env_through_its_real_time_protocol(game):
     """With ``[env] control_hz`` the worker's wrapper drives the kit by send_action/read_obs: the
     keys go out at each period's start and the frame is read at its end, 25 a second here."""
