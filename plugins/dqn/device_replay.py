@@ -54,7 +54,7 @@ def choose_side(setting: str, device: torch.device, replay: ArrayReplay | FrameR
     if setting == "host":
         return "host", "replay_device = 'host'"
     if setting == "device":
-        return "device", f"replay_device = 'device' ({need / 2**20:,.0f} MiB on {device})"
+        return "device", f"replay_device = 'device'; {need / 2**20:,.0f} MiB on {device}"
     if device.type != "cuda":
         return "host", f"the learner's device is {device.type}, not a GPU"
     free, _total = torch.cuda.mem_get_info(device)
