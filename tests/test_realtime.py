@@ -270,3 +270,28 @@ def test_the_learner_combines_its_workers_reports():
     fields = timing_fields({**m, "timing": {"train_step": {"s": 0.5, "n": 10}}})
     assert fields["rt_err_p99_ms"] == pytest.approx(30.0) and fields["rt_overruns"] == 10
     assert fields["time_workers_forward_ms"] == pytest.approx(2.0) and fields["time_learner_train_step_ms"] == 50.0
+
+
+def test_status_shows_real_time_workers_control_periods():
+    from rich.console import Console
+
+    from mqttrl.cli.fleet import FleetView
+    from mqttrl.wire import encode_json
+
+    view = FleetView("r1")
+    plain = encode_json({"env_steps": 10, "model_version": 1})
+    view.handle(view.topics.heartbeat("w0"), plain)
+    console = Console(width=100, record=True)
+    console.print(view.table())
+    assert "p99 ms" not in console.export_text()  # no real-time worker: the table as before
+    st = PeriodStats()
+    st.record(0.0021)
+    st.overruns = 3
+    rt = encode_json({"env_steps": 20, "model_version": 1, "realtime": st.take()})
+    view.handle(view.topics.heartbeat("w1"), rt)
+    console = Console(width=100, record=True)
+    console.print(view.table())
+    text = console.export_text()
+    assert "p99 ms" in text and "2.1" in text
+    row = next(r for r in view.rows() if r["node"] == "w1")
+    assert row["period_p99_ms"] == pytest.approx(2.1) and row["overruns"] == 3
