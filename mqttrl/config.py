@@ -160,12 +160,14 @@ class LearnerConfig:
         validator=non_negative,
     )
     max_staleness_s: float = setting(
-        10.0,
+        60.0,
         unit="s",
         doc="async mode: accept a batch made with a model that was replaced by a newer version at most this long "
         "ago (the current model's batches are always in time). Seconds, not versions: a fast learner (more "
-        "versions a second) or a slow link (weights arrive later) does not make a batch stale sooner. A batch of "
-        "a previous learner epoch is admitted whatever its version (see docs/workers.md)",
+        "versions a second) or a slow link (weights arrive later) does not make a batch stale sooner. The default "
+        "admits what a frozen link held until the worker recycled it (`worker.ack_timeout_s`); DQN's replay "
+        "memory holds older data anyway. A batch of a previous learner epoch is admitted whatever its version "
+        "(see docs/workers.md)",
         validator=non_negative,
     )
     max_staleness: int | None = setting(
