@@ -236,3 +236,25 @@ def test_record_from_a_trained_run(tmp_path):
     assert read_dataset(tmp_path / "d").env_id == "CartPole-v1" and ep.played_by.startswith("run:")
     policy = load_policy(tmp_path / "run")
     np.testing.assert_array_equal(ep.actions, [policy.predict(o) for o in ep.obs[:-1]])
+
+
+_calls = {"n": 0}
+
+
+def failing_expert(obs):
+    """Plays like cartpole_expert, then fails in its third episode (at its 25th call)."""
+    _calls["n"] += 1
+    if _calls["n"] > 24:
+        raise RuntimeError("the game crashed")
+    return cartpole_expert(obs)
+
+
+def test_a_recording_that_fails_keeps_the_finished_episodes(tmp_path, capsys):
+    _calls["n"] = 0
+    out = tmp_path / "d"
+    with pytest.raises(SystemExit) as e:
+        main(["record", str(out), "--env", "CartPole-v1", "--policy", "test_demos:failing_expert", "--episodes", "5", "--max-steps", "10"])  # fmt: skip
+    assert e.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "the game crashed" in err and "2 episodes kept" in err
+    assert [ep.steps for ep in read_dataset(out).episodes] == [10, 10]  # whole, and only what was finished
