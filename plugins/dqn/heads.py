@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -191,10 +192,8 @@ def td_loss(
     with torch.no_grad():
         if spec.distributional == "c51":
             # the support's ends as float32 atoms hold them (linspace keeps both ends exact)
-            ends = (
-                float(torch.tensor(spec.v_min, dtype=torch.float32)),
-                float(torch.tensor(spec.v_max, dtype=torch.float32)),
-            )
+            # (numpy's float32, not a torch tensor: torch.compile would break its graph here)
+            ends = (float(np.float32(spec.v_min)), float(np.float32(spec.v_max)))
             m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support, ends)
             target_value = m @ support
             if stats is not None:
