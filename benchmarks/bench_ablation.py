@@ -95,13 +95,18 @@ def report(res: dict, threshold: float | None) -> None:
         f"{res['cores']} cores, Python {res['python']}, {res['date']}"
     )
     th = threshold if threshold is not None else float("inf")
-    print(f"| variant | median best greedy mean | median final greedy mean | median first time >= {th:g} (s) | runs |")
-    print("|---|---|---|---|---|")
+    print(
+        f"| variant | median best greedy mean | median final greedy mean | median first time >= {th:g} (s) "
+        "| median updates | median env steps | median wall (s) | runs |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for variant, runs in res["variants"].items():
         ss = [stats(r, th) for r in runs]
         print(
             f"| {variant} | {_fmt(_median([s['best'] for s in ss]))} | {_fmt(_median([s['final'] for s in ss]))} "
-            f"| {_median_time([s['first_t'] for s in ss])} | {len(ss)} |"
+            f"| {_median_time([s['first_t'] for s in ss])} | {_fmt(_median([r.get('updates') for r in runs]), ',.0f')} "
+            f"| {_fmt(_median([r.get('env_steps') for r in runs]), ',.0f')} "
+            f"| {_fmt(_median([r.get('process_wall_s') for r in runs]), '.0f')} | {len(ss)} |"
         )
 
 
