@@ -165,6 +165,8 @@ def run_mqttrl(n: int, seconds: float, hz: float, hidden: int, run_dir: Path) ->
         "--set",
         "algorithm.learning_starts=64",
         "--set",
+        "algorithm.max_update_debt=100000000",  # the learner trains flat out but never holds the games back
+        "--set",
         "learner.weights_every_s=1.0",
         "--set",
         "learner.publish_every=1",

@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -53,6 +54,10 @@ log = logging.getLogger("mqttrl.worker")
 #: (MQTT 5): processes that come and go under new names (the default ``<host>-<pid>``) leave
 #: no pile of dead names on the broker for learners, status and telemetry to read at start
 OFFLINE_STATE_EXPIRY_S = 24 * 3600
+
+
+#: the interpreter's thread switch interval in a real-time worker (Python's default is 5 ms)
+REALTIME_SWITCH_INTERVAL_S = 0.0005
 
 
 class SyncTimeout(TimeoutError):
@@ -593,6 +598,9 @@ class WorkerNode:
             envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id)
         else:
             self.period_stats = stats = PeriodStats()
+            # the control thread waking from its sleep waits for the GIL while another thread (the MQTT
+            # client's, receiving a model) holds it: up to the switch interval, 5 ms by default
+            sys.setswitchinterval(REALTIME_SWITCH_INTERVAL_S)
             envs = RealTimeEnvSet(
                 make,
                 num_envs,
