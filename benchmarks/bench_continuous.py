@@ -18,7 +18,7 @@ episodes, seeds 10**6 + i) every --eval-every env steps.
 
     python benchmarks/bench_continuous.py --seeds 0 1 2 --json pendulum.json --plot pendulum.png
     python benchmarks/bench_continuous.py --algos redq --redq-steps 5000 --seeds 0
-    python benchmarks/bench_continuous.py --from-json pendulum.json --plot pendulum.png
+    python benchmarks/bench_continuous.py --from-json a.json b.json --plot pendulum.png   # later files win
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def read_curve(run_dir: Path) -> list[dict]:
     return curve
 
 
-def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path) -> dict:
+def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, eval_every_s: float | None) -> dict:
     """The README's command for ``algo``'s config with a seed and an env-step budget; the run's curve
     and its last checkpoint's greedy mean on the common seeds."""
     import numpy as np
@@ -109,6 +109,7 @@ def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path) -
         "train.target_return=1e9",
         "--set",
         "train.max_seconds=3600",
+        *(["--set", f"train.eval_every_s={eval_every_s}"] if eval_every_s else []),
     ]
     print(" ".join(cmd[1:]), flush=True)
     t0 = time.monotonic()
@@ -167,15 +168,23 @@ def run_sb3(seed: int, steps: int, episodes: int, eval_every: int) -> dict:
 
 
 def at_steps(run: dict, steps: int) -> float | None:
-    """The run's greedy mean of the last evaluation of a model trained on at most ``steps`` env steps."""
+    """The run's greedy mean of the last evaluation of a model trained on at most ``steps`` env steps
+    (None for a mark beyond the run's budget)."""
+    if steps > max((p["env_steps"] for p in run["curve"]), default=0) + 1000:
+        return None
     points = [p for p in run["curve"] if p["env_steps"] <= steps]
     return points[-1]["mean"] if points else None
+
+
+def first_solved(run: dict, threshold: float = -200.0) -> int | None:
+    """Env steps of the first greedy evaluation at or above ``threshold`` (None: never)."""
+    return next((p["env_steps"] for p in run["curve"] if p["mean"] >= threshold), None)
 
 
 def report(results: list[dict], marks: list[int]) -> None:
     algos = list(dict.fromkeys(r["algo"] for r in results))
     head = f"{'algorithm':<14} {'seeds':>5} " + " ".join(f"{'@' + str(m):>9}" for m in marks)
-    print(head + f" {'final':>9} {'env steps':>9} {'updates':>8} {'wall s':>7}")
+    print(head + f" {'final':>9} {'>=-200 at':>9} {'env steps':>9} {'updates':>8} {'wall s':>7}")
     for a in algos:
         runs = [r for r in results if r["algo"] == a]
         cells = []
@@ -186,7 +195,13 @@ def report(results: list[dict], marks: list[int]) -> None:
         steps = statistics.median(r["env_steps"] or 0 for r in runs)
         ups = statistics.median(r["updates"] or 0 for r in runs)
         wall = statistics.median(r["wall_s"] for r in runs)
-        print(f"{a:<14} {len(runs):>5} " + " ".join(cells) + f" {final:>9.1f} {steps:>9.0f} {ups:>8.0f} {wall:>7.0f}")
+        solved = [first_solved(r) for r in runs]
+        solved_cell = f"{statistics.median(solved):>9.0f}" if None not in solved else f"{'-':>9}"
+        print(
+            f"{a:<14} {len(runs):>5} "
+            + " ".join(cells)
+            + f" {final:>9.1f} {solved_cell} {steps:>9.0f} {ups:>8.0f} {wall:>7.0f}"
+        )
         for r in runs:
             print(
                 f"    seed {r['seed']}: final {r['final_mean']:.1f}, curve "
@@ -231,13 +246,18 @@ def main() -> None:
     ap.add_argument("--redq-steps", type=int, default=None, help="env steps per REDQ run (default: --steps)")
     ap.add_argument("--episodes", type=int, default=10, help="greedy episodes per evaluation")
     ap.add_argument("--eval-every", type=int, default=1000, help="SB3: env steps between evaluations")
+    ap.add_argument(
+        "--eval-every-s", type=float, default=None, help="mqttrl: train.eval_every_s (default: the config's)"
+    )
     ap.add_argument("--marks", nargs="+", type=int, default=[2000, 5000, 10000, 20000])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--from-json", type=Path, nargs="+")
     args = ap.parse_args()
     if args.from_json:
-        results = [r for p in args.from_json for r in json.loads(p.read_text())["results"]]
+        # a later file's run of the same algorithm and seed replaces an earlier one's
+        latest = {(r["algo"], r["seed"]): r for p in args.from_json for r in json.loads(p.read_text())["results"]}
+        results = list(latest.values())
     else:
         results = []
         workdir = Path(tempfile.mkdtemp(prefix="bench-continuous-"))
@@ -248,7 +268,7 @@ def main() -> None:
                     results.append(run_sb3(seed, args.steps, args.episodes, args.eval_every))
                 else:
                     steps = args.redq_steps if algo == "redq" and args.redq_steps else args.steps
-                    results.append(run_mqttrl(algo, seed, steps, args.episodes, workdir))
+                    results.append(run_mqttrl(algo, seed, steps, args.episodes, workdir, args.eval_every_s))
                 r = results[-1]
                 print(f"{r['algo']} seed {seed}: final {r['final_mean']:.1f} after {r['wall_s']:.0f} s", flush=True)
                 if args.json:
