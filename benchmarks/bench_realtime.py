@@ -140,7 +140,7 @@ def rtgym_child(seconds: float, hz: float, hidden: int) -> dict:
 
 
 # ---- the mqttrl side ----------------------------------------------------------------------
-def run_mqttrl(n: int, seconds: float, hz: float, hidden: int, run_dir: Path) -> dict:
+def run_mqttrl(n: int, seconds: float, hz: float, hidden: int, run_dir: Path, replay_ratio: float) -> dict:
     cmd = [
         sys.executable,
         "-m",
@@ -165,7 +165,9 @@ def run_mqttrl(n: int, seconds: float, hz: float, hidden: int, run_dir: Path) ->
         "--set",
         "algorithm.learning_starts=64",
         "--set",
-        "algorithm.max_update_debt=100000000",  # the learner trains flat out but never holds the games back
+        "algorithm.max_update_debt=100000000",  # the learner never holds the games back
+        "--set",
+        f"algorithm.replay_ratio={replay_ratio}",
         "--set",
         "learner.weights_every_s=1.0",
         "--set",
@@ -222,6 +224,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--hz", type=float, default=20.0)
     ap.add_argument("--hidden", type=int, default=1300, help="MLP width: 1300 -> ~1.7M parameters (Nature CNN)")
+    ap.add_argument(
+        "--replay-ratio",
+        type=float,
+        default=8.0,
+        help="the learner's replay ratio: 8 gives about one update (and one model) a second per game at 20 Hz",
+    )
     ap.add_argument("--rtgym", type=int, default=1, help="rtgym processes beside the fleet (0: none)")
     ap.add_argument("--quick", action="store_true", help="N = 1 and 8, 30 s each")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
@@ -252,7 +260,7 @@ def main() -> None:
             children = [
                 subprocess.Popen(["bash", "-c", delayed], stdout=subprocess.PIPE, text=True) for _ in range(args.rtgym)
             ]
-        row = run_mqttrl(n, args.seconds, args.hz, args.hidden, tmp / f"n{n}")
+        row = run_mqttrl(n, args.seconds, args.hz, args.hidden, tmp / f"n{n}", args.replay_ratio)
         row["rtgym"] = [json.loads(c.communicate(timeout=120)[0].strip().splitlines()[-1]) for c in children]
         results.append(row)
         print(json.dumps(row), flush=True)

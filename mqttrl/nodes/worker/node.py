@@ -253,7 +253,7 @@ class WorkerNode:
     # ---- real time ---------------------------------------------------------------------
     def _tick_realtime(self, envs: RealTimeEnvSet) -> None:
         """One control period: forward, send the actions, do the chores while the period runs
-        (messages, heartbeat, a batch out), wait for its end, read, record, take a new model.
+        (messages, a new model, heartbeat, a batch out), wait for its end, read, record.
 
         A worker with nothing useful to do pauses games that can pause (resumed at once when
         there is); a game that cannot pause plays on with the newest model, its steps not
@@ -302,15 +302,17 @@ class WorkerNode:
                 self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
         self.core.stepped(envs.num_envs, ended, time.time())
         self.env_restarts = envs.env_restarts
-        self._load_new_weights()
 
     def _chores(self) -> None:
         """What a real-time worker does while a period runs (the actions are out): messages,
-        heartbeat, a due batch (encoded and queued; the network thread sends it). Never waits
-        on the network; its time is measured (``chores`` in the period, per block in heartbeats)."""
+        a new model (decoded and loaded; the transition in flight, acted on by the model before,
+        is recorded under the new version: one step's label, never its data), heartbeat, a due
+        batch (encoded and queued; the network thread sends it). Never waits on the network;
+        its time is measured (``chores`` in the period, per block in heartbeats)."""
         t0 = self.blocks.clock()
         with self.blocks.timed("receive"):
             self._drain()
+        self._load_new_weights()
         self._heartbeat_if_due()
         if self.core.next_move(self.actor.pending(), self.clock()) is Move.SEND:
             self._send_batch()
