@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 import uuid
 
@@ -190,10 +191,19 @@ def _status(s: str) -> str:
     return {"online": "[green]online[/]", "offline": "[red]offline[/]"}.get(s, s)
 
 
-def watch_status(broker: BrokerSettings, run: str, once_after: float | None = None, every_s: float = 5.0) -> FleetView:
+def watch_status(
+    broker: BrokerSettings,
+    run: str,
+    once_after: float | None = None,
+    every_s: float = 5.0,
+    stop: threading.Event | None = None,
+) -> FleetView:
     """Listen to a run and show its table: live on a terminal; printed every ``every_s`` seconds
     when stdout is a pipe or a file (a Live display there would print nothing until the end);
-    once after ``once_after`` seconds when that is given."""
+    once after ``once_after`` seconds when that is given. Ends when ``stop`` is set (the command's
+    SIGINT/SIGTERM handler sets it: a KeyboardInterrupt raised wherever the main thread happened to
+    be, inside paho's start or rich's print, once left the command hanging) or on KeyboardInterrupt."""
+    stop = stop or threading.Event()
     view = FleetView(run)
     node = MqttNode(
         broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=view.subscriptions()
@@ -201,15 +211,15 @@ def watch_status(broker: BrokerSettings, run: str, once_after: float | None = No
     console = Console()
     try:
         if once_after is not None:
-            _drain_for(node, view, once_after)
+            _drain_for(node, view, once_after, stop)
         elif console.is_terminal:
             with Live(view.table(), console=console, refresh_per_second=2) as live:
-                while True:
-                    _drain_for(node, view, 0.25)
+                while not stop.is_set():
+                    _drain_for(node, view, 0.25, stop)
                     live.update(view.table())
         else:
-            while True:
-                _drain_for(node, view, every_s)
+            while not stop.is_set():
+                _drain_for(node, view, every_s, stop)
                 console.print(view.table())
                 console.file.flush()
         return view
@@ -219,10 +229,10 @@ def watch_status(broker: BrokerSettings, run: str, once_after: float | None = No
         node.stop(flush_timeout=1)
 
 
-def _drain_for(node: MqttNode, view: FleetView, seconds: float) -> None:
-    """Hand every message that arrives in the next ``seconds`` to the view."""
+def _drain_for(node: MqttNode, view: FleetView, seconds: float, stop: threading.Event) -> None:
+    """Hand every message that arrives in the next ``seconds`` (or until ``stop``) to the view."""
     deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
+    while (left := deadline - time.monotonic()) > 0 and not stop.is_set():
         try:
             m = node.inbox.get(timeout=min(0.1, left))
         except queue.Empty:

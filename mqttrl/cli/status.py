@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 
 from mqttrl.cli.common import Command, broker_args, settings_or_local
+from mqttrl.procs import install_stop_handlers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +30,9 @@ def run(args: argparse.Namespace) -> None:
     except ImportError as e:  # a worker-only install has no rich
         raise SystemExit(f"mqttrl status needs {e.name or 'rich'}: pip install 'mqttrl[telemetry]'") from None
 
-    view = watch_status(settings_or_local(args), args.run, args.once, every_s=args.every)
+    stop = threading.Event()
+    install_stop_handlers(lambda *_: stop.set())
+    view = watch_status(settings_or_local(args), args.run, args.once, every_s=args.every, stop=stop)
     if args.once is None:
         return
     if args.json:
