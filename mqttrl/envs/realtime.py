@@ -269,10 +269,6 @@ class RealTimeEnvSet(EnvSet):
     def pausable(self) -> bool:
         return all(env.pausable for env in self.envs)
 
-    def remaining(self) -> float:
-        """Seconds left in the current period (of the first env: the one the step waits on)."""
-        return self.envs[0].clock.remaining()
-
 
 def real_time_settings(env_config) -> dict | None:
     """The clock settings of ``[env]``, or None when the run steps freely (``control_hz = 0``)."""
