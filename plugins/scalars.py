@@ -12,7 +12,8 @@ measurement        names
                    ``worker/<w>/mean_return``, ``worker/<w>/mean_length``
 ``learner``        ``throughput/samples_per_s``, ``throughput/updates_per_s``; each training metric
                    ``train_<m>`` as ``learner/<m>`` (``learner/loss``); the counters as ``learner/<field>``
-                   (``learner/updates``, ``learner/model_version``, ``learner/rejected_total`` ...)
+                   (``learner/updates``, ``learner/model_version``, ``learner/rejected_total`` ...);
+                   ``rt_<x>`` as ``realtime/<x>``, ``time_<who>_<block>_<unit>`` as ``time/<who>/<block>_<unit>``
 ``worker``         ``worker/<w>/env_steps_per_s``, ``.../env_steps``, ``.../version_lag``, ``.../outbox``,
                    ``.../dropped``, ``.../online``; per batch ``throughput/env_steps_per_s`` (all workers)
 ``eval``           ``eval/mean``, ``eval/std``, ``eval/min``, ``eval/max``
@@ -166,6 +167,11 @@ class ScalarMapper:
                 elif k.startswith("train_"):
                     name = k[len("train_") :]
                     put(f"learner/{k if name in _LEARNER_COUNTERS or name == 'rejected_total' else name}", v)
+                elif k.startswith("rt_"):  # real-time workers' control periods (docs/real-time.md)
+                    put(f"realtime/{k[len('rt_') :]}", v)
+                elif k.startswith("time_"):  # where the time goes: time/learner/<block>_s, time/workers/<block>_ms
+                    who, _, block = k[len("time_") :].partition("_")
+                    put(f"time/{who}/{block}", v)
                 else:
                     put(f"learner/{k}", v)
         elif m == "worker":
