@@ -263,7 +263,9 @@ class WorkerNode:
             if not self.games_paused:
                 envs.pause()
                 self.games_paused = True
-                log.info("worker %s paused its games: %s", self.name, idle)
+                # a PPO round pauses the games every round: said at debug level; the other reasons at info
+                say = log.debug if self.core.awaiting_model else log.info
+                say("worker %s paused its games: %s", self.name, idle)
             with self.blocks.timed("paused"):
                 self._drain(timeout=0.01)
             self._load_new_weights()
@@ -272,7 +274,7 @@ class WorkerNode:
         if self.games_paused:
             envs.resume()
             self.games_paused = False
-            log.info("worker %s resumed its games", self.name)
+            log.debug("worker %s resumed its games", self.name)
         record = idle is None  # a game that cannot pause plays on; nothing is recorded while idle
         clock = self.blocks.clock
         t0 = clock()
