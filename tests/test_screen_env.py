@@ -344,3 +344,14 @@ def test_dqn_trains_on_the_window_end_to_end(display, tmp_path):
     assert len(rows) >= 2, rows
     # every episode ended at the game over the HUD showed: its last reward was the lost life (-1)
     assert all(float(r["return"]) >= -1 for r in rows) and any(float(r["length"]) > 1 for r in rows)
+
+
+def test_check_plugin_skips_the_screen_env_it_cannot_make_without_a_run_s_options():
+    """``mqttrl check-plugin screen_envs`` said FAIL for a working plugin: the env needs a window and
+    keys that only a run's [env] section gives. It now says why it skipped, and still fails an env
+    whose factory breaks in another way."""
+    from mqttrl.plugin.check import run_checks
+
+    results = {r.name: r for r in run_checks("screen_envs")}
+    assert all(r.ok for r in results.values()), results
+    assert results["env screen"].detail.startswith("skipped: needs options from a run's [env] section (screen env:")
