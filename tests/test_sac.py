@@ -282,3 +282,20 @@ def test_check_plugin_passes_for_sac_on_pendulum():
     results = check_algorithm(info, params=SACParams(hidden=[16, 16], batch_size=32, learning_starts=64))
     assert all(r.ok for r in results), [r for r in results if not r.ok]
     assert any(r.name == "train_step" for r in results)
+
+
+def test_the_shipped_configs_are_sac_and_redq():
+    from pathlib import Path
+
+    from mqttrl.config import load_config
+    from mqttrl.plugin.manager import get_registry
+
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    params = lambda name: get_registry().algorithm(name).params  # noqa: E731
+    sac = load_config(configs / "pendulum_sac.toml", [], params)
+    redq = load_config(configs / "pendulum_redq.toml", [], params)
+    assert sac.env.id == redq.env.id == "Pendulum-v1" and sac.train.target_return == -200.0
+    s, r = sac.algorithm.params, redq.algorithm.params
+    assert (s.critics, s.target_subset, s.utd, s.policy_q) == (2, 2, 1.0, "min")
+    assert (r.critics, r.target_subset, r.utd, r.policy_every, r.policy_q) == (10, 2, 20.0, 20, "mean")
+    assert s.hidden == r.hidden and s.batch_size == r.batch_size and s.critic_lr == r.critic_lr  # same networks
