@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("minari")
 
-from mqttrl.cli import main  # noqa: E402
-from mqttrl.demos import DatasetError, read_dataset  # noqa: E402
-from mqttrl.demos.minari_io import from_minari  # noqa: E402
+from mqttrl.cli import main
+from mqttrl.demos import DatasetError, read_dataset
+from mqttrl.demos.minari_io import from_minari
 
 
 @pytest.fixture(autouse=True)
