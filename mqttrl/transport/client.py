@@ -496,7 +496,10 @@ class MqttNode:
         """Runs on the publisher thread after each connect: subscribe, then birth messages."""
         self._subs.new_connection()
         self._subs.setup(self.subscriptions, self._paho_subscribe)
-        for m in self.birth():
+        birth = self.birth()
+        with self._cv:  # older values queued while away would follow the birth and replace it on the broker
+            self._outbox.discard_retained({m.topic for m in birth if m.retain})
+        for m in birth:
             self._paho_publish(m)
         self._connected.set()
         log.info("%s: connected to %s", self.client_id, self.broker)

@@ -48,6 +48,15 @@ class Outbox:
         """The oldest waiting message, or None."""
         return self._waiting.popleft() if self._waiting else None
 
+    def discard_retained(self, topics: set[str]) -> int:
+        """Forget the queued retained messages on ``topics``: a newer value of each is going out
+        first (a birth after a reconnect), and these older ones sent after it would replace it on
+        the broker. Not counted as dropped (superseded, not lost); returns how many."""
+        keep = collections.deque(m for m in self._waiting if not (m.retain and m.topic in topics))
+        gone = len(self._waiting) - len(keep)
+        self._waiting = keep
+        return gone
+
     def put_back(self, msg: Outgoing) -> None:
         """``msg`` could not be sent: it goes first again (not counted against the limit)."""
         self._waiting.appendleft(msg)
