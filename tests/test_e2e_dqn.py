@@ -172,6 +172,8 @@ def _batch(run, worker, seq, version, n=8, **changes):
 def test_bad_input_is_rejected_by_reason_and_training_goes_on(tmp_path, mosquitto):
     run = "e2e-bad"
     cfg = write_config(tmp_path, run, max_mb=0.05)
+    # staleness is in seconds since a version was replaced: a short window, waited out below
+    cfg.write_text(cfg.read_text().replace("[learner]\n", "[learner]\nmax_staleness_s = 3.0\n"))
     topics = Topics(run)
     watch = Watcher(mosquitto.port, run)
     learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run")
@@ -183,7 +185,7 @@ def test_bad_input_is_rejected_by_reason_and_training_goes_on(tmp_path, mosquitt
         watch.wait(lambda w: w.version >= 6 and w.latest.get("updates", 0) > 50, 120, "training under way")
         _announce(evil, topics, "evil")
         _zeros_zstd()  # the bomb's frame, made now: the batches below must not go stale while it is
-        time.sleep(0.5)
+        time.sleep(3.5)  # version 0 was replaced (by 1, before 6) more than max_staleness_s ago
         v = watch.version
         good = _batch(run, "evil", 0, v)
         header_end = good.index(b"}]}") + 3

@@ -16,7 +16,10 @@ from helpers.watch import Watcher
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: what a game PC's worker needs, and all the plain install may pull in directly
-WORKER_DEPENDENCIES = {"paho-mqtt", "numpy", "gymnasium", "pluggy", "attrs", "cattrs", "safetensors", "zstandard"}
+#: prometheus_client (pure Python, no dependencies of its own): a worker's /metrics endpoint
+WORKER_DEPENDENCIES = {
+    "paho-mqtt", "numpy", "gymnasium", "pluggy", "attrs", "cattrs", "safetensors", "zstandard", "prometheus_client",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
