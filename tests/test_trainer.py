@@ -187,6 +187,18 @@ def test_summary_keys_are_those_of_summary_json(tmp_path):
     assert Path(tmp_path / "episodes.csv").exists()
 
 
+def test_summary_env_steps_count_the_samples_the_learner_took_in_after_the_last_episodes(tmp_path):
+    """Episodes report a worker's env steps when they end; the learner's samples count the steps made
+    since. summary.json's env_steps is the larger (an evaluation's model_env_steps exceeded it)."""
+    rec = RunRecord(config(), tmp_path)
+    rec.on_episode("w0", {"return": 1.0, "length": 10, "env_steps": 100})
+    view = {"episodes": 1, "learner": {"updates": 3, "samples": 140}, "workers": 1}
+    assert rec.summary("time budget", 1.0, view, 2)["env_steps"] == 140
+    view["learner"]["samples"] = 60  # a learner that restarted and lost count: the episodes' figure stands
+    assert rec.summary("time budget", 1.0, view, 2)["env_steps"] == 100
+    rec.close()
+
+
 # ---- what the trainer takes from the telemetry node -------------------------------------
 def test_the_telemetry_node_hands_on_each_episode_and_a_view(shared_mosquitto):
     from mqttrl.nodes.telemetry import TelemetryNode

@@ -189,7 +189,10 @@ class RunRecord:
             "final_model_version": f["model_version"] if f else None,
             "evaluations": len(self.evals),
             "curve": self.curve(),
-            "env_steps": self.env_steps,
+            # two lower bounds of the env steps made: the workers' at their last episode end, and the
+            # samples (one per env step) the learner took in, which counts steps after those episodes
+            # (the curve's last model_env_steps could exceed the first alone)
+            "env_steps": max(self.env_steps, _int(view["learner"].get("samples"))),
             "episodes": view["episodes"],
             "updates": view["learner"].get("updates"),
             "model_version": model_version,
@@ -210,3 +213,8 @@ class RunRecord:
             self._closed = True
             self._episodes_file.close()
             self._evals_file.close()
+
+
+def _int(value: object) -> int:
+    """``value`` where it is a count, else 0 (a learner metric that has not come)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
