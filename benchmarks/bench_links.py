@@ -75,6 +75,15 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
+def send_queue_kb(port: int) -> float:
+    """Bytes the broker wrote to its clients' sockets that the kernel still holds (Send-Q of its
+    connections on ``port``), in kB: a queue that RSS does not show."""
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True
+    ).stdout
+    return sum(int(line.split()[1]) for line in out.splitlines() if line.strip()) / 1000
+
+
 class Broker:
     def __init__(self, workdir: Path, extra: str = ""):
         self.port = free_port()
@@ -98,8 +107,8 @@ class Broker:
 class Memory:
     """Samples VmRSS of named processes every ``every`` seconds."""
 
-    def __init__(self, pids: dict[str, int], every: float = 2.0):
-        self.pids, self.every = pids, every
+    def __init__(self, pids: dict[str, int], every: float = 2.0, broker_port: int | None = None):
+        self.pids, self.every, self.broker_port = pids, every, broker_port
         self.samples: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -110,6 +119,8 @@ class Memory:
                 mb = rss_mb(pid)
                 if mb is not None:
                     self.samples[name].append((time.time(), mb))
+            if self.broker_port is not None:
+                self.samples["broker_send_queue"].append((time.time(), send_queue_kb(self.broker_port) / 1000))
 
     def summary(self, since: float) -> dict[str, dict]:
         self._stop.set()
@@ -273,7 +284,8 @@ def bench(args) -> int:
     broker = Broker(work)
     links = make_links(broker)
     learner, workers = start_procs(args, work, broker, links)
-    memory = Memory({"broker": broker.p.pid, "learner": learner.pid} | {n: p.pid for n, p in workers.items()})
+    pids = {"broker": broker.p.pid, "learner": learner.pid} | {n: p.pid for n, p in workers.items()}
+    memory = Memory(pids, broker_port=broker.port)
     ledgers = work / "ledgers"
     print(f"work dir {work}; waiting for the first accepted batch", flush=True)
     try:
@@ -304,8 +316,9 @@ def print_report(report: dict) -> None:
             f"{name:<9} {r['sent']:>5} {r['acked']:>5} {r['accepted']:>8} {r['accepted_pct'] or 0:>6} {rec!s:>10} "
             f"{rss:>13}  {r['refused'] or '-'} / {r['dropped'] or '-'} / {r['unexplained']}"
         )
-    b = mem.get("broker", {})
+    b, q = mem.get("broker", {}), mem.get("broker_send_queue", {})
     print(f"broker RSS MB: start {b.get('start')}, peak {b.get('peak')}, end {b.get('end')}")
+    print(f"broker socket send queues MB: start {q.get('start')}, peak {q.get('peak')}, end {q.get('end')}")
 
 
 # ---- the weights probe: what mosquitto does with weights a slow subscriber cannot take --------
@@ -332,7 +345,7 @@ def probe_one(work: Path, qos: int, per_s: float, expiry: int | None, seconds: f
         pub.publish("weights", payload, qos=qos, retain=True, properties=props)
         n += 1
         time.sleep(1 / per_s)
-    end_mb = rss_mb(broker.p.pid)
+    end_mb, queued_kb = rss_mb(broker.p.pid), send_queue_kb(broker.port)
     lag = time.time() - got[-1] if got else None
     for c in (sub, pub):
         c.loop_stop()
@@ -346,6 +359,7 @@ def probe_one(work: Path, qos: int, per_s: float, expiry: int | None, seconds: f
         "received": len(got),
         "newest_received_age_s": round(lag, 1) if lag is not None else None,
         "broker_rss_mb": [round(start_mb, 1), round(end_mb, 1)],
+        "broker_send_queue_kb": round(queued_kb),
     }
 
 
@@ -362,7 +376,7 @@ def weights_probe(args) -> int:
         rss = f"{r['broker_rss_mb'][0]}->{r['broker_rss_mb'][1]}"
         print(
             f"{r['qos']:>3} {r['per_s']:>5} {r['expiry_s'] or '-':>6} {r['published']:>9} {r['received']:>8} "
-            f"{r['newest_received_age_s']!s:>12} {rss:>14}"
+            f"{r['newest_received_age_s']!s:>12} {rss:>14} {r['broker_send_queue_kb']:>15}"
         )
     return 0
 
