@@ -255,7 +255,9 @@ def test_an_unknown_algorithm_names_the_installed_ones(runs, tmp_path):
     w = decode_weights(runs["dqn-mlp"].weights.read_bytes())
     f = tmp_path / "weights.safetensors"
     f.write_bytes(encode_weights(1, "nosuchalgo", w.run, w.tensors, w.info))
-    with pytest.raises(ValueError, match=r"algorithm 'nosuchalgo', which no installed plugin registers \(installed: .*dqn"):
+    with pytest.raises(
+        ValueError, match=r"algorithm 'nosuchalgo', which no installed plugin registers \(installed: .*dqn"
+    ):
         mqttrl.load_policy(f, observation_space=runs["dqn-mlp"].obs_space, action_space=runs["dqn-mlp"].act_space)
 
 

@@ -60,9 +60,7 @@ def simulate(params: DQNParams, workers: int, worker_batch: int, lag_ticks: int,
 @pytest.mark.parametrize("ratio", [8.0, 32.0, 64.0])
 @pytest.mark.parametrize("batch_size, workers, worker_batch", [(64, 1, 256), (32, 2, 256), (128, 4, 128)])
 def test_the_replay_ratio_holds_up_to_64_under_flow_control(ratio, batch_size, workers, worker_batch):
-    params = DQNParams(
-        hidden=[8], batch_size=batch_size, buffer_size=100_000, learning_starts=1000, replay_ratio=ratio
-    )
+    params = DQNParams(hidden=[8], batch_size=batch_size, buffer_size=100_000, learning_starts=1000, replay_ratio=ratio)
     learner = simulate(params, workers, worker_batch, lag_ticks=3, updates_per_tick=40, ticks=3000)
     achieved = learner.updates * batch_size / learner.samples_added
     assert learner.forgiven == 0, f"{learner.forgiven:.0f} updates forgiven at replay ratio {ratio}"
