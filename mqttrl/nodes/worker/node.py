@@ -14,6 +14,7 @@ heartbeat says) are in :mod:`mqttrl.nodes.worker.core`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -276,34 +277,18 @@ class WorkerNode:
             self.games_paused = False
             log.debug("worker %s resumed its games", self.name)
         record = idle is None  # a game that cannot pause plays on; nothing is recorded while idle
-        clock = self.blocks.clock
-        t0 = clock()
-        try:
-            actions, extras = self.actor.act(envs.obs)
-        except InferenceUnavailable as e:
-            log.error("%s", e)
-            self._heartbeat()
+        acted = self._act(envs)
+        if acted is None:
             return
-        t1 = clock()
+        actions, extras, t1 = acted
+        clock = self.blocks.clock
         slept0 = envs.slept
         self._chore_s = 0.0
-        obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions, during=self._chores)
-        add = self.blocks.add
-        add("forward", t1 - t0)
+        out = envs.step(actions, during=self._chores)
         slept = envs.slept - slept0
-        add("wait", slept)
-        add("env_step", max(0.0, clock() - t1 - slept - self._chore_s))
-        actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
-        if envs.failed:
-            obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
-            for i in envs.failed:
-                self.actor.truncate(i, obs[i])
-                self._refill_row(envs, i, obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
-        if record:
-            with self.blocks.timed("record"):
-                self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
-        self.core.stepped(envs.num_envs, ended, time.time())
-        self.env_restarts = envs.env_restarts
+        self.blocks.add("wait", slept)
+        self.blocks.add("env_step", max(0.0, clock() - t1 - slept - self._chore_s))
+        self._take_step(envs, actions, extras, out, record, timed_record=True)
 
     def _chores(self) -> None:
         """What a real-time worker does while a period runs (the actions are out): messages,
@@ -331,29 +316,45 @@ class WorkerNode:
 
     def _step(self, envs: EnvSet) -> bool:
         """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
-        clock = self.blocks.clock
-        t0 = clock()
+        acted = self._act(envs)
+        if acted is None:
+            return False
+        actions, extras, t1 = acted
+        out = envs.step(actions)
+        self.blocks.add("env_step", self.blocks.clock() - t1)
+        self._take_step(envs, actions, extras, out, record=True, timed_record=False)
+        return True
+
+    def _act(self, envs: EnvSet) -> tuple[Any, dict, float] | None:
+        """The actions for every env's observation, their extras and when the forward ended (its
+        time is the ``forward`` block); None when central inference is down (logged, heartbeated)."""
+        t0 = self.blocks.clock()
         try:
             actions, extras = self.actor.act(envs.obs)
         except InferenceUnavailable as e:
             log.error("%s", e)
             self._heartbeat()
-            return False
-        t1 = clock()
-        obs, rewards, next_obs, terminated, truncated, ended = envs.step(actions)
-        add = self.blocks.add
-        add("forward", t1 - t0)
-        add("env_step", clock() - t1)
+            return None
+        t1 = self.blocks.clock()
+        self.blocks.add("forward", t1 - t0)
+        return actions, extras, t1
+
+    def _take_step(self, envs: EnvSet, actions, extras, out: tuple, record: bool, timed_record: bool) -> None:
+        """What a vector step gave, handed to the actor (the free and the real-time loop alike):
+        a person's actions where the env reports them, crashed games' rows refilled, recorded
+        (unless ``record`` is False: an idle game that cannot pause), counted."""
+        obs, rewards, next_obs, terminated, truncated, ended = out
         actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
         if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
             obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
             for i in envs.failed:
                 self.actor.truncate(i, obs[i])  # the episode ends where it really got to
                 self._refill_row(envs, i, obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
-        self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
+        if record:
+            with self.blocks.timed("record") if timed_record else contextlib.nullcontext():
+                self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
         self.core.stepped(envs.num_envs, ended, time.time())
         self.env_restarts = envs.env_restarts
-        return True
 
     def _refill_row(self, envs: EnvSet, i: int, obs, actions, extras, rewards, next_obs, terminated, truncated, ended):
         """Fill row ``i`` of a vector step in place with a real transition of env ``i``, made
