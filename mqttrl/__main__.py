@@ -1,3 +1,3 @@
-from mqttrl.cli import main
+from mqttrl.entry import main
 
 main()

@@ -165,3 +165,26 @@ def test_mqttrl_train_without_the_learner_extra_names_it(tmp_path):
     )
     out = run([sys.executable, "-c", code], tmp_path)
     assert_one_line(out, errors.EXIT_MISSING, "'rich' is not installed", ".[learner]")
+
+
+@pytest.mark.parametrize("name", ["mqttrl", "mqttrl-learner", "mqttrl-worker", "mqttrl-telemetry"])
+def test_ctrl_c_while_the_command_line_loads_ends_in_one_line(name: str, tmp_path: Path) -> None:
+    """A Ctrl-C that lands while the CLI's modules import (before any command runs) is one line, exit 130.
+
+    A ``sitecustomize`` makes the import of ``mqttrl.cli.train`` raise KeyboardInterrupt, exactly what a
+    SIGINT during that import does, so the window is hit every time instead of by timing.
+    """
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _CtrlC:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'mqttrl.cli.train':\n"
+        "            raise KeyboardInterrupt\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _CtrlC())\n"
+    )
+    pythonpath = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH", "")]))
+    out = run([str(BIN / name), "--help"], tmp_path, PYTHONPATH=pythonpath)
+    assert_one_line(out, errors.EXIT_INTERRUPTED, "interrupted")
