@@ -5,12 +5,21 @@ frame, grabs the window, hands the full-size RGB frame to the reward function an
 shrunk, stacked frames. The game runs on its own clock all along: this env never pauses it.
 It also speaks mqttrl's real-time protocol (``send_action``/``read_obs``), so with
 ``[env] control_hz`` the worker's clock paces it instead of ``step_s``.
+
+One window is one env: at reset an env claims its window (an X property naming host, process
+and env) and leaves a window another live env plays alone; ``display = [...]`` lists displays
+with a copy of the game each, and an env takes a free one (a worker's, an evaluator's episodes).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import socket
+import sys
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -20,7 +29,27 @@ import numpy as np
 from .capture import Grabber, rgb, shrink
 from .keys import make_keyboard
 from .options import check_result, load_reward, parse_options
-from .window import Region, ScreenEnvError, find_window
+from .window import Region, ScreenEnvError, Window, claim_window, find_window, release_window
+
+#: this process's envs that hold a window, by the serial in their claim (a claim of this process
+#: whose env is gone, never closed, is free)
+_LIVE: dict[str, weakref.ref] = {}
+_SERIALS = itertools.count()
+
+
+def _alive(pid: int, serial: str) -> bool:
+    """Whether the env that made a claim of this host still plays: its process runs (and, in this
+    process, the env object is still open)."""
+    if pid == os.getpid():
+        ref = _LIVE.get(serial)
+        return ref is not None and ref() is not None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 class ScreenEnv(gym.Env):
@@ -31,12 +60,22 @@ class ScreenEnv(gym.Env):
     def __init__(self, **kwargs: Any):
         self.opts = o = parse_options(kwargs)
         self.reward_fn = load_reward(o.reward)
-        self.display = o.display or None
-        self.window = find_window(o.window, self.display, o.window_exact) if o.window else None
-        self.region = self.window.region if self.window else Region(*o.region)
+        self.displays = o.displays
+        self.display = self.displays[0]
+        # one display: its window now (a missing one is an error at once); several: the first
+        # reset takes a window no other env plays
+        one = o.window and len(self.displays) == 1
+        self.window = find_window(o.window, self.display, o.window_exact) if one else None
+        self.region = self.window.region if self.window else Region(*(o.region or [0, 0, 1, 1]))
         self.actions = [tuple(k) for k in o.keys]
         focus = self.window.handle if o.focus and self.window else None
         self.keyboard = make_keyboard(o.keys_backend, self.display, focus)
+        self._keys_for = (self.display, focus)
+        self._serial = str(next(_SERIALS))
+        self.token = f"{socket.gethostname()} {os.getpid()} {self._serial}"
+        #: ``(display, window id)`` this env has claimed (X11), None before its first reset
+        self.claimed: tuple[str | None, int] | None = None
+        self._closed = False
         try:
             self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
         except ScreenEnvError:
@@ -90,8 +129,8 @@ class ScreenEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.keyboard.release_all()
-        if self.window is not None:  # the game may have moved or been restarted
-            self._refind()
+        if self.opts.window:  # the game may have moved or been restarted
+            self._bind()
         if self.opts.reset_keys:
             self.keyboard.tap(self.opts.reset_keys)
         frame = self._wait_for_start()
@@ -101,11 +140,76 @@ class ScreenEnv(gym.Env):
         self.steps = 0
         return self.observe(), {}
 
-    def _refind(self) -> None:
-        self.window = find_window(self.window.title, self.display, exact=True)
-        if self.window.region != self.region:
-            self.region = self.window.region
+    # ---- which window: one env per window
+    def _bind(self) -> None:
+        """Find the game's window again and hold it: a window another live env plays (in any
+        process: an X property on the window names it) is not taken; with several displays the
+        env keeps its own if it can, else takes a free one. Waits up to ``reset_timeout_s`` for
+        one to be free."""
+        o = self.opts
+        deadline = time.monotonic() + o.reset_timeout_s
+        order = sorted(self.displays, key=lambda d: d != self.display)  # the one played so far first
+        while True:
+            held, absent = [], []
+            for disp in order:
+                try:
+                    win = find_window(o.window, disp, o.window_exact)
+                except ScreenEnvError as e:
+                    if len(self.displays) == 1:
+                        raise
+                    absent.append(f"{disp}: {e}")
+                    continue
+                holder = self._claim(disp, win)
+                if holder is None:
+                    self._use(disp, win)
+                    return
+                held.append(f"{disp or '$DISPLAY'} by {holder}")
+            if time.monotonic() > deadline:
+                raise ScreenEnvError(self._none_free(held, absent))
+            time.sleep(0.1)
+
+    def _none_free(self, held: list[str], absent: list[str]) -> str:
+        o = self.opts
+        return (
+            f"screen env: no free window titled {o.window!r} after {o.reset_timeout_s:g} s (played: "
+            f"{'; '.join(held) or 'none'}{'; ' if absent else ''}{'; '.join(absent)}): one window is one env, and "
+            "XTest keys go to one window a display; start another copy of the game on another X display and "
+            'list them all in display = [":1", ":2", ...]'
+        )
+
+    def _claim(self, disp: str | None, win: Window) -> str | None:
+        if sys.platform == "win32":  # pragma: no cover (one desktop, keys to the focused window)
+            return None
+        if self.claimed is not None and self.claimed != (disp, win.handle):
+            self._release()
+        _LIVE[self._serial] = weakref.ref(self)
+        return claim_window(disp, win.handle, self.token, _alive)
+
+    def _use(self, disp: str | None, win: Window) -> None:
+        """Play ``win`` on ``disp`` from now on: its region, and keys focused on it."""
+        self.claimed = (disp, win.handle)
+        self.window = win
+        if win.region != self.region or disp != self.display:
             self._grabber = None
+        self.region, self.display = win.region, disp
+        focus = win.handle if self.opts.focus else None
+        if self._keys_for != (disp, focus):
+            self.keyboard.close()
+            self.keyboard = make_keyboard(self.opts.keys_backend, disp, focus)
+            self._keys_for = (disp, focus)
+
+    def _release_quietly(self) -> None:
+        try:
+            self._release()
+        except Exception:  # an X server gone: the claim went with it
+            pass
+
+    def _release(self) -> None:
+        if self.claimed is not None:
+            disp, handle = self.claimed
+            self.claimed = None
+            release_window(disp, handle, self.token)
+        _LIVE.pop(self._serial, None)
 
     def _wait_for_start(self) -> np.ndarray:
         deadline = time.monotonic() + self.opts.reset_timeout_s
@@ -145,9 +249,13 @@ class ScreenEnv(gym.Env):
         return self.read_obs()
 
     def close(self) -> None:
+        if self._closed:  # closing twice is allowed (gymnasium)
+            return
+        self._closed = True
         try:
             self.keyboard.close()
         finally:
+            self._release_quietly()
             if self._grabber is not None:
                 try:
                     self._grabber.close()

@@ -30,8 +30,10 @@ class ScreenOptions:
     window_exact: bool = False
     #: or a fixed screen region ``[left, top, width, height]`` instead of a window
     region: list = field(default_factory=list)
-    #: X display (``":99"``); default ``$DISPLAY``. Ignored on Windows
-    display: str = ""
+    #: X display (``":99"``); default ``$DISPLAY``. Or a list of displays, one copy of the game on
+    #: each: an env plays one no other env plays (the worker's, each greedy evaluation episode's).
+    #: Ignored on Windows
+    display: Any = ""
     #: observation size: one int (square) or ``[width, height]``
     size: Any = 84
     gray: bool = True
@@ -47,6 +49,11 @@ class ScreenOptions:
     keys_backend: str = "auto"
     #: give the window the keyboard focus when the env starts (XTest)
     focus: bool = True
+
+    @property
+    def displays(self) -> list[str | None]:
+        """The displays to look for the window on (None: ``$DISPLAY``)."""
+        return [d or None for d in self.display] if isinstance(self.display, list) else [self.display or None]
 
     @property
     def width(self) -> int:
@@ -98,9 +105,13 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
     for key in ("window_exact", "gray", "focus"):
         if not isinstance(getattr(o, key), bool):
             _fail(key, getattr(o, key), "true or false")
-    for key in ("window", "display"):
-        if not isinstance(getattr(o, key), str):
-            _fail(key, getattr(o, key), "a string")
+    if not isinstance(o.window, str):
+        _fail("window", o.window, "a string")
+    many = isinstance(o.display, list)
+    if not (isinstance(o.display, str) or (many and o.display and all(isinstance(d, str) and d for d in o.display))):
+        _fail("display", o.display, 'an X display such as ":99", or a list of them, one copy of the game on each')
+    if many and not o.window:
+        _fail("display", o.display, 'a list of displays needs window = "<title>" (not a region)')
     if o.keys_backend not in ("auto", "xtest", "pynput"):
         _fail("keys_backend", o.keys_backend, '"auto", "xtest" or "pynput"')
     if not all(isinstance(n, str) for n in o.reset_keys):

@@ -160,3 +160,76 @@ def _find_window_win32(title: str, exact: bool) -> Window:  # pragma: no cover (
     user32.GetClientRect(hwnd, ctypes.byref(rect))
     user32.ClientToScreen(hwnd, ctypes.byref(origin))
     return Window(hwnd, name, Region(origin.x, origin.y, rect.right - rect.left, rect.bottom - rect.top))
+
+
+# ---- claims: one env per window, across processes ---------------------------------------------
+#: the X property on a game's window that names the env playing it: ``"<host> <pid> <serial>"``
+CLAIM_PROPERTY = "_MQTTRL_SCREEN_ENV"
+
+
+def claim_owner(value: str, host: str, alive) -> str | None:
+    """Who holds a claim (``value`` read from the window), or None when it is free: no claim, or
+    one of this host whose process has ended or whose env is gone (``alive(pid, serial)``)."""
+    parts = value.split()
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    if parts[0] != host:
+        return f"pid {parts[1]} on {parts[0]}"  # another machine's process: cannot check, held
+    return f"pid {parts[1]}" if alive(int(parts[1]), parts[2]) else None
+
+
+def claim_window(display: str | None, handle: int, token: str, alive) -> str | None:
+    """Mark the window ``handle`` as played by ``token`` unless a live env holds it; atomic across
+    processes (the X server is grabbed between the read and the write). None when claimed, else
+    who holds it."""
+    import socket
+
+    from Xlib import X
+    from Xlib import error as xerror
+
+    d = _open_display(display)
+    try:
+        atom, string = d.intern_atom(CLAIM_PROPERTY), d.intern_atom("STRING")
+        win = d.create_resource_object("window", handle)
+        d.grab_server()
+        try:
+            prop = win.get_full_property(atom, X.AnyPropertyType)
+            value = prop.value if prop is not None else b""
+            value = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            holder = None if value == token else claim_owner(value, socket.gethostname(), alive)
+            if holder is None:
+                win.change_property(atom, string, 8, token.encode())
+            return holder
+        finally:
+            d.ungrab_server()
+            d.sync()
+    except xerror.XError:  # the window closed meanwhile (the game restarted)
+        return "nobody: the window closed"
+    finally:
+        d.close()
+
+
+def release_window(display: str | None, handle: int, token: str) -> None:
+    """Remove this env's claim from the window (nothing if another holds it or the window is gone)."""
+    from Xlib import X
+    from Xlib import error as xerror
+
+    try:
+        d = _open_display(display)
+    except ScreenEnvError:
+        return
+    try:
+        atom = d.intern_atom(CLAIM_PROPERTY)
+        win = d.create_resource_object("window", handle)
+        d.grab_server()
+        try:
+            prop = win.get_full_property(atom, X.AnyPropertyType)
+            if prop is not None and prop.value in (token, token.encode()):
+                win.delete_property(atom)
+        finally:
+            d.ungrab_server()
+            d.sync()
+    except xerror.XError:  # the game closed its window meanwhile
+        pass
+    finally:
+        d.close()
