@@ -43,6 +43,32 @@ def test_the_plan_starts_the_learner_first_with_resume_on_restart(tmp_path):
     assert plan.brokers["telemetry"] == plan.brokers["operator"] == BrokerSettings(url="mqtt://h:1883")
 
 
+def remote_config(servers: int):
+    registry = get_registry()
+    return from_dict(
+        {
+            "run": "tr",
+            "env": {"id": "CartPole-v1"},
+            "train": {"workers": 2},
+            "worker": {"inference": "remote"},
+            "inference": {"servers": servers},
+        },
+        lambda name: registry.algorithm(name).params,
+    )
+
+
+def test_remote_workers_get_a_server_and_stop_before_it(tmp_path):
+    """Workers acting remotely with no server asked for get one (they would wait for answers for
+    ever), and they stop before the servers they ask (they are stopped in reverse order)."""
+    broker = BrokerSettings(url="mqtt://h:1883")
+    names = [c.name for c in plan_children(remote_config(0), tmp_path, broker).children]
+    assert names == ["learner", "inference0", "w0", "w1"]
+    stop_order = list(reversed(names))
+    assert stop_order.index("w0") < stop_order.index("inference0") < stop_order.index("learner")
+    names = [c.name for c in plan_children(remote_config(2), tmp_path, broker).children]
+    assert names == ["learner", "inference0", "inference1", "w0", "w1"]
+
+
 def test_with_credentials_each_node_logs_in_as_its_own_kind(tmp_path):
     creds = {k: (f"tr-{k}", f"pw-{k}") for k in ("learner", "worker", "inference", "telemetry", "operator")}
     creds["worker@w1"] = ("tr-worker@w1", "pw-w1")

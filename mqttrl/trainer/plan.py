@@ -8,6 +8,7 @@ threads of the trainer (:mod:`mqttrl.trainer.run`).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -18,6 +19,8 @@ import attrs
 from mqttrl.config import RunConfig
 from mqttrl.trainer.supervisor import Child
 from mqttrl.transport.client import BrokerSettings
+
+log = logging.getLogger("mqttrl.train")
 
 #: the node kinds a credentials file must hold a client for
 NODE_KINDS = ("learner", "worker", "inference", "telemetry", "operator")
@@ -137,10 +140,21 @@ def plan_children(
             logs / f"inference{i}.log",
             logins.env("inference"),
         )
-        for i in range(config.inference.servers)
+        for i in range(inference_servers(config))
     ]
     brokers = {kind: logins.settings(kind) for kind in ("telemetry", "operator")}
-    return Plan(learner, [learner, *workers, *servers], brokers)
+    # started in this order and stopped in reverse: the workers stop before the servers they ask
+    # (stopped after them, each worker spent its stop retrying a server that was gone) and the learner last
+    return Plan(learner, [learner, *servers, *workers], brokers)
+
+
+def inference_servers(config: RunConfig) -> int:
+    """``inference.servers``, or one server when workers act remotely and none was asked for
+    (``worker.inference = "remote"`` with no server would leave every worker waiting for answers)."""
+    if config.inference.servers == 0 and config.worker.inference == "remote":
+        log.info('worker.inference = "remote" and inference.servers = 0: starting 1 inference server')
+        return 1
+    return config.inference.servers
 
 
 def _start_from(resume: bool, init_from: Path | None) -> list[str]:
