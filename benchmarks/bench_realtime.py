@@ -1,32 +1,46 @@
 #!/usr/bin/env python
-"""Real-time control under load: simulated game PCs, one game per worker process, rtgym beside them.
+"""Real-time control under load and faults: simulated game PCs, rtgym and a plain sleep loop beside them.
 
 Not a test: it prints figures (and writes them as JSON with ``--out``). For each fleet size N it
-runs ``mqttrl train configs/cartpole_realtime.toml`` with N workers, each stepping one simulated
-game PC (``mqttrl.envs.realtime_sim:WallClock-v0``: CartPole advancing one tick every 1/hz s
-of wall time, a late action is a missed action) on a ``--hz`` control clock, with a DQN whose
-network is Nature-CNN-sized (an MLP of ``--hidden`` units, ~1.7M parameters at 1300) so that
-each worker runs a real forward every period and decodes and loads a 6.8 MB model pushed every
-second (``learner.weights_every_s = 1``), while the learner trains that network on the same two
-cores. The worker's own figures (heartbeats -> learner metrics -> ``summary.json``'s
-``realtime``) give the control-period error (how late each observation was read against the
-anchored schedule) p50/p99/max, overruns (later than 10 % of a period), whole periods skipped
-and the time they cover ("lost").
+starts a mosquitto (persistence on), a learner (``mqttrl learner``, ``configs/cartpole_realtime.toml``)
+and N worker processes (``mqttrl worker``), each stepping one simulated game PC
+(``mqttrl.envs.realtime_sim:WallClock-v0``: CartPole advancing one tick every 1/hz s of wall
+time, a late action is a missed action) on a ``--hz`` control clock, with a DQN whose network
+is Nature-CNN-sized (an MLP of ``--hidden`` units, ~1.7M parameters at 1300) so that each
+worker runs a real forward every period and decodes and loads a 6.8 MB model pushed every
+second (``learner.weights_every_s = 1``), while the learner trains that network on the same
+cores. The games cannot pause (``can_pause = false``, as most real games): they play on through
+the faults, so the control loop is measured all the way through them (``--pausable`` lets them
+pause while the worker is idle).
 
-In the same run, under the same load, ``--rtgym`` processes (default 1) step rtgym 0.16's
-``RealTimeEnv`` (its elastic clock; dummy interface) at the same rate with the same policy
-work: the same MLP's forward every step and the same 6.8 MB weights decoded and loaded every
-second inline (as tmrl's worker does). Its error is measured against rtgym's own schedule
-(the observation's capture time minus the time rtgym scheduled it for), and its lost time is
-wall time minus steps x period: rtgym restarts its schedule from "now" after an overrun past
-its tolerance, and that time is never made up.
+Once every worker steps, a measured window of ``--seconds`` starts. In it, by default:
+
+- the broker is restarted (stopped cleanly, started again 1 s later) at 30 % of the window;
+- the learner is SIGKILLed at 60 % and started again 2 s later with ``--resume``.
+
+The worker's own figures come from its heartbeats (read here over MQTT; their counters and
+error histogram are the run's, so the window's figures are the difference between the last
+heartbeat before the window and the last one in it, whatever heartbeats the broker restart
+lost): control-period error (how late each observation was read against the anchored schedule)
+p50/p99 (histogram bucket upper bounds, over every game of the fleet), max, overruns (later than
+10 % of a period), whole periods skipped and the time they cover ("lost").
+
+In the same window, under the same load:
+
+- ``--rtgym`` processes (default 1) step rtgym 0.16's ``RealTimeEnv`` (its elastic clock; dummy
+  interface) at the same rate with the same policy work: the same MLP's forward every step and
+  the same 6.8 MB weights decoded and loaded every second inline (as tmrl's worker does). Its
+  error is measured against rtgym's own schedule (the observation's capture time minus the time
+  rtgym scheduled it for), and its lost time is wall time minus steps x period: rtgym restarts
+  its schedule from "now" after an overrun past its tolerance, and that time is never made up;
+- one plain ``time.sleep`` loop (anchored: ``next += period; sleep(next - now)``), no work, the
+  floor of what the OS gives a sleeping Python process.
 
     flock /work/notes/bench.lock nice -n 5 .venv/bin/python benchmarks/bench_realtime.py --quick
-    .venv/bin/python benchmarks/bench_realtime.py --workers 1 8 16 32 --seconds 60
+    flock /work/notes/bench.lock nice -n 5 .venv/bin/python benchmarks/bench_realtime.py --workers 1 8 16 32 --seconds 60
 
 Needs ``pip install rtgym`` for the side-by-side (not an mqttrl dependency; without it the
-rtgym column is left out). Not covered here (said so in docs/benchmarks.md): a broker restart
-and a learner kill during the run.
+rtgym column is left out) and ``mosquitto`` on the PATH.
 """
 
 from __future__ import annotations
@@ -34,16 +48,35 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "configs" / "cartpole_realtime.toml"
+RUN = "cartpole-realtime"  # the config's run name
+
+
+def _stats(errors: list[float], period: float, elapsed: float, steps: int) -> dict:
+    e = np.asarray(errors)
+    return {
+        "steps": steps,
+        "elapsed_s": round(elapsed, 2),
+        "p50_ms": round(float(np.percentile(e, 50)) * 1000, 3),
+        "p99_ms": round(float(np.percentile(e, 99)) * 1000, 3),
+        "max_ms": round(float(e.max()) * 1000, 3),
+        "overruns": int((e > 0.1 * period).sum()),
+        "lost_s": round(max(0.0, elapsed - steps * period), 2),
+    }
 
 
 # ---- the rtgym side ---------------------------------------------------------------------
@@ -126,102 +159,288 @@ def rtgym_child(seconds: float, hz: float, hidden: int) -> dict:
                 net[k][...] = v
     elapsed = time.perf_counter() - t0
     env.wait()
-    e = np.asarray(errors[1:])  # the first capture follows the reset's own schedule
+    # the first capture follows the reset's own schedule
+    return _stats(errors[1:], 1.0 / hz, elapsed, steps)
+
+
+# ---- the plain sleep loop -------------------------------------------------------------------
+def sleep_child(seconds: float, hz: float) -> dict:
+    """An anchored ``time.sleep`` loop, no work: how late each wake-up is against its grid."""
     period = 1.0 / hz
+    errors: list[float] = []
+    t0 = time.perf_counter()
+    deadline = t0
+    while True:
+        deadline += period
+        d = deadline - time.perf_counter()
+        if d > 0:
+            time.sleep(d)
+        t = time.perf_counter()
+        errors.append(t - deadline)
+        if t - t0 >= seconds:
+            break
+    out = _stats(errors, period, time.perf_counter() - t0, len(errors))
+    out["lost_s"] = 0.0  # anchored: a late wake-up is followed by a shorter sleep
+    return out
+
+
+# ---- the mqttrl side: broker, learner, workers, faults ------------------------------------
+class Proc:
+    """One node process, its output appended to a log file."""
+
+    def __init__(self, argv: list[str], log: Path):
+        self.argv, self.log = argv, log
+        self.p: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as f:
+            self.p = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.p is not None and self.p.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait()
+
+    def term(self, timeout: float = 20) -> None:
+        if self.alive():
+            self.p.terminate()
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class Broker:
+    """A mosquitto with persistence (the retained config and weights survive a restart)."""
+
+    def __init__(self, work: Path, port: int):
+        from mqttrl.broker.embedded import mosquitto_config
+
+        self.work, self.port = work, port
+        self.data = work / "data"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.conf = work / "mosquitto.conf"
+        self.conf.write_text(mosquitto_config(port, self.data))
+        self.p: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.work / "mosquitto.log", "ab") as f:
+            self.p = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stdout=f, stderr=subprocess.STDOUT)
+        time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.p is not None and self.p.poll() is None:
+            self.p.terminate()  # a clean stop: mosquitto saves its state
+            self.p.wait(15)
+
+
+class Heartbeats:
+    """Every worker heartbeat of the run, as it arrives: ``(arrival time, heartbeat)`` per worker."""
+
+    def __init__(self, port: int, run: str):
+        import paho.mqtt.client as mqtt
+
+        from mqttrl.transport.topics import Topics
+
+        self.filter = Topics(run).all_heartbeats
+        self.seen: dict[str, list[tuple[float, dict]]] = {}
+        self._lock = threading.Lock()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-rt-{os.getpid()}")
+        self.c.on_connect = lambda c, *_: c.subscribe(self.filter, 0)
+        self.c.on_message = self._on_message
+        self.c.reconnect_delay_set(0.2, 1)
+        self.c.connect_async("127.0.0.1", port)
+        self.c.loop_start()
+
+    def _on_message(self, client, userdata, msg) -> None:
+        try:
+            hb = json.loads(msg.payload)
+        except ValueError:
+            return
+        with self._lock:
+            self.seen.setdefault(str(hb.get("worker")), []).append((time.monotonic(), hb))
+
+    def stepping(self) -> set[str]:
+        """The workers whose newest heartbeat counts control periods."""
+        with self._lock:
+            return {w for w, hbs in self.seen.items() if ((hbs[-1][1].get("realtime") or {}).get("periods") or 0) > 0}
+
+    def newest(self, before: float) -> dict[str, tuple[float, dict]]:
+        with self._lock:
+            out = {}
+            for w, hbs in self.seen.items():
+                got = [x for x in hbs if x[0] <= before and x[1].get("realtime")]
+                if got:
+                    out[w] = got[-1]
+            return out
+
+    def between(self, a: float, b: float) -> dict[str, list[dict]]:
+        with self._lock:
+            return {w: [hb for t, hb in hbs if a < t <= b] for w, hbs in self.seen.items()}
+
+    def close(self) -> None:
+        self.c.loop_stop()
+        self.c.disconnect()
+
+
+def window_figures(start: dict, end: dict, inside: dict[str, list[dict]], period: float) -> dict:
+    """The fleet's figures over the window: each worker's run counters at the end less those at
+    the start (a worker that restarted meanwhile counts from zero), the exact per-heartbeat maxima
+    and p99s of the heartbeats in between, and the per-block times those heartbeats report."""
+    from mqttrl.timing import ERROR_BUCKETS_MS, add_windows, percentile_from_histogram
+
+    hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
+    sums = dict.fromkeys(("periods", "overruns", "skipped", "lost_s", "reset_s", "paused_s"), 0.0)
+    restarted = []
+    for w, (_t, hb_end) in end.items():
+        rt_end = hb_end["realtime"]
+        rt_start = (start.get(w) or (0, {"realtime": {}}))[1]["realtime"]
+        if (rt_start.get("periods") or 0) > (rt_end.get("periods") or 0) or hb_end.get("incarnation") != (
+            start.get(w) or (0, {})
+        )[1].get("incarnation"):
+            restarted.append(w)
+            rt_start = {}
+        h0 = rt_start.get("hist") or [0] * len(hist)
+        hist = [a + int(b) - int(c) for a, b, c in zip(hist, rt_end["hist"], h0)]
+        for k in sums:
+            sums[k] += float(rt_end.get(k) or 0) - float(rt_start.get(k) or 0)
+    windows = [hb["realtime"] for hbs in inside.values() for hb in hbs if hb.get("realtime")]
+    maxes = [r["period_err_ms"]["max"] for r in windows if r["period_err_ms"].get("max") is not None]
+    p99s = [r["period_err_ms"]["p99"] for r in windows if r["period_err_ms"].get("p99") is not None]
+    timing = add_windows(hb.get("timing") or {} for hbs in inside.values() for hb in hbs)
+    idle = sorted({str(hb["realtime"].get("idle")) for hbs in inside.values() for hb in hbs if hb.get("realtime")})
+    versions = sorted({(hb.get("epoch"), hb.get("model_version")) for hbs in inside.values() for hb in hbs})
+    periods = int(sums["periods"])
     return {
-        "steps": steps,
-        "elapsed_s": round(elapsed, 2),
-        "p50_ms": round(float(np.percentile(e, 50)) * 1000, 3),
-        "p99_ms": round(float(np.percentile(e, 99)) * 1000, 3),
-        "max_ms": round(float(e.max()) * 1000, 3),
-        "overruns": int((e > 0.1 * period).sum()),
-        "lost_s": round(max(0.0, elapsed - steps * period), 2),
+        "periods": periods,
+        "p50_ms": percentile_from_histogram(hist, 0.5),
+        "p99_ms": percentile_from_histogram(hist, 0.99),
+        "p999_ms": percentile_from_histogram(hist, 0.999),
+        "max_ms": max(maxes, default=None),
+        "worst_window_p99_ms": max(p99s, default=None),
+        "over_2ms": int(sum(hist[ERROR_BUCKETS_MS.index(2) + 1 :])),
+        "overruns": int(sums["overruns"]),
+        "skipped": int(sums["skipped"]),
+        "lost_s": round(sums["lost_s"], 3),
+        "reset_s": round(sums["reset_s"], 2),
+        "paused_s": round(sums["paused_s"], 2),
+        "game_s": round(periods * period, 1),
+        "hist": hist,
+        "workers_restarted": restarted,
+        "idle_reasons_seen": idle,
+        "model_versions_seen": len(versions),
+        "worker_ms_per_call": {b: round(1000 * v["s"] / v["n"], 3) for b, v in timing.items() if v.get("n")},
     }
 
 
-# ---- the mqttrl side ----------------------------------------------------------------------
-def run_mqttrl(n: int, seconds: float, hz: float, hidden: int, run_dir: Path, replay_ratio: float) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "mqttrl",
-        "train",
-        str(CONFIG),
-        "--workers",
-        str(n),
-        "--max-seconds",
-        str(seconds),
-        "--run-dir",
-        str(run_dir),
-        "--no-progress",
-        "--set",
+def learner_sets(hz: float, hidden: int, replay_ratio: float, pausable: bool) -> list[str]:
+    sets = [
         f"env.control_hz={hz}",
-        "--set",
-        f"env.kwargs.world_hz={hz}",
-        "--set",
+        f"env.kwargs={{env = 'CartPole-v1', world_hz = {hz}, can_pause = {'true' if pausable else 'false'}}}",
         f"algorithm.hidden=[{hidden}, {hidden}]",
-        "--set",
         "algorithm.dueling=false",
-        "--set",
         "algorithm.learning_starts=64",
-        "--set",
         "algorithm.max_update_debt=100000000",  # the learner never holds the games back
-        "--set",
         f"algorithm.replay_ratio={replay_ratio}",
-        "--set",
         "learner.weights_every_s=1.0",
-        "--set",
         "learner.publish_every=1",
-        "--set",
+        "learner.checkpoint_every=200",  # something to --resume from
+        "worker.heartbeat_interval_s=1.0",
         "train.target_return=none",
-        "--set",
-        "train.eval_every_s=1000",
-        "--set",
-        "train.eval_episodes=1",
-        "--set",
-        "train.final_eval=false",
     ]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 300)
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"mqttrl train failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    rt = summary.get("realtime") or {}
-    windows = [json.loads(line) for line in (run_dir / "learner_metrics.jsonl").read_text().splitlines() if line]
-    worst_window_p99 = max(
-        (
-            w["realtime"]["period_err_ms"]["p99"]
-            for w in windows
-            if (w.get("realtime") or {}).get("period_err_ms", {}).get("p99") is not None
-        ),
-        default=None,
-    )
-    versions = summary.get("model_version")
-    timing = (summary.get("timing") or {}).get("workers") or {}
-    return {
-        "workers": n,
-        "wall_s": round(wall, 1),
-        "periods": rt.get("periods"),
-        "p50_ms": (rt.get("run_err_ms") or {}).get("p50"),
-        "p99_ms": (rt.get("run_err_ms") or {}).get("p99"),
-        "max_ms": (rt.get("run_err_ms") or {}).get("max"),
-        "worst_window_p99_ms": worst_window_p99,
-        "overruns": rt.get("overruns"),
-        "skipped": rt.get("skipped"),
-        "lost_s": rt.get("lost_s"),
-        "reset_s": rt.get("reset_s"),
-        "model_versions": versions,
-        "worker_ms_per_call": {
-            b: round(1000 * v["s"] / v["n"], 3) for b, v in timing.items() if isinstance(v, dict) and v.get("n")
-        },
-    }
+    return [a for s in sets for a in ("--set", s)]
+
+
+def run_fleet(n: int, args, work: Path, extra_children) -> dict:
+    """One fleet of ``n`` workers: up, a measured window with the faults, down; its figures."""
+    from mqttrl.broker.embedded import free_port
+
+    work.mkdir(parents=True, exist_ok=True)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    broker = Broker(work / "broker", free_port())
+    broker.start()
+    py = [sys.executable, "-m", "mqttrl"]
+    conn = ["--broker", broker.url]
+    sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable)
+    learner_argv = py + ["learner", "--config", str(CONFIG), "--run-dir", str(work / "run"), *sets, *conn]
+    learner = Proc(learner_argv, logs / "learner.log")
+    workers = [
+        Proc(py + ["worker", "--run", RUN, "--name", f"w{i}", "--index", str(i), *conn], logs / f"w{i}.log")
+        for i in range(n)
+    ]
+    hbs = Heartbeats(broker.port, RUN)
+    events: list[dict] = []
+    children: list[subprocess.Popen] = []
+    try:
+        learner.start()
+        for w in workers:
+            w.start()
+        deadline = time.monotonic() + args.startup_s
+        while len(hbs.stepping()) < n:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"N={n}: only {len(hbs.stepping())} of {n} workers stepping after {args.startup_s}s")
+            if not learner.alive():
+                raise SystemExit(f"N={n}: the learner exited; see {logs / 'learner.log'}")
+            time.sleep(0.5)
+        time.sleep(args.settle_s)
+        t_a = time.monotonic()
+        load0 = os.getloadavg()
+        start = hbs.newest(t_a)
+        children = extra_children(args.seconds)
+        faults = [] if args.no_faults else [(0.3, "broker_restart"), (0.6, "learner_kill")]
+        for frac, kind in faults:
+            time.sleep(max(0.0, t_a + frac * args.seconds - time.monotonic()))
+            t = time.monotonic() - t_a
+            if kind == "broker_restart":
+                broker.stop()
+                time.sleep(1.0)
+                broker.start()
+            else:
+                learner.kill()
+                time.sleep(2.0)
+                learner.argv = learner_argv + ["--resume"]
+                learner.start()
+            events.append({"fault": kind, "at_s": round(t, 1), "done_s": round(time.monotonic() - t_a, 1)})
+        time.sleep(max(0.0, t_a + args.seconds - time.monotonic()))
+        t_b = time.monotonic()
+        end = hbs.newest(t_b)
+        load1 = os.getloadavg()
+        row = {"workers": n, "window_s": round(t_b - t_a, 1), "faults": events}
+        row.update(window_figures(start, end, hbs.between(t_a, t_b), 1.0 / args.hz))
+        row["learner_alive_at_end"] = learner.alive()
+        row["loadavg_1m"] = [round(load0[0], 2), round(load1[0], 2)]
+        side = []
+        for c in children:
+            out, _ = c.communicate(timeout=args.seconds + 120)
+            side.append(json.loads(out.strip().splitlines()[-1]))
+        row["rtgym"] = side[: args.rtgym if args.have_rtgym else 0]
+        row["sleep_loop"] = side[-1] if side else None
+        return row
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+        for w in workers:
+            w.term()
+        learner.term()
+        hbs.close()
+        broker.stop()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 8, 16, 32])
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 8, 16, 32], help="fleet sizes N, one after another")
+    ap.add_argument("--seconds", type=float, default=60.0, help="the measured window per N")
     ap.add_argument("--hz", type=float, default=20.0)
     ap.add_argument("--hidden", type=int, default=1300, help="MLP width: 1300 -> ~1.7M parameters (Nature CNN)")
     ap.add_argument(
@@ -231,42 +450,49 @@ def main() -> None:
         help="the learner's replay ratio: 8 gives about one update (and one model) a second per game at 20 Hz",
     )
     ap.add_argument("--rtgym", type=int, default=1, help="rtgym processes beside the fleet (0: none)")
+    ap.add_argument("--no-faults", action="store_true", help="no broker restart, no learner kill")
+    ap.add_argument("--pausable", action="store_true", help="games pause while their worker is idle")
+    ap.add_argument("--startup-s", type=float, default=120.0, help="give up when the fleet is not stepping by then")
+    ap.add_argument("--settle-s", type=float, default=5.0, help="after every worker steps, before the window")
     ap.add_argument("--quick", action="store_true", help="N = 1 and 8, 30 s each")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--rtgym-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sleep-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rtgym_child:
         print(json.dumps(rtgym_child(args.seconds, args.hz, args.hidden)))
         return
+    if args.sleep_child:
+        print(json.dumps(sleep_child(args.seconds, args.hz)))
+        return
     if args.quick:
         args.workers, args.seconds = [1, 8], 30.0
+    if shutil.which("mosquitto") is None:
+        raise SystemExit("mosquitto is not on the PATH (apt-get install mosquitto)")
     try:
         import rtgym  # noqa: F401
 
-        have_rtgym = args.rtgym > 0
+        args.have_rtgym = args.rtgym > 0
     except ImportError:
-        print("rtgym is not installed (pip install rtgym): mqttrl only")
-        have_rtgym = False
+        print("rtgym is not installed (pip install rtgym): mqttrl and the sleep loop only")
+        args.have_rtgym = False
+
+    def children(seconds: float) -> list[subprocess.Popen]:
+        me = [sys.executable, __file__, "--seconds", str(seconds), "--hz", str(args.hz)]
+        cmds = [[*me, "--rtgym-child", "--hidden", str(args.hidden)]] * (args.rtgym if args.have_rtgym else 0)
+        cmds.append([*me, "--sleep-child"])
+        return [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-realtime-"))
     for n in args.workers:
-        children = []
-        if have_rtgym:
-            # rtgym starts a few seconds in, when the fleet is up, and stops before it does
-            child_s = max(5.0, args.seconds - 12.0)
-            cmd = [sys.executable, __file__, "--rtgym-child", "--seconds", str(child_s), "--hz", str(args.hz)]
-            cmd += ["--hidden", str(args.hidden)]
-            delayed = f"sleep 8; exec {' '.join(cmd)}"
-            children = [
-                subprocess.Popen(["bash", "-c", delayed], stdout=subprocess.PIPE, text=True) for _ in range(args.rtgym)
-            ]
-        row = run_mqttrl(n, args.seconds, args.hz, args.hidden, tmp / f"n{n}", args.replay_ratio)
-        row["rtgym"] = [json.loads(c.communicate(timeout=120)[0].strip().splitlines()[-1]) for c in children]
+        row = run_fleet(n, args, tmp / f"n{n}", children)
         results.append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k != "hist"}), flush=True)
     print()
     print(
-        f"{'N':>3} | {'periods':>7} | {'p50 ms':>6} | {'p99 ms':>6} | {'max ms':>7} | {'overruns':>8} | {'lost s':>6} || rtgym p50/p99/max ms, overruns, lost s"
+        f"{'N':>3} | {'periods':>7} | {'p50 ms':>6} | {'p99 ms':>6} | {'max ms':>7} | {'overruns':>8} | "
+        f"{'lost s':>6} || rtgym p50/p99/max ms, overruns, lost s || sleep loop p50/p99/max ms"
     )
     for r in results:
         rt = r["rtgym"][0] if r["rtgym"] else None
@@ -275,9 +501,11 @@ def main() -> None:
             if rt
             else "-"
         )
+        sl = r["sleep_loop"]
+        sleep = f"{sl['p50_ms']:.2f}/{sl['p99_ms']:.2f}/{sl['max_ms']:.1f}" if sl else "-"
         print(
             f"{r['workers']:>3} | {r['periods']!s:>7} | {r['p50_ms']!s:>6} | {r['p99_ms']!s:>6} | {r['max_ms']!s:>7} | "
-            f"{r['overruns']!s:>8} | {r['lost_s']!s:>6} || {side}"
+            f"{r['overruns']!s:>8} | {r['lost_s']!s:>6} || {side} || {sleep}"
         )
     if args.out:
         args.out.write_text(

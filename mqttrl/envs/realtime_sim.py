@@ -8,6 +8,8 @@ protocol (:class:`~mqttrl.envs.realtime.RealTimeGame`) with pause/resume, so a w
 ``[env] control_hz`` drives it like a real game; its plain ``step`` advances one tick at once
 (an evaluator measuring the policy with perfect timing). Registered with gymnasium as
 ``mqttrl.envs.realtime_sim:WallClock-v0``; the clock is injectable for tests.
+``can_pause=False`` makes a game that cannot pause (most real ones: it plays on while its
+worker idles); ``set_speed(factor)`` runs its world ``factor`` times faster than real time.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ class WallClockGame(gym.Env):
         world_hz: float = 50.0,
         env_kwargs: dict | None = None,
         reset_s: float = 0.0,
+        can_pause: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.inner = gym.make(env, **(env_kwargs or {}))
         self.observation_space = self.inner.observation_space
         self.action_space = self.inner.action_space
-        self.tick_s = 1.0 / world_hz
+        self.base_tick_s = self.tick_s = 1.0 / world_hz
         self.reset_s = reset_s
         self.clock = clock
         self.sleep = sleep
@@ -53,6 +56,10 @@ class WallClockGame(gym.Env):
         self.early_reads = 0
         self._paused_at: float | None = None
         self.paused_s = 0.0
+        if not can_pause:  # a game that cannot pause (most real ones): no pause/resume to call
+            self.pause = self.resume = None
+        #: the game speeds asked for through ``set_speed`` (1.0: real time), newest last
+        self.speeds: list[float] = []
 
     def _noop(self) -> Any:
         space = self.action_space
@@ -98,6 +105,14 @@ class WallClockGame(gym.Env):
             reward += float(r)
             self.done = term or trunc
         return self.obs, reward, term, trunc, info
+
+    def set_speed(self, factor: float) -> None:
+        """The world runs ``factor`` times as fast (ticks every ``1/(world_hz * factor)`` s), from now."""
+        now = self.clock()
+        done = (now - self.t0) / self.tick_s  # ticks' worth of time so far, kept across the change
+        self.tick_s = self.base_tick_s / float(factor)
+        self.t0 = now - done * self.tick_s
+        self.speeds.append(float(factor))
 
     def pause(self) -> None:
         if self._paused_at is None:
