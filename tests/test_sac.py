@@ -299,3 +299,48 @@ def test_the_shipped_configs_are_sac_and_redq():
     assert (s.critics, s.target_subset, s.utd, s.policy_q) == (2, 2, 1.0, "min")
     assert (r.critics, r.target_subset, r.utd, r.policy_every, r.policy_q) == (10, 2, 20.0, 20, "mean")
     assert s.hidden == r.hidden and s.batch_size == r.batch_size and s.critic_lr == r.critic_lr  # same networks
+
+
+def test_fused_adam_and_foreach_polyak_make_the_plain_update():
+    """The learner's fused Adam and one-call Polyak averaging: the same parameters after 30 updates as
+    torch's plain (per-parameter) Adam and a per-tensor ``t += tau (o - t)`` from the same start."""
+    p = tiny(critics=3, target_subset=2, policy_every=2)
+    fast, plain = fed_learner(p), fed_learner(p)
+    assert fast.critic_opt.defaults["fused"]
+    plain.actor_opt = torch.optim.Adam(plain.actor.parameters(), lr=p.actor_lr, fused=False, foreach=False)
+    plain.critic_opt = torch.optim.Adam(plain.critics.parameters(), lr=p.critic_lr, fused=False, foreach=False)
+    plain.alpha_opt = torch.optim.Adam([plain.log_alpha], lr=p.alpha_lr, fused=False, foreach=False)
+
+    def by_hand_polyak(*_):  # what the learner's torch._foreach_lerp_ stands for
+        for t, o in zip(plain._target_params, plain._critic_params):
+            t.add_(p.tau * (o - t))
+
+    import mqttrl_plugins.sac.learner as mod
+
+    real = mod.torch._foreach_lerp_
+    for _ in range(30):
+        fast.train_step()
+        mod.torch._foreach_lerp_ = by_hand_polyak
+        try:
+            plain.train_step()
+        finally:
+            mod.torch._foreach_lerp_ = real
+    for a, b in ((fast.actor, plain.actor), (fast.critics, plain.critics), (fast.target, plain.target)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-5, err_msg=name)
+    assert fast.alpha == pytest.approx(plain.alpha, rel=1e-5)
+    assert not np.allclose(fast.target.w0.numpy(), fast.critics.w0.detach().numpy())  # the targets lag their critics
+
+
+def test_fused_adam_state_survives_a_checkpoint():
+    learner = fed_learner(tiny())
+    for _ in range(3):
+        learner.train_step()
+    st, meta = learner.state_dict(include_replay=True)
+    again = make_learner(learner.params, OBS, ACT, "cpu", 5)
+    again.load_state_dict(st, meta)
+    for _ in range(3):
+        m1, m2 = learner.train_step(), again.train_step()
+        assert m1["critic_loss"] == pytest.approx(m2["critic_loss"], rel=1e-6)
+    steps = [float(s["step"]) for s in again.critic_opt.state.values()]
+    assert steps and all(s == 6.0 for s in steps)
