@@ -37,21 +37,49 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-CONFIGS = {"sac": REPO / "configs/pendulum_sac.toml", "redq": REPO / "configs/pendulum_redq.toml"}
-
-#: Stable-Baselines3 SAC with the networks and optimiser of configs/pendulum_sac.toml (module docstring)
-SB3_SAC = dict(
-    learning_rate=1e-3,
-    buffer_size=100_000,
-    learning_starts=1000,
-    batch_size=128,
-    tau=0.005,
-    gamma=0.99,
-    train_freq=1,
-    gradient_steps=1,
-    ent_coef="auto",
-    policy_kwargs=dict(net_arch=[64, 64]),
-)
+#: per env (--env): its gymnasium id, the mqttrl configs by algorithm, Stable-Baselines3 SAC with the
+#: same networks and optimiser as those configs, and the greedy mean that counts as solved
+ENVS = {
+    "pendulum": {
+        "id": "Pendulum-v1",
+        "configs": {"sac": REPO / "configs/pendulum_sac.toml", "redq": REPO / "configs/pendulum_redq.toml"},
+        # configs/pendulum_sac.toml (module docstring)
+        "sb3": dict(
+            learning_rate=1e-3,
+            buffer_size=100_000,
+            learning_starts=1000,
+            batch_size=128,
+            tau=0.005,
+            gamma=0.99,
+            train_freq=1,
+            gradient_steps=1,
+            ent_coef="auto",
+            policy_kwargs=dict(net_arch=[64, 64]),
+        ),
+        "solved": -200.0,
+        "marks": [2000, 5000, 10000, 20000],
+    },
+    "lunarlander": {
+        "id": "LunarLanderContinuous-v3",
+        "configs": {"sac": REPO / "configs/lunarlander_continuous_sac.toml"},
+        # configs/lunarlander_continuous_sac.toml: rl-baselines3-zoo's hyperparams/sac.yml, with the
+        # learning rate constant (the zoo's lin_7.3e-4 decays it; mqttrl's SAC has no schedule)
+        "sb3": dict(
+            learning_rate=7.3e-4,
+            buffer_size=1_000_000,
+            learning_starts=10_000,
+            batch_size=256,
+            tau=0.01,
+            gamma=0.99,
+            train_freq=1,
+            gradient_steps=1,
+            ent_coef="auto",
+            policy_kwargs=dict(net_arch=[400, 300]),
+        ),
+        "solved": 200.0,
+        "marks": [20000, 50000, 100000, 200000],
+    },
+}
 
 
 def greedy_returns(act, env_id: str, episodes: int) -> list[float]:
@@ -86,9 +114,18 @@ def read_curve(run_dir: Path) -> list[dict]:
     return curve
 
 
-def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, eval_every_s: float | None) -> dict:
-    """The README's command for ``algo``'s config with a seed and an env-step budget; the run's curve
-    and its last checkpoint's greedy mean on the common seeds."""
+def run_mqttrl(
+    env: str,
+    algo: str,
+    seed: int,
+    steps: int,
+    episodes: int,
+    workdir: Path,
+    eval_every_s: float | None,
+    sets: list[str],
+) -> dict:
+    """The README's command for ``algo``'s config with a seed and an env-step budget (and ``--set``
+    overrides ``sets``); the run's curve and its last checkpoint's greedy mean on the common seeds."""
     import numpy as np
 
     import mqttrl
@@ -97,7 +134,7 @@ def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, e
     cmd = [
         str(Path(sys.executable).parent / "mqttrl"),
         "train",
-        str(CONFIGS[algo]),
+        str(ENVS[env]["configs"][algo]),
         "--seed",
         str(seed),
         "--run-dir",
@@ -108,8 +145,9 @@ def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, e
         "--set",
         "train.target_return=1e9",
         "--set",
-        "train.max_seconds=3600",
+        "train.max_seconds=0",
         *(["--set", f"train.eval_every_s={eval_every_s}"] if eval_every_s else []),
+        *[a for kv in sets for a in ("--set", kv)],
     ]
     print(" ".join(cmd[1:]), flush=True)
     t0 = time.monotonic()
@@ -118,9 +156,11 @@ def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, e
     wall = time.monotonic() - t0
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     policy = mqttrl.load_policy(run_dir, which="latest")
-    final = greedy_returns(lambda o: policy.predict(np.asarray(o)[None])[0], "Pendulum-v1", episodes)
+    final = greedy_returns(lambda o: policy.predict(np.asarray(o)[None])[0], ENVS[env]["id"], episodes)
     return {
+        "env": ENVS[env]["id"],
         "algo": f"mqttrl {algo}",
+        "sets": sets,
         "seed": seed,
         "rc": rc,
         "wall_s": wall,
@@ -132,30 +172,33 @@ def run_mqttrl(algo: str, seed: int, steps: int, episodes: int, workdir: Path, e
     }
 
 
-def run_sb3(seed: int, steps: int, episodes: int, eval_every: int) -> dict:
+def run_sb3(env: str, seed: int, steps: int, episodes: int, eval_every: int) -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(1)
+    env_id = ENVS[env]["id"]
     curve: list[dict] = []
     t0 = time.monotonic()
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % eval_every == 0:
-                ret = greedy_returns(lambda o: self.model.predict(o, deterministic=True)[0], "Pendulum-v1", episodes)
+                ret = greedy_returns(lambda o: self.model.predict(o, deterministic=True)[0], env_id, episodes)
                 curve.append(
                     {"env_steps": self.num_timesteps, "mean": statistics.fmean(ret), "wall_s": time.monotonic() - t0}
                 )
             return True
 
-    model = SAC("MlpPolicy", gym.make("Pendulum-v1"), seed=seed, verbose=0, **SB3_SAC)
+    model = SAC("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **ENVS[env]["sb3"])
     model.learn(total_timesteps=steps, callback=Evaluate())
-    final = greedy_returns(lambda o: model.predict(o, deterministic=True)[0], "Pendulum-v1", episodes)
+    final = greedy_returns(lambda o: model.predict(o, deterministic=True)[0], env_id, episodes)
     return {
+        "env": env_id,
         "algo": "SB3 SAC",
+        "sets": [],
         "seed": seed,
         "rc": 0,
         "wall_s": time.monotonic() - t0,
@@ -176,15 +219,15 @@ def at_steps(run: dict, steps: int) -> float | None:
     return points[-1]["mean"] if points else None
 
 
-def first_solved(run: dict, threshold: float = -200.0) -> int | None:
+def first_solved(run: dict, threshold: float) -> int | None:
     """Env steps of the first greedy evaluation at or above ``threshold`` (None: never)."""
     return next((p["env_steps"] for p in run["curve"] if p["mean"] >= threshold), None)
 
 
-def report(results: list[dict], marks: list[int]) -> None:
+def report(results: list[dict], marks: list[int], solved: float) -> None:
     algos = list(dict.fromkeys(r["algo"] for r in results))
     head = f"{'algorithm':<14} {'seeds':>5} " + " ".join(f"{'@' + str(m):>9}" for m in marks)
-    print(head + f" {'final':>9} {'>=-200 at':>9} {'env steps':>9} {'updates':>8} {'wall s':>7}")
+    print(head + f" {'final':>9} {f'>={solved:g} at':>10} {'env steps':>9} {'updates':>8} {'wall s':>7}")
     for a in algos:
         runs = [r for r in results if r["algo"] == a]
         cells = []
@@ -195,8 +238,8 @@ def report(results: list[dict], marks: list[int]) -> None:
         steps = statistics.median(r["env_steps"] or 0 for r in runs)
         ups = statistics.median(r["updates"] or 0 for r in runs)
         wall = statistics.median(r["wall_s"] for r in runs)
-        solved = [first_solved(r) for r in runs]
-        solved_cell = f"{statistics.median(solved):>9.0f}" if None not in solved else f"{'-':>9}"
+        firsts = [first_solved(r, solved) for r in runs]
+        solved_cell = f"{statistics.median(firsts):>10.0f}" if None not in firsts else f"{'-':>10}"
         print(
             f"{a:<14} {len(runs):>5} "
             + " ".join(cells)
@@ -204,12 +247,12 @@ def report(results: list[dict], marks: list[int]) -> None:
         )
         for r in runs:
             print(
-                f"    seed {r['seed']}: final {r['final_mean']:.1f}, curve "
+                f"    seed {r['seed']}: {' '.join(r.get('sets') or [])} final {r['final_mean']:.1f}, curve "
                 + ", ".join(f"{p['env_steps']}:{p['mean']:.0f}" for p in r["curve"])
             )
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, env_id: str, solved: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,11 +269,11 @@ def plot(results: list[dict], path: Path) -> None:
         axes[0].plot(xs, ys, color=c, alpha=0.8, label=label)
         axes[1].plot(walls, ys, color=c, alpha=0.8, label=label)
     for ax, xl in zip(axes, ("env steps", "wall-clock seconds")):
-        ax.axhline(-200, color="gray", ls=":", lw=1)
+        ax.axhline(solved, color="gray", ls=":", lw=1)
         ax.set_xlabel(xl)
         ax.set_ylabel("greedy mean return")
         ax.legend()
-    fig.suptitle("Pendulum-v1: greedy evaluations")
+    fig.suptitle(f"{env_id}: greedy evaluations")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -239,21 +282,39 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+        """The docstring as written, and every option's default."""
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=Formatter)
+    ap.add_argument("--env", choices=list(ENVS), default="pendulum", help="pendulum or lunarlander (SAC only)")
     ap.add_argument("--algos", nargs="+", default=["sac", "redq", "sb3"], choices=["sac", "redq", "sb3"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--steps", type=int, default=20_000, help="env steps per run (SAC and SB3)")
     ap.add_argument("--redq-steps", type=int, default=None, help="env steps per REDQ run (default: --steps)")
+    ap.add_argument(
+        "--redq-utd",
+        type=float,
+        default=None,
+        help="REDQ's critic updates per env step G (default: the config's, 20), the policy still once per env step",
+    )
     ap.add_argument("--episodes", type=int, default=10, help="greedy episodes per evaluation")
     ap.add_argument("--eval-every", type=int, default=1000, help="SB3: env steps between evaluations")
     ap.add_argument(
         "--eval-every-s", type=float, default=None, help="mqttrl: train.eval_every_s (default: the config's)"
     )
-    ap.add_argument("--marks", nargs="+", type=int, default=[2000, 5000, 10000, 20000])
+    ap.add_argument("--marks", nargs="+", type=int, default=None, help="env steps of the table's columns")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--from-json", type=Path, nargs="+")
     args = ap.parse_args()
+    if "redq" in args.algos and "redq" not in ENVS[args.env]["configs"]:
+        ap.error(f"--env {args.env} has no REDQ config; --algos sac sb3")
+    if args.redq_utd is not None and (args.redq_utd < 1 or args.redq_utd != int(args.redq_utd)):
+        ap.error(f"--redq-utd {args.redq_utd:g}: a whole number >= 1 (the policy is updated every G critic updates)")
+    marks = args.marks or ENVS[args.env]["marks"]
+    redq_sets = (
+        [f"algorithm.utd={args.redq_utd:g}", f"algorithm.policy_every={int(args.redq_utd)}"] if args.redq_utd else []
+    )
     if args.from_json:
         # a later file's run of the same algorithm and seed replaces an earlier one's
         latest = {(r["algo"], r["seed"]): r for p in args.from_json for r in json.loads(p.read_text())["results"]}
@@ -265,10 +326,13 @@ def main() -> None:
         for seed in args.seeds:  # seed by seed, every algorithm side by side
             for algo in args.algos:
                 if algo == "sb3":
-                    results.append(run_sb3(seed, args.steps, args.episodes, args.eval_every))
+                    results.append(run_sb3(args.env, seed, args.steps, args.episodes, args.eval_every))
                 else:
                     steps = args.redq_steps if algo == "redq" and args.redq_steps else args.steps
-                    results.append(run_mqttrl(algo, seed, steps, args.episodes, workdir, args.eval_every_s))
+                    sets = redq_sets if algo == "redq" else []
+                    results.append(
+                        run_mqttrl(args.env, algo, seed, steps, args.episodes, workdir, args.eval_every_s, sets)
+                    )
                 r = results[-1]
                 print(f"{r['algo']} seed {seed}: final {r['final_mean']:.1f} after {r['wall_s']:.0f} s", flush=True)
                 if args.json:
@@ -278,9 +342,11 @@ def main() -> None:
                             default=str,
                         )
                     )
-    report(results, args.marks)
+    env_id = results[0].get("env", ENVS[args.env]["id"]) if results else ENVS[args.env]["id"]
+    solved = next(e["solved"] for e in ENVS.values() if e["id"] == env_id)
+    report(results, marks, solved)
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, env_id, solved)
 
 
 if __name__ == "__main__":

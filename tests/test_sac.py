@@ -298,6 +298,19 @@ def test_the_shipped_configs_are_sac_and_redq():
     s, r = sac.algorithm.params, redq.algorithm.params
     assert (s.critics, s.target_subset, s.utd, s.policy_q) == (2, 2, 1.0, "min")
     assert (r.critics, r.target_subset, r.utd, r.policy_every, r.policy_q) == (10, 2, 20.0, 20, "mean")
+    # rl-baselines3-zoo's SAC for LunarLanderContinuous (hyperparams/sac.yml), the learning rate kept constant
+    ll = load_config(configs / "lunarlander_continuous_sac.toml", [], params)
+    a = ll.algorithm.params
+    assert ll.env.id == "LunarLanderContinuous-v3" and ll.algorithm.name == "sac"
+    assert (a.hidden, a.batch_size, a.tau, a.gamma, a.learning_starts, a.buffer_size) == (
+        [400, 300],
+        256,
+        0.01,
+        0.99,
+        10_000,
+        1_000_000,
+    )
+    assert a.actor_lr == a.critic_lr == a.alpha_lr == 7.3e-4 and (a.critics, a.utd, a.autotune) == (2, 1.0, True)
     assert s.hidden == r.hidden and s.batch_size == r.batch_size and s.critic_lr == r.critic_lr  # same networks
 
 
