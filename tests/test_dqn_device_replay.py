@@ -203,22 +203,23 @@ def test_inference_forward_moves_to_its_device_and_a_missing_gpu_is_one_line(cap
 
 
 def test_a_checkpoint_loads_into_a_fused_adam_and_back():
-    """CUDA learners use fused Adam (its step counts on the device); a checkpoint saved by either kind
-    loads into the other and trains on (fused Adam runs on the CPU too, which stands in for the GPU)."""
+    """Fused Adam (CUDA learners, and CPU ones from torch 2.4) keeps its step counts on the device; a
+    checkpoint saved by either kind loads into the other and trains on (the CPU stands in for the GPU)."""
     plain, _ = _trained(steps=3)
+    default = plain.optimizer.param_groups[0]["fused"]  # the CPU learner's own kind
     tensors, meta = through_checkpoint_formats(*plain.state_dict(include_replay=True))
-    fused = DQNLearner(small_params(), OBS, ACT, "cpu", 1)
-    fused._fused = True
-    fused.optimizer = torch.optim.Adam(fused.online.parameters(), lr=fused.params.lr, fused=True)
-    fused.load_state_dict(tensors, meta)
-    assert fused.optimizer.param_groups[0]["fused"] is True
-    m = fused.train_step()
+    other = DQNLearner(small_params(), OBS, ACT, "cpu", 1)
+    other._fused = not default
+    other.optimizer = torch.optim.Adam(other.online.parameters(), lr=other.params.lr, fused=other._fused)
+    other.load_state_dict(tensors, meta)
+    assert bool(other.optimizer.param_groups[0]["fused"]) is (not default)
+    m = other.train_step()
     assert np.isfinite(m["loss"])
-    tensors, meta = through_checkpoint_formats(*fused.state_dict(include_replay=True))
+    tensors, meta = through_checkpoint_formats(*other.state_dict(include_replay=True))
     again = DQNLearner(small_params(), OBS, ACT, "cpu", 2)
     again.load_state_dict(tensors, meta)
-    assert not again.optimizer.param_groups[0]["fused"]
-    assert again.train_step() == fused.train_step()
+    assert bool(again.optimizer.param_groups[0]["fused"]) is bool(default)
+    assert again.train_step() == other.train_step()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run by hand where one is)")

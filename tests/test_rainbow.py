@@ -64,7 +64,7 @@ def random_arrays(n: int, rng: np.random.Generator, space=CARTPOLE_OBS) -> dict:
 def test_params_defaults_and_validation():
     p = DQNParams()
     assert (p.distributional, p.n_atoms, p.v_min, p.v_max, p.n_quantiles, p.qr_kappa) == ("none", 51, None, None, 51, 1)
-    assert (p.noisy, p.noisy_sigma0) == (False, 0.5)
+    assert (p.noisy, p.noisy_sigma0, p.noisy_layers) == (False, 0.5, "all")
     for bad in (
         dict(distributional="iqn"),
         dict(n_atoms=1),
@@ -72,6 +72,7 @@ def test_params_defaults_and_validation():
         dict(n_quantiles=0),
         dict(qr_kappa=0.0),
         dict(noisy_sigma0=-0.1),
+        dict(noisy_layers="torso"),
     ):
         with pytest.raises((ConfigError, ValueError)):  # attrs' in_ raises ValueError
             DQNParams(**bad)
@@ -80,8 +81,11 @@ def test_params_defaults_and_validation():
 def test_net_info_names_the_head_only_when_it_is_not_plain():
     plain = net_info(4, 2, params())
     assert plain == {"obs_dim": 4, "n_actions": 2, "hidden": [32, 32], "dueling": True}  # older weights still fit
-    c51 = net_info(4, 2, params(distributional="c51", n_atoms=11, v_min=0, v_max=100, noisy=True))
+    c51 = net_info(4, 2, params(distributional="c51", n_atoms=11, v_min=0, v_max=100, noisy=True, noisy_layers="head"))
     assert c51 == {**plain, "distributional": "c51", "n_atoms": 11, "v_min": 0.0, "v_max": 100.0, "noisy": True}
+    # noisy hidden layers too (the default): named; no hidden layers, nothing more is noisy than the head
+    assert net_info(4, 2, params(noisy=True)) == {**plain, "noisy": True, "noisy_layers": "all"}
+    assert net_info(4, 2, params(noisy=True, hidden=[])) == {**plain, "hidden": [], "noisy": True}
     qr = net_info(4, 2, params(distributional="qr", n_quantiles=8))
     assert qr == {**plain, "distributional": "qr", "n_quantiles": 8}
     spec = HeadSpec.of({**c51, "dueling": False})

@@ -12,7 +12,7 @@ itself, so images stay small on the wire, in replay and on the way to a GPU.
 
 from __future__ import annotations
 
-from .numpy_torso import NumpyTorso, initial_weights, orthogonal
+from .numpy_torso import NumpyTorso, factorised_noise, initial_weights, orthogonal
 from .spec import (
     LAYOUTS,
     NETWORKS,
@@ -36,6 +36,7 @@ __all__ = [
     "ObsSize",
     "conv_shapes",
     "describe",
+    "factorised_noise",
     "flat_size",
     "initial_weights",
     "input_dtype",

@@ -230,9 +230,11 @@ def out_size(torso: Mapping[str, Any]) -> int:
     return int(torso["dense"][-1]) if torso["dense"] else flat_size(torso)
 
 
-def weight_shapes(torso: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+def weight_shapes(torso: Mapping[str, Any], prefix: str = "", noisy: bool = False) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the torso's tensors (torch's layouts: conv (out, in, kh, kw), dense
-    (out, in)), layer ``i`` named ``f"{prefix}{2i}.weight"`` / ``.bias``."""
+    (out, in)), layer ``i`` named ``f"{prefix}{2i}.weight"`` / ``.bias``. ``noisy``: the dense layers
+    are factorised Gaussian noisy layers, ``.weight_mu``, ``.weight_sigma``, ``.bias_mu``, ``.bias_sigma``
+    (the convolutions stay plain)."""
     shapes: dict[str, tuple[int, ...]] = {}
     layer = 0
     if torso["layout"] != "flat":
@@ -242,8 +244,9 @@ def weight_shapes(torso: Mapping[str, Any], prefix: str = "") -> dict[str, tuple
             layer += 1
     width = flat_size(torso)
     for h in torso["dense"]:
-        shapes[f"{prefix}{2 * layer}.weight"] = (int(h), width)
-        shapes[f"{prefix}{2 * layer}.bias"] = (int(h),)
+        for kind in ("_mu", "_sigma") if noisy else ("",):
+            shapes[f"{prefix}{2 * layer}.weight{kind}"] = (int(h), width)
+            shapes[f"{prefix}{2 * layer}.bias{kind}"] = (int(h),)
         width = int(h)
         layer += 1
     return shapes

@@ -9,7 +9,7 @@ a quarter of float32's bytes. Tensor names and layouts are those of
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -20,16 +20,20 @@ from .spec import conv_shapes, flat_size, validate
 
 class Torso(nn.Sequential):
     """(layer, ReLU) pairs, convolutions first, then the dense layers; the flatten between them and
-    the input conversion happen in ``forward`` (so layer ``i`` is ``self[2i]`` for every torso)."""
+    the input conversion happen in ``forward`` (so layer ``i`` is ``self[2i]`` for every torso).
 
-    def __init__(self, torso: Mapping[str, Any]):
+    ``linear``: what makes each dense layer from (in, out), ``nn.Linear`` unless given (an algorithm's
+    noisy layer, for one: its tensors are then named as that module names them). A layer with a true
+    ``noisy`` attribute gets ``forward``'s ``noise`` flag (False: its mean weights)."""
+
+    def __init__(self, torso: Mapping[str, Any], linear: Callable[[int, int], nn.Module] | None = None):
         t = validate(torso)
         layers: list[nn.Module] = []
         for (cin, _, _), (out, k, s) in zip(conv_shapes(t), t["convs"]):
             layers += [nn.Conv2d(cin, out, k, s), nn.ReLU()]
         width = flat_size(t)
         for h in t["dense"]:
-            layers += [nn.Linear(width, h), nn.ReLU()]
+            layers += [(linear or nn.Linear)(width, h), nn.ReLU()]
             width = h
         super().__init__(*layers)
         self.torso = t
@@ -37,7 +41,7 @@ class Torso(nn.Sequential):
         self.obs_scale = float(t["obs_scale"])
         self.out_size = width
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, noise: bool = True) -> torch.Tensor:
         x = x.float()
         if self.obs_scale != 1.0:
             x = x * self.obs_scale
@@ -51,7 +55,7 @@ class Torso(nn.Sequential):
         for i, layer in enumerate(self):
             if i == 2 * self.n_convs and self.n_convs:
                 x = x.flatten(1)
-            x = layer(x)
+            x = layer(x, noise) if getattr(layer, "noisy", False) else layer(x)
         if len(self) == 2 * self.n_convs and self.n_convs:  # convolutions only
             x = x.flatten(1)
         return x

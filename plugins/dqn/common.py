@@ -35,6 +35,8 @@ log = logging.getLogger("mqttrl.dqn")
 DISTRIBUTIONS = ("none", "c51", "qr")
 #: the ``replay_device`` choices (:mod:`.device_replay`)
 REPLAY_SIDES = ("auto", "device", "host")
+#: the ``noisy_layers`` choices: the head's layers only, or every dense layer (the torso's too)
+NOISY_LAYERS = ("head", "all")
 #: the ``compile`` choices: torch.compile modes for the update's forwards and loss
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
@@ -139,6 +141,12 @@ class DQNParams:
     noisy: bool = False
     #: noisy layers start with sigma = noisy_sigma0 / sqrt(fan_in) (the paper's factorised 0.5)
     noisy_sigma0: float = attrs.field(default=0.5, validator=non_negative)
+    #: with noisy = true, which layers are noisy: "all" (every dense layer: the MLP's hidden layers or
+    #: a CNN's dense layer as well as the head; convolutions stay plain), as Fortunato et al. 2018,
+    #: Rainbow (Hessel et al. 2018: "we replace all linear layers with their noisy equivalent"),
+    #: Dopamine's full Rainbow (FullRainbowNetwork in dopamine/jax/networks.py) and CleanRL's
+    #: rainbow_atari.py; or "head" (the value/advantage or head layers only)
+    noisy_layers: str = attrs.field(default="all", validator=attrs.validators.in_(NOISY_LAYERS))
     # --- target network: every ``target_update_every`` updates,
     # target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)
     #: updates between target-network updates
@@ -293,7 +301,8 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
 
     The head's kind is only written when it is not the plain one: ``distributional`` ("c51" with
     ``n_atoms``, ``v_min``, ``v_max``; "qr" with ``n_quantiles``) and ``noisy: true`` (the head's
-    tensors are then ``{weight,bias}_{mu,sigma}``); see :mod:`.numpy_heads`.
+    tensors are then ``{weight,bias}_{mu,sigma}``); see :mod:`.numpy_heads`; with it ``noisy_layers:
+    "all"`` when the torso's dense layers are noisy too (their tensors named alike).
     """
     info = {
         "obs_dim": int(obs_dim),
@@ -313,6 +322,8 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
         info.update(distributional="qr", n_quantiles=int(params.n_quantiles))
     if params.noisy:
         info["noisy"] = True
+        if params.noisy_layers == "all" and torso["dense"]:
+            info["noisy_layers"] = "all"
     return info
 
 

@@ -40,6 +40,9 @@ class NoisyLinear(nn.Module):
     draw for the batch or one per row; until the first draw it is zero (the layer is its mean).
     ``forward(x, noise=False)`` is the mean layer whatever the buffers hold."""
 
+    #: a torso (:class:`mqttrl.nets.torch_torso.Torso`) hands its ``noise`` flag to such layers
+    noisy = True
+
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
@@ -53,11 +56,7 @@ class NoisyLinear(nn.Module):
 
     def reset_noise(self, rows: int | None = None, generator: torch.Generator | None = None) -> None:
         """New noise: one draw (``rows`` None) or one per row of the next batch of ``rows``."""
-        lead = () if rows is None else (rows,)
-        dev = self.weight_mu.device
-        e_in = torch.randn(*lead, self.in_features, generator=generator, device=dev if generator is None else "cpu")
-        e_out = torch.randn(*lead, self.out_features, generator=generator, device=dev if generator is None else "cpu")
-        self.set_noise(scale_noise(e_in), scale_noise(e_out))
+        reset_noise_of([self], rows, generator)
 
     def set_noise(self, eps_in: torch.Tensor, eps_out: torch.Tensor) -> None:
         """Given noise (already f-scaled): (in,), (out,) or per row (N, in), (N, out)."""
@@ -77,6 +76,26 @@ class NoisyLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def reset_noise_of(
+    layers: Sequence[NoisyLinear], rows: int | None = None, generator: torch.Generator | None = None
+) -> None:
+    """New factorised noise for every layer of ``layers`` from one draw of standard normals (one
+    ``randn`` and one f(x) = sign(x) sqrt|x| for all of them, split in views: a noisy net's eight or
+    more little draws cost more than its matmuls on a CPU): one draw for the batch (``rows`` None)
+    or one per row of the next ``rows``, in the order e_in, e_out of each layer in turn. Drawn on
+    ``generator``'s device (the layers' without one), then moved to the layers' device."""
+    if not layers:
+        return
+    sizes = [n for layer in layers for n in (layer.in_features, layer.out_features)]
+    lead = () if rows is None else (rows,)
+    dev = generator.device if generator is not None else layers[0].weight_mu.device
+    e = torch.randn(*lead, sum(sizes), generator=generator, device=dev)
+    e = torch.copysign(e.abs().sqrt_(), e)  # f(x), as scale_noise
+    parts = e.split(sizes, dim=-1)
+    for i, layer in enumerate(layers):
+        layer.set_noise(parts[2 * i], parts[2 * i + 1])
 
 
 def linear_layer(spec: HeadSpec, width: int, out: int, sigma0: float) -> nn.Module:
@@ -127,23 +146,21 @@ def c51_project(
 
     O(B K): only the two atoms around Tz_j get a non-zero hat weight: l_j = min(floor((Tz_j - v_min) /
     dz), K - 2) and l_j + 1, each weighted by the hat formula itself (the same float arithmetic as
-    the (B, K, K) form it replaced, ~7x slower at K = 51), added with two ``scatter_add``. A Tz_j
+    the (B, K, K) form it replaced, ~7x slower at K = 51), added with one ``scatter_add``. A Tz_j
     exactly on an atom keeps all its mass there (v_max: weight 0 on K - 2, 1 on K - 1). ``ends``:
     the support's first and last atom as floats, when the caller knows them (read from a GPU's
     ``support`` they would cost the update a wait for the device)."""
     v_min, v_max = ends if ends is not None else (float(support[0]), float(support[-1]))
-    k = support.numel()
+    k, b = support.numel(), reward.shape[0]
     dz = (v_max - v_min) / (k - 1)
-    tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)  # B, K (j)
-    low = ((tz - v_min) / dz).floor().clamp(0, k - 2).long()
-    high = low + 1
-    w_low = (1.0 - (tz - support[low]).abs() / dz).clamp(min=0.0)
-    w_high = (1.0 - (tz - support[high]).abs() / dz).clamp(min=0.0)
-    probs = next_probs.to(w_low.dtype)  # the support's precision (float32 under bf16 autocast too)
-    m = torch.zeros_like(probs)
-    m.scatter_add_(1, low, probs * w_low)
-    m.scatter_add_(1, high, probs * w_high)
-    return m
+    tz = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support).clamp_(v_min, v_max)  # B, K (j)
+    low = (tz - v_min).div_(dz).floor_().clamp_(0, k - 2)
+    # both neighbours at once, (B, 2, K): [:, 0] = l_j, [:, 1] = l_j + 1 (fewer kernels, each on K-long rows)
+    pair = torch.stack((low, low + 1.0), dim=1).long().view(b, 2 * k)
+    w = (tz.unsqueeze(1) - support.index_select(0, pair.view(-1)).view(b, 2, k)).abs_().div_(dz)
+    w = w.neg_().add_(1.0).clamp_(min=0.0)  # the hat weights 1 - |Tz_j - z_i| / dz, at least 0
+    probs = next_probs.to(w.dtype)  # the support's precision (float32 under bf16 autocast too)
+    return torch.zeros_like(probs).scatter_add_(1, pair, w.mul_(probs.unsqueeze(1)).view(b, 2 * k))
 
 
 def edge_mass(target_probs: torch.Tensor) -> torch.Tensor:
@@ -159,19 +176,56 @@ def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     return -(target_probs * F.log_softmax(logits, dim=1)).sum(dim=1)
 
 
+class _QuantileHuber(torch.autograd.Function):
+    """QR-DQN's per-sample loss with its gradient formed in the same pass (see
+    :func:`quantile_huber_loss`): the (B, N, N') pairs are made once, a handful of in-place passes
+    over them give both the loss and the gradients' sums, and only (B, N) / (B, N') sums are kept
+    for the backward (autograd through the textbook form kept every intermediate pair tensor and
+    walked them again: 3x slower at B = 128, N = 51 on a CPU)."""
+
+    @staticmethod
+    def forward(ctx, quantiles, target, tau, one_minus_2tau, kappa):
+        b, m = quantiles.shape[0], target.shape[1]
+        u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # B, i, j: T theta_j - theta_i
+        c = u.clamp(-kappa, kappa)  # L_kappa'(u); L_kappa(u) = c (u - c / 2)
+        # rho' = |tau - 1{u < 0}| c = tau c + (1 - 2 tau) min(c, 0) (c has u's sign)
+        g = c.clamp(max=0.0).mul_(one_minus_2tau).addcmul_(tau, c)
+        t = u.sub_(c, alpha=0.5)  # u - c / 2, so that rho = rho' (u - c / 2)
+        loss = torch.bmm(g.view(b, 1, -1), t.view(b, -1, 1)).view(b).div_(m)
+        # d loss_b / d theta_i = -mean_j rho'_ij; d loss_b / d T_j = sum_i rho'_ij / N'
+        d_q = g.sum(dim=2).div_(-m).to(quantiles.dtype) if ctx.needs_input_grad[0] else None
+        d_t = g.sum(dim=1).div_(m).to(target.dtype) if ctx.needs_input_grad[1] else None
+        ctx.save_for_backward(d_q, d_t)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):
+        d_q, d_t = ctx.saved_tensors
+        grad = grad.unsqueeze(1)
+        return (
+            d_q * grad.to(d_q.dtype) if d_q is not None else None,
+            d_t * grad.to(d_t.dtype) if d_t is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
 def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
     """QR-DQN's per-sample loss (Dabney et al. 2018, eq. 10 with the quantile Huber loss):
     sum_i mean_j rho^kappa_{tau_hat_i}(T theta_j - theta_i), where rho^kappa_tau(u) = |tau - 1{u < 0}|
     L_kappa(u), L_kappa(u) = u^2 / 2 for |u| <= kappa, else kappa (|u| - kappa / 2) (not divided by
     kappa: QR-DQN's form; IQN's divides). ``quantiles`` (B, N): theta_i(s, a) of the online net;
-    ``target`` (B, N'): the target quantiles (no gradient flows into them)."""
+    ``target`` (B, N'): the target quantiles (gradients flow into both when they ask for them).
+
+    Computed as rho = rho'(u) (u - c / 2) with c = clamp(u, -kappa, kappa) = L_kappa'(u) and rho'(u) =
+    |tau - 1{u < 0}| c (:class:`_QuantileHuber`: the loss and its gradient in one pass over the pairs);
+    equal to the textbook form to float rounding (tests/test_rainbow.py: loops, by hand)."""
     n = quantiles.shape[1]
+    dtype = torch.promote_types(quantiles.dtype, target.dtype)
     # quantile_midpoints' values, made on the device (no host-to-device copy per update)
-    tau = ((2 * torch.arange(n, device=quantiles.device, dtype=torch.float64) + 1) / (2.0 * n)).float().view(1, n, 1)
-    u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # B, i, j
-    huber = F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)
-    rho = (tau - (u.detach() < 0).float()).abs() * huber
-    return rho.mean(dim=2).sum(dim=1)
+    tau = ((2 * torch.arange(n, device=quantiles.device, dtype=torch.float64) + 1) / (2.0 * n)).to(dtype).view(1, n, 1)
+    return _QuantileHuber.apply(quantiles, target, tau, 1.0 - 2.0 * tau, float(kappa))
 
 
 def td_loss(

@@ -61,9 +61,19 @@ ARCHITECTURE_KEYS = (
     "v_max",
     "n_quantiles",
     "noisy",
+    "noisy_layers",
 )
 #: the architecture keys a full ``info`` (one with ``hidden``) leaves out when they take their plain value
-OPTIONAL_KEYS = ("torso", "distributional", "n_atoms", "v_min", "v_max", "n_quantiles", "noisy")
+OPTIONAL_KEYS = ("torso", "distributional", "n_atoms", "v_min", "v_max", "n_quantiles", "noisy", "noisy_layers")
+
+
+def noisy_torso(info: Mapping[str, Any]) -> bool:
+    """Whether the torso's dense layers are noisy (``noisy_layers: "all"`` beside ``noisy: true``);
+    ValueError for another value."""
+    layers = info.get("noisy_layers", "head")
+    if layers not in ("head", "all"):
+        raise ValueError(f"noisy_layers={layers!r}: 'head' or 'all'")
+    return bool(info.get("noisy")) and layers == "all"
 
 
 def follow_weights(own: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,7 +106,8 @@ class NumpyQForward:
     so the heads are plain ``x @ W + b``). Whatever the head, a call gives ``{"q": (N, n_actions)}``,
     the expected Q-values.
 
-    Noisy heads: each call samples fresh factorised noise, one independent draw per row (per env),
+    Noisy layers (the head's, and with ``noisy_layers: "all"`` the torso's dense layers too): each call
+    samples fresh factorised noise, one independent draw per row (per env),
     from this forward's own generator (seeded by ``seed``): per step, as Rainbow acts, and per env, so
     that the envs of one worker (or of every worker an inference server batches) explore independently,
     as separate actors would. Two small matmuls per layer on top of the mean's; no torch RNG involved.
@@ -110,9 +121,10 @@ class NumpyQForward:
         # until the first weights arrive: torch's default init, U(+-1/sqrt(fan_in)), seeded
         rng = np.random.default_rng(seed)
         torso = torso_of(self.info, self.obs_shape)
-        tensors = initial_weights(torso, rng, TORSO_PREFIX)
+        sigma0 = params.noisy_sigma0 if noisy_torso(self.info) else None
+        tensors = initial_weights(torso, rng, TORSO_PREFIX, noisy_sigma0=sigma0)
         tensors.update(initial_head_weights(HeadSpec.of(self.info), out_size(torso), rng, params.noisy_sigma0))
-        #: the noisy head's noise (its own stream: the weights' draws above do not shift it)
+        #: noisy layers' noise (its own stream: the weights' draws above do not shift it)
         self.noise_rng = np.random.default_rng([seed, 0x401DE])
         #: the loaded network (torso and heads), replaced as a whole by load_weights
         self.layers = self._build(tensors, self.info)
@@ -121,14 +133,15 @@ class NumpyQForward:
         torso = torso_of(full, self.obs_shape)
         spec = HeadSpec.of({**full, "n_actions": self.n_actions})
         width = out_size(torso)
-        expected = set(weight_shapes(torso, TORSO_PREFIX)) | set(spec.tensor_shapes(width))
+        noisy = noisy_torso(full)
+        expected = set(weight_shapes(torso, TORSO_PREFIX, noisy)) | set(spec.tensor_shapes(width))
         if set(tensors) != expected:
             raise ValueError(
                 f"weights do not fit the network: missing {sorted(expected - set(tensors))}, "
                 f"unexpected {sorted(set(tensors) - expected)}"
             )
         head = NumpyHead(spec, tensors, width)  # checks the head's shapes
-        return _QNet(NumpyTorso(torso, tensors, TORSO_PREFIX), head)
+        return _QNet(NumpyTorso(torso, tensors, TORSO_PREFIX, noisy), head)
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """The tensors ``DQNLearner.export_weights`` makes; raises before anything is replaced."""
@@ -138,8 +151,9 @@ class NumpyQForward:
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         net = self.layers
-        x = net.torso(obs)
-        noise = net.head.sample_noise(self.noise_rng, len(x)) if net.head.spec.noisy else None
+        rows = len(obs)
+        x = net.torso(obs, net.torso.sample_noise(self.noise_rng, rows) if net.torso.noisy else None)
+        noise = net.head.sample_noise(self.noise_rng, rows) if net.head.spec.noisy else None
         return {"q": net.head(x, noise).astype(np.float32, copy=False)}
 
     def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .heads import scale_noise
+from .heads import reset_noise_of
 
 
 class LaggedReadback:
@@ -82,9 +82,5 @@ class Staging:
 
 
 def draw_noise(net: nn.Module, generator: torch.Generator) -> None:
-    """New noise (one draw for the batch) in ``net``'s noisy head layers, drawn on ``generator``'s device."""
-    for layer in net.head_layers():
-        dev = layer.weight_mu.device
-        e_in = torch.randn(layer.in_features, generator=generator, device=dev)
-        e_out = torch.randn(layer.out_features, generator=generator, device=dev)
-        layer.set_noise(scale_noise(e_in), scale_noise(e_out))
+    """New noise (one draw for the batch) in ``net``'s noisy layers, drawn on ``generator``'s device."""
+    reset_noise_of(net.noisy_layers(), generator=generator)
