@@ -362,6 +362,22 @@ class DemosConfig:
         "not repeated by a resumed learner",
         validator=non_negative,
     )
+    pretrain_lr: float = setting(
+        1e-3, doc="PPO, SAC: the learning rate of the behaviour cloning before the first model", validator=positive
+    )
+    bc_coef: float = setting(
+        1.0,
+        doc="PPO: weight of a behaviour-cloning term (−log π(a_E|s) on demonstration minibatches) added to "
+        "each update during fine-tuning, decaying linearly to 0 over `bc_env_steps` (DAPG); 0: off",
+        validator=non_negative,
+    )
+    bc_env_steps: int = setting(500_000, doc="PPO: env steps over which `bc_coef` decays to 0", validator=non_negative)
+    priority_bonus: float = setting(
+        0.0,
+        doc="DQN with prioritized replay: demonstration transitions are drawn by priority (|TD error| + this "
+        "bonus, DQfD's ε_d), against the replay's priorities, instead of at `ratio`; 0: at `ratio`",
+        validator=non_negative,
+    )
     max_mb: float = setting(
         4096.0, unit="MiB", doc="a dataset larger than this is refused before it is read", validator=positive
     )
