@@ -9,6 +9,8 @@ episodes reset with seeds 5000.., away from the training and evaluation seeds).
 
     python benchmarks/bench_demos.py --config configs/lunarlander_dqn.toml --variants none 10 50 \\
         --seeds 0 --max-seconds 600 --set demos.margin_loss=1.0
+    python benchmarks/bench_demos.py --config configs/lunarlander_ppo.toml --variants 10 50 none \\
+        --seeds 0 1 2 --max-seconds 300 --set train.eval_every_s=10
 """
 
 from __future__ import annotations
@@ -48,10 +50,17 @@ def train(config: str, seed: int, demos: Path | None, max_seconds: float, max_st
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     if not summary:
         print(out.stderr[-3000:], file=sys.stderr)
+    # the env steps the solving model was trained on (the learner's count at its publication), besides
+    # all workers' count when its evaluation came in (which includes the evaluation cadence)
+    model_steps = next(
+        (c["env_steps"] for c in summary.get("curve", []) if c["model_version"] == summary.get("solve_model_version")),
+        None,
+    )
     return {
         "seed": seed,
         "solved": bool(summary.get("solved")),
         "env_steps_at_solve": summary.get("env_steps_at_solve"),
+        "model_env_steps_at_solve": model_steps if summary.get("solved") else None,
         "time_to_solve_s": summary.get("time_to_solve_s"),
         "best_eval_mean": summary.get("best_eval_mean"),
         "env_steps": summary.get("env_steps"),
@@ -88,12 +97,14 @@ def main() -> None:
             print(json.dumps(r), flush=True)
 
     print(
-        "\n| demonstrations | seed | solved | env steps to target | time to target (s) | best greedy mean | env steps run | wall (s) |"
+        "\n| demonstrations | seed | solved | env steps to target | the solving model's env steps | time to target (s) "
+        "| best greedy mean | env steps run | wall (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['variant']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | {r['env_steps_at_solve'] or '-'} | "
+            f"{r['model_env_steps_at_solve'] or '-'} | "
             f"{r['time_to_solve_s'] or '-'} | {r['best_eval_mean']} | {r['env_steps']} | {r['process_wall_s']} |"
         )
     if args.json:

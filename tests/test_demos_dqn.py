@@ -201,3 +201,60 @@ def test_the_learner_node_refuses_demos_for_an_algorithm_without_the_seam(tmp_pa
         learner_node.LearnerNode(
             _node_config(tmp_path, tmp_path / "ds"), BrokerSettings(url=mosquitto.url), tmp_path / "run"
         )
+
+
+def _demo_rows_per_update(tmp_path, bonus: float, updates: int = 30) -> tuple[float, object]:
+    from mqttrl_plugins.dqn.demo_replay import learn_from_demos
+
+    learner = _learner(buffer_size=64, prioritized=True, initial_priority="max")
+    ds = _dataset(tmp_path / f"b{bonus}", [_ep(10, True, start=1000.0)])
+    learn_from_demos(learner, ds, DemosConfig(ratio=0.0, priority_bonus=bonus, pretrain_updates=0), True)
+    rows = []
+    real_mix = DemoReplay.mix
+
+    def spy(self, weights, batch, device):
+        weights, batch = real_mix(self, weights, batch, device)
+        rows.append(int((batch["obs"][:, 0] >= 1000).sum()))
+        assert len(weights) == len(batch["obs"]) and float(max(weights)) <= 1.0 + 1e-9
+        return weights, batch
+
+    DemoReplay.mix = spy
+    try:
+        for seq in range(updates):
+            learner.add(_batch(16, seq, float(seq)))
+            learner.train_step()
+    finally:
+        DemoReplay.mix = real_mix
+    return float(np.mean(rows)), learner
+
+
+def test_priority_bonus_draws_demonstrations_by_priority_with_the_bonus(tmp_path):
+    """demos.priority_bonus (DQfD's epsilon_d): the demonstration transitions are drawn by priority
+    against the replay's (ratio 0 here: none would be drawn at a ratio), every one trained on gets
+    (|TD error| + per_eps + bonus) ** per_alpha, and a larger bonus draws more of them."""
+    small, _ = _demo_rows_per_update(tmp_path, bonus=0.001)
+    large, learner = _demo_rows_per_update(tmp_path, bonus=50.0)
+    demos, p = learner.demos, learner.params
+    assert demos.by_priority and demos.replay_stats is not None
+    floor = (50.0 + p.per_eps) ** p.per_alpha
+    assert demos.priorities.min() >= floor  # every demonstration keeps the bonus
+    trained = demos._idx
+    assert len(trained) > 0
+    # the rows trained on last were re-prioritized from their TD error: above the bonus, not the initial value
+    initial = (1.0 + p.per_eps + 50.0) ** p.per_alpha
+    assert np.all(demos.priorities[trained] >= floor) and np.any(demos.priorities[trained] != initial)
+    assert large > small and large >= 4, (small, large)  # the bonus raises the demonstrations' share
+    # against the same replay, a larger bonus gives the same transitions a larger share of the mass
+    replay_mass = learner.tree.total()
+    low = DemoReplay(demos.arrays, ratio=0.0, priority_bonus=0.001, per_alpha=p.per_alpha, per_eps=p.per_eps)
+    high = DemoReplay(demos.arrays, ratio=0.0, priority_bonus=50.0, per_alpha=p.per_alpha, per_eps=p.per_eps)
+    assert high.share(replay_mass) > 3 * low.share(replay_mass)
+
+
+def test_priority_bonus_without_prioritized_replay_is_one_line(tmp_path):
+    from mqttrl.config import ConfigError
+    from mqttrl_plugins.dqn.demo_replay import learn_from_demos
+
+    learner = _learner(prioritized=False)
+    with pytest.raises(ConfigError, match="needs prioritized replay"):
+        learn_from_demos(learner, _dataset(tmp_path, [_ep(5, True)]), DemosConfig(priority_bonus=1.0), True)

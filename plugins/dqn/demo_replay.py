@@ -10,6 +10,16 @@ overwrites its oldest transitions, this part never changes after it is built.
 Each update appends ``extra_rows(batch_size)`` of its rows after the main replay's ``batch_size``
 rows, so that they are ``demos.ratio`` of the batch; pretraining (:func:`pretrain`) trains on
 batches of demonstrations alone. Demonstration rows have importance weight 1 and are not re-prioritized.
+
+With ``demos.priority_bonus`` (ε_d) > 0 and prioritized replay they are drawn by priority instead,
+as DQfD draws from one prioritized buffer: each demonstration transition has the priority
+``(|TD error| + per_eps + ε_d) ** per_alpha`` (the replay's rule plus the bonus; at first as if
+its TD error were 1), updated after every update that trains on it; the rows appended are the
+demonstrations' share of the priority mass of demonstrations and replay together (at most half
+the batch), drawn proportionally to priority within the demonstrations, with the importance
+weights the replay's rows get (``(p / p_min) ** -beta``, at most 1). The bonus keeps the
+demonstrations drawn as the agent's own TD errors shrink. Their priorities are not checkpointed:
+a resumed learner starts them afresh.
 With ``demos.margin_loss`` > 0, the supervised loss ``max_a [Q(s, a) + l(a_E, a)] - Q(s, a_E)``
 (l = ``demos.margin`` where a differs from the demonstrated a_E, else 0) over the demonstration
 rows is added to the TD loss, weighted by it: the demonstrator's action is pushed above the others
@@ -61,18 +71,41 @@ class DemoReplay:
     margin_loss: float = 0.0
     margin: float = 0.8
     rng: np.random.Generator = attrs.field(factory=np.random.default_rng)
+    #: DQfD's ε_d (``demos.priority_bonus``): > 0 draws the rows by priority (needs ``replay_stats``)
+    priority_bonus: float = 0.0
+    per_alpha: float = 0.6
+    per_eps: float = 1e-6
+    #: the replay's (priority mass, smallest priority, beta) now; set by :func:`learn_from_demos`
+    replay_stats: Any = None
     #: demonstration rows appended to the batch being trained (set by :meth:`mix`)
     _rows: int = attrs.field(default=0, init=False)
+    #: their indices, and the priorities (``** per_alpha``) of all (priority mode)
+    _idx: np.ndarray | None = attrs.field(default=None, init=False)
+    priorities: np.ndarray | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.by_priority:
+            self.priorities = np.full(self.size, (1.0 + self.per_eps + self.priority_bonus) ** self.per_alpha)
 
     @classmethod
-    def of(cls, episodes: Iterable[Episode], gamma: float, n_step: int, settings, seed: int = 0) -> DemoReplay:
+    def of(
+        cls, episodes: Iterable[Episode], gamma: float, n_step: int, settings, seed: int = 0, params=None
+    ) -> DemoReplay:
+        """``params`` (the DQN's): its ``per_alpha``/``per_eps`` for the priority mode."""
         return cls(
             nstep_transitions(episodes, gamma, n_step),
             ratio=float(settings.ratio),
             margin_loss=float(settings.margin_loss),
             margin=float(settings.margin),
             rng=np.random.default_rng(seed),
+            priority_bonus=float(getattr(settings, "priority_bonus", 0.0)),
+            per_alpha=float(params.per_alpha) if params is not None else 0.6,
+            per_eps=float(params.per_eps) if params is not None else 1e-6,
         )
+
+    @property
+    def by_priority(self) -> bool:
+        return self.priority_bonus > 0
 
     @property
     def size(self) -> int:
@@ -106,16 +139,44 @@ class DemoReplay:
         for :meth:`after_loss`."""
         import torch
 
-        self._rows = n = self.extra_rows(len(next(iter(batch.values()))))
+        B = len(next(iter(batch.values())))
+        if self.by_priority and self.replay_stats is not None:
+            idx, demo_w = self._draw_by_priority(B)
+        else:
+            n = self.extra_rows(B)
+            idx, demo_w = self.rng.integers(0, self.size, n), np.ones(n)
+        self._rows = n = len(idx)
+        self._idx = idx
         if n == 0:
             return weights, batch
-        demo = self.sample(n)
+        demo = {name: arr[idx] for name, arr in self.arrays.items()}
         batch = {k: torch.cat([v, torch.from_numpy(demo[k]).to(device)]) for k, v in batch.items()}
         if isinstance(weights, np.ndarray):
-            weights = np.concatenate([weights, np.ones(n, weights.dtype)])
+            weights = np.concatenate([weights, demo_w.astype(weights.dtype)])
         elif weights is not None:
-            weights = torch.cat([weights, torch.ones(n, dtype=weights.dtype, device=weights.device)])
+            weights = torch.cat([weights, torch.from_numpy(demo_w).to(weights.device, weights.dtype)])
         return weights, batch
+
+    def share(self, replay_mass: float) -> float:
+        """The demonstrations' share of the priority mass of demonstrations and replay together."""
+        mass = float(self.priorities.sum())
+        return mass / (mass + replay_mass) if replay_mass > 0 else 1.0
+
+    def _draw_by_priority(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, importance weights) of the rows appended to ``batch_size`` replay rows in the
+        priority mode: their count the demonstrations' share of the mass (stochastically rounded, at
+        most ``batch_size``), drawn by priority, stratified as the replay draws."""
+        replay_mass, p_min, beta = self.replay_stats()
+        f = self.share(replay_mass)
+        x = batch_size * f / (1.0 - f) if f < 0.5 else float(batch_size)
+        n = min(batch_size, int(x) + int(self.rng.random() < x - int(x)))
+        if n == 0:
+            return np.zeros(0, np.int64), np.zeros(0)
+        cdf = np.cumsum(self.priorities)
+        mass = (np.arange(n) + self.rng.random(n)) * (cdf[-1] / n)
+        idx = np.minimum(np.searchsorted(cdf, mass, side="right"), self.size - 1)
+        weights = np.minimum(1.0, (self.priorities[idx] / p_min) ** (-beta)) if p_min > 0 else np.ones(n)
+        return idx, weights
 
     def after_loss(self, net, batch: dict, loss, elementwise, target, q):
         """The margin loss added (when on); per-row values cut to the replay's rows (only those are
@@ -123,6 +184,9 @@ class DemoReplay:
         n = self._rows
         if n == 0:
             return loss, elementwise, target, q
+        if self.by_priority:  # |TD error| + eps + the bonus, as the replay's rows are re-prioritized
+            td = (target[-n:].detach().float() - q[-n:].detach().float()).abs().cpu().numpy().astype(np.float64)
+            self.priorities[self._idx] = (td + self.per_eps + self.priority_bonus) ** self.per_alpha
         if self.margin_loss > 0:
             loss = loss + self.margin_term(net(batch["obs"][-n:]), batch["action"][-n:], n)
         return loss, elementwise[:-n], target[:-n], q[:-n]
@@ -157,11 +221,31 @@ def pretrain(learner, demos: DemoReplay, updates: int) -> dict[str, float]:
     }
 
 
+def replay_stats(learner) -> tuple[float, float, float]:
+    """The learner's prioritized replay now: (priority mass, smallest priority, beta), on the host
+    sum tree or the device replay's priorities."""
+    n, beta = learner.size, learner._beta()
+    if n == 0:
+        return 0.0, 0.0, beta
+    if learner.tree is not None:
+        return float(learner.tree.total()), float(learner.tree.min(n)), beta
+    prio = learner.device_replay.priorities[:n]
+    return float(prio.sum()), float(prio.min()), beta
+
+
 def learn_from_demos(learner, dataset, settings, pretrain_now: bool) -> dict[str, float]:
     """The seam's ``learn_from_demos`` for DQN: the dataset as the learner's never-evicted replay part,
     then (a new run, not a resumed one) ``demos.pretrain_updates`` updates on it alone."""
     p = learner.params
-    demos = DemoReplay.of(dataset.episodes, p.gamma, p.n_step, settings, seed=int(learner.rng.integers(2**31)))
+    demos = DemoReplay.of(
+        dataset.episodes, p.gamma, p.n_step, settings, seed=int(learner.rng.integers(2**31)), params=p
+    )
+    if demos.by_priority:
+        if not p.prioritized:
+            from mqttrl.config import ConfigError
+
+            raise ConfigError("demos.priority_bonus > 0 needs prioritized replay (algorithm.prioritized = true)")
+        demos.replay_stats = lambda: replay_stats(learner)
     learner.demos = demos
     info = {"demo_transitions": float(demos.size), "demo_episodes": float(len(dataset.episodes))}
     if pretrain_now and settings.pretrain_updates > 0:

@@ -217,6 +217,9 @@ class PPOLearner:
     """PPO's learner: each round's batches (one per worker, all made with the current model
     version) are trained on for ``epochs`` passes, then the next version goes out."""
 
+    #: demonstrations kept for fine-tuning (``demos.bc_coef``; :class:`.demo_clone.BCAnchor`)
+    demo_bc = None
+
     def __init__(
         self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
     ):
@@ -297,6 +300,8 @@ class PPOLearner:
         )
         if self.continuous:
             metrics["log_std_mean"] = float(self.agent.actor_logstd.detach().mean())
+        if self.demo_bc is not None:
+            metrics["demo_bc_weight"] = self.demo_bc.weight(self.samples_added)
         return metrics
 
     def _round_tensors(self, cat: dict[str, np.ndarray], n: int) -> tuple[torch.Tensor, ...]:
@@ -356,6 +361,8 @@ class PPOLearner:
             v_loss = 0.5 * ((value - ret) ** 2).mean()
         entropy_mean = entropy.mean()
         loss = pg_loss - p.ent_coef * entropy_mean + p.vf_coef * v_loss
+        if self.demo_bc is not None:  # demonstrations: the decaying cloning term (demo_clone.BCAnchor)
+            loss = loss + self.demo_bc.loss(self)
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
