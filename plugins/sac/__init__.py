@@ -26,6 +26,7 @@ from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import SACActor
 from .common import SACParams, sample_spec
+from .demo_clone import learn_from_demos
 from .export import export_module, weights_from_checkpoint
 from .numpy_net import NumpyPolicyForward
 
@@ -64,6 +65,7 @@ def mqttrl_register_algorithms(register):
             make_forward=make_forward,
             weights_from_checkpoint=weights_from_checkpoint,
             export_module=export_module,
+            learn_from_demos=learn_from_demos,
             check_env="Pendulum-v1",
         )
     )
