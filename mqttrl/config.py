@@ -148,6 +148,12 @@ class WorkerConfig:
         "docs/telemetry.md): the worker with `--index i` listens on this port + i. 0: off",
         validator=non_negative,
     )
+    record_demos_to: str = setting(
+        "",
+        doc="a directory on the worker's machine where it writes the episodes a person played in its games "
+        '(the env reports `info["demo_action"]`) as a demonstration dataset (`mqttrl train --demos DIR` reads '
+        'it; docs/demonstrations.md); `""`: none',
+    )
 
 
 @attrs.define

@@ -30,6 +30,7 @@ import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
+from mqttrl.demos.live import live_recorder
 from mqttrl.envs.make import make_env
 from mqttrl.envs.realtime import RealTimeEnvSet, obs_timeout, real_time_settings, with_action_history
 from mqttrl.envs.realtime_clock import ControlClock
@@ -77,6 +78,9 @@ def _payload_only(handler: Callable[[bytes], None]) -> Handler:
 
 
 class WorkerNode:
+    #: worker.record_demos_to: writes a person's episodes to a dataset (:class:`mqttrl.demos.live.LiveRecorder`)
+    demo_recorder = None
+
     def __init__(
         self,
         broker: BrokerSettings,
@@ -178,6 +182,7 @@ class WorkerNode:
         self.node.ack_timeout_s = cfg.worker.ack_timeout_s
         self.info = get_registry().algorithm(cfg.algorithm.name)
         envs, ctx = self._make_envs(cfg)
+        self.demo_recorder = live_recorder(cfg, envs, f"worker:{self.name}")  # worker.record_demos_to
         metrics = serve_metrics(
             cfg.worker.metrics_port + (self.index or 0) if cfg.worker.metrics_port else 0,
             self.name,
@@ -353,6 +358,8 @@ class WorkerNode:
         if record:
             with self.blocks.timed("record") if timed_record else contextlib.nullcontext():
                 self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
+            if self.demo_recorder is not None:  # a person's whole episodes to a dataset (mqttrl.demos.live)
+                self.demo_recorder.step(envs, obs, actions, rewards, next_obs, terminated, truncated)
         self.core.stepped(envs.num_envs, ended, time.time())
         self.env_restarts = envs.env_restarts
 
