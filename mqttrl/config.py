@@ -54,6 +54,14 @@ def layer_sizes(inst, attribute, value):
 
 layer_sizes.allowed = "positive integers"
 
+
+def fifo_priority(inst, attribute, value):
+    if isinstance(value, bool) or not 0 <= value <= 99:
+        raise ConfigError(f"{attribute.name}={value!r}: must be 0 (off) or a SCHED_FIFO priority 1-99")
+
+
+fifo_priority.allowed = "0-99"
+
 # Each setting below is declared once: type, default, unit, doc and validation. The doc is what
 # docs/configuration.md, `mqttrl settings` and --help show (markdown: `code` is kept in the docs).
 
@@ -99,6 +107,13 @@ class EnvConfig:
         "within this long hangs, and is handled like a crash: closed, made afresh, its samples kept. 0: wait for ever",
         validator=non_negative,
     )
+    game_speed: float = setting(
+        0.0,
+        doc="the game's speed (1: real time, 2: twice as fast): a worker calls each game's `set_speed(factor)` "
+        "(the real-time protocol, docs/plugins.md) once it is made; `control_hz` stays in wall-clock periods. 0: "
+        "the game's own speed, `set_speed` not called",
+        validator=non_negative,
+    )
 
 
 @attrs.define
@@ -114,6 +129,13 @@ class WorkerConfig:
         validator=positive,
     )
     torch_threads: int = setting(1, doc="torch threads of a worker process", validator=positive)
+    realtime_priority: int = setting(
+        10,
+        doc="real time (`env.control_hz`): the control thread runs at this SCHED_FIFO priority (1-99) from the "
+        "period's reads to its actions, back at the ordinary one for the period's chores (Linux, as root or with "
+        "CAP_SYS_NICE; elsewhere one log line and the ordinary priority). 0: never raised",
+        validator=fifo_priority,
+    )
     ack_timeout_s: float = setting(
         60.0,
         unit="s",
