@@ -132,6 +132,8 @@ class PeriodStats:
         self.max_s = 0.0
         #: seconds the clocks slept waiting for periods to end (a worker's "wait" block)
         self.wait_s = 0.0
+        #: of which seconds spun (the clock's ``spin_s`` before each period's end: CPU time)
+        self.spin_s = 0.0
         #: the sum of all errors (a Prometheus histogram's ``_sum``)
         self.err_sum = 0.0
 
@@ -170,6 +172,7 @@ class PeriodStats:
             "lost_s": round(self.lost_s, 4),
             "reset_s": round(self.reset_s, 4),
             "paused_s": round(self.paused_s, 4),
+            "spin_s": round(self.spin_s, 4),
             "hist": list(self.hist),
         }
 
@@ -238,7 +241,7 @@ def combine_realtime(reports: Mapping[str, Mapping]) -> dict | None:
     }
     for key in ("periods", "overruns", "skipped"):
         out[key] = int(sum(_numbers(r.get(key) for r in rs)))
-    for key in ("lost_s", "reset_s", "paused_s"):
+    for key in ("lost_s", "reset_s", "paused_s", "spin_s"):
         out[key] = round(sum(_numbers(r.get(key) for r in rs)), 4)
     return out
 

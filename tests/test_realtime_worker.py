@@ -15,6 +15,7 @@ import pytest
 from helpers.fake_node import FakeNode
 
 from mqttrl.config import AlgorithmSection, RunConfig
+from mqttrl.envs import realtime as realtime_mod
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_sim import WallClockGame
 from mqttrl.nodes.worker import node as node_mod
@@ -40,11 +41,13 @@ class FakeTime:
             self.t += max(0.0, d)
 
 
-def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int):
+def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int, env=None, params=None, game=None):
     games: list[WallClockGame] = []
+    if game is None:  # CartPole's resets take microseconds: never a background one, whatever the machine's load
+        monkeypatch.setattr(realtime_mod, "RESET_JOIN_S", 10.0)
 
     def make_env(env_id, kwargs, registry):
-        games.append(WallClockGame("CartPole-v1", world_hz=50.0, clock=ft.now, sleep=ft.sleep))
+        games.append((game or WallClockGame)("CartPole-v1", world_hz=50.0, clock=ft.now, sleep=ft.sleep))
         return games[-1]
 
     monkeypatch.setattr(node_mod, "make_env", make_env)
@@ -52,9 +55,9 @@ def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int):
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1, wait_timeout=10)
     worker.node = FakeNode(settings)
-    params = DQNParams(hidden=[16])
+    params = params or DQNParams(hidden=[16])
     cfg = RunConfig(run=RUN, algorithm=AlgorithmSection(name="dqn", params=params)).to_dict()
-    cfg["env"].update(control_hz=50.0, act_buf_len=2)
+    cfg["env"].update({"control_hz": 50.0, "act_buf_len": 2, **(env or {})})
     cfg["worker"].update(heartbeat_interval_s=0.001, batch_size=32)
     topics = Topics(RUN)
     obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4 + 2 * 2,), np.float32), gym.spaces.Discrete(2)
@@ -123,3 +126,52 @@ def test_a_worker_held_back_pauses_its_games(monkeypatch):
     rt = [decode_json(p).get("realtime") for p in published(worker, topics, Kind.HEARTBEAT)]
     assert rt[-1]["paused_s"] == pytest.approx(10.0)  # two games, 5 s each
     assert rt[-1]["overruns"] == 0
+
+
+def test_the_worker_sets_the_game_speed_the_config_asks_for(monkeypatch):
+    ft = FakeTime()
+    worker, games, _topics, t = start_worker(monkeypatch, ft, paused=False, max_env_steps=20, env={"game_speed": 3.0})
+    finish(worker, t)
+    assert len(games) == 2 and all(g.speeds == [3.0] for g in games)
+
+
+def test_the_worker_leaves_the_speed_alone_by_default(monkeypatch):
+    ft = FakeTime()
+    worker, games, _topics, t = start_worker(monkeypatch, ft, paused=False, max_env_steps=20)
+    finish(worker, t)
+    assert all(g.speeds == [] for g in games)
+
+
+class SlowReset(WallClockGame):
+    """Its resets after the first take 30 ms of real time (the worker's clock is fake: the
+    other game is stepped many times meanwhile)."""
+
+    def reset(self, *, seed=None, options=None):
+        if self.total_ticks:
+            time.sleep(0.03)
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_game_resetting_in_the_background_leaves_no_row_in_the_samples(monkeypatch):
+    """Two games, slow resets: while one resets (in the background) the other is played on,
+    those steps not recorded (the actor takes every game's row at once); every transition
+    recorded is a real one: each env step counted is one control period read, and the
+    transitions sent are those steps less the ones played in a gap."""
+    ft = FakeTime()
+    played_not_recorded = []
+    orig = node_mod.WorkerNode._gap_step
+
+    def gap_step(self, envs, out, record):
+        played_not_recorded.append(envs.num_envs - len(envs.resetting_rows) - len(envs.failed))
+        return orig(self, envs, out, record)
+
+    monkeypatch.setattr(node_mod.WorkerNode, "_gap_step", gap_step)
+    params = DQNParams(hidden=[16], n_step=1)
+    worker, games, topics, t = start_worker(
+        monkeypatch, ft, paused=False, max_env_steps=600, params=params, game=SlowReset
+    )
+    finish(worker, t)
+    assert played_not_recorded, "no reset went to the background"
+    assert worker.env_steps == worker.period_stats.periods  # no phantom step while resetting
+    sent = sum(len(decode_batch(p).arrays["reward"]) for p in published(worker, topics, Kind.SAMPLES))
+    assert sent == worker.env_steps - sum(played_not_recorded)

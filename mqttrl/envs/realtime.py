@@ -14,6 +14,9 @@ The settings are ``[env] control_hz``, ``clock``, ``overrun_tolerance``, ``act_b
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,6 +26,29 @@ import numpy as np
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_guard import Deadline
 from mqttrl.envs.rollout import EnvSet
+
+log = logging.getLogger("mqttrl.realtime")
+
+#: ``info`` key of a row that holds no transition: its game was resetting during the step
+RESETTING = "mqttrl_resetting"
+
+#: a worker with several games waits this long for a game's reset; a slower one goes on in the
+#: background while the other games are served (:class:`RealTimeEnvSet`)
+RESET_JOIN_S = 0.002
+
+
+def _ordinary_priority(thread: threading.Thread) -> None:
+    """``thread`` in the OS's ordinary scheduling class: a reset that goes on in the background
+    was started by a control thread at real-time priority (inherited: a fast reset is done at
+    once) and must not hold a core at that level for seconds."""
+    tid = getattr(thread, "native_id", None)
+    if tid is None or not hasattr(os, "sched_setscheduler"):
+        return
+    try:
+        if os.sched_getscheduler(tid) != os.SCHED_OTHER:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass
 
 
 @runtime_checkable
@@ -133,6 +159,32 @@ def make_run_env(env_config, registry=None, extra_kwargs: dict | None = None) ->
     return with_action_history(env, env_config)
 
 
+def with_game_speed(env: gym.Env, env_config) -> gym.Env:
+    """``env`` told to run at ``[env] game_speed`` (its ``set_speed(factor)``, on the env or its
+    unwrapped core) when that is set (not 0); a game with no ``set_speed`` gets one warning line
+    and runs at its own speed."""
+    speed = float(getattr(env_config, "game_speed", 0.0) or 0.0)
+    if not speed:
+        return env
+    for candidate in (env, env.unwrapped):
+        set_speed = getattr(candidate, "set_speed", None)
+        if callable(set_speed):
+            set_speed(speed)
+            return env
+    global _speed_warned
+    if not _speed_warned:
+        _speed_warned = True
+        log.warning(
+            "env %s has no set_speed(factor): env.game_speed = %g is ignored, the game runs at its own speed",
+            getattr(env_config, "id", "?"),
+            speed,
+        )
+    return env
+
+
+_speed_warned = False
+
+
 def with_action_history(env: gym.Env, env_config) -> gym.Env:
     """``env`` with the last ``[env] act_buf_len`` actions in its observation (as it is for 0)."""
     length = getattr(env_config, "act_buf_len", 0)
@@ -160,12 +212,68 @@ class RealTimeEnv(gym.Wrapper):
         self.pausable = can_pause(inner)
         self._sent = False
         self._send_error: Exception | None = None
+        #: a reset running on its own thread (:meth:`start_reset`): the thread and its result
+        self._reset_job: tuple[threading.Thread, dict] | None = None
+        self._last_obs: Any = None
+        #: the observation the last :meth:`step` read
+        self.last_obs: Any = None
         #: a game's read_obs and reset answer within ``obs_timeout_s`` or raise GameHung (a crash)
         self.deadline = Deadline(obs_timeout_s) if obs_timeout_s and self.game is not None else None
+
+    @property
+    def resetting(self) -> bool:
+        """A reset runs on its own thread (started by :meth:`start_reset`, not yet collected)."""
+        return self._reset_job is not None
+
+    def start_reset(self, final_obs: Any, join_s: float) -> Any | None:
+        """Reset on a thread of its own, waiting for it ``join_s`` seconds: its first observation
+        when it was done by then (raising what it raised), as a plain reset; else None, and the
+        reset goes on while the worker serves its other games: until it is done :meth:`send`
+        does nothing and :meth:`step` returns at once a row that holds no transition
+        (``info[RESETTING]``, the obs ``final_obs``); the step that finds it done returns the
+        new episode's first observation the same way and restarts this game's clock (or raises
+        what the reset raised: the env's crash path)."""
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["out"] = self.reset()
+            except BaseException as e:  # raised where it is collected
+                box["error"] = e
+
+        thread = threading.Thread(target=run, name="mqttrl-reset", daemon=True)
+        thread.start()
+        thread.join(join_s)
+        if thread.is_alive():
+            _ordinary_priority(thread)
+            self._last_obs = final_obs
+            self._reset_job = (thread, box)
+            return None
+        if "error" in box:
+            raise box["error"]
+        return box["out"][0]
+
+    def wait_reset(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a running reset (when no game has a period to wait for)."""
+        if self._reset_job is not None:
+            self._reset_job[0].join(timeout)
+
+    def _step_resetting(self):
+        thread, box = self._reset_job
+        if thread.is_alive():
+            return self._last_obs, 0.0, False, False, {RESETTING: True}
+        self._reset_job = None
+        if "error" in box:
+            raise box["error"]
+        obs, _info = box["out"]
+        self.clock.start()  # the first period starts now, when the worker can act on it
+        return obs, 0.0, False, False, {RESETTING: True}
 
     def send(self, action: Any) -> None:
         """Apply ``action`` now (a failure is raised by the next :meth:`step`, where the
         worker's restart path handles it)."""
+        if self._reset_job is not None:
+            return  # the game is resetting: its row of this step holds no transition
         self._sent = True
         try:
             if self.history is not None:
@@ -178,6 +286,8 @@ class RealTimeEnv(gym.Wrapper):
             self._send_error = e
 
     def step(self, action):
+        if self._reset_job is not None:
+            return self._step_resetting()
         if not self._sent:
             self.send(action)
         self._sent = False
@@ -193,6 +303,7 @@ class RealTimeEnv(gym.Wrapper):
             obs, r, term, trunc, info = self.inner.step(self._action)
         if self.history is not None:
             obs = self.history.observe(obs)
+        self.last_obs = obs
         return obs, r, term, trunc, info
 
     def reset(self, **kwargs):
@@ -216,14 +327,18 @@ class RealTimeEnv(gym.Wrapper):
             self.env.close()
 
     def pause(self) -> None:
-        if self.pausable and not self.clock.paused:
+        if self.pausable and not self.clock.paused and self._reset_job is None:
             self.game.pause()
+            self._game_paused = True
         self.clock.pause()
 
     def resume(self) -> None:
-        if self.pausable and self.clock.paused:
+        if self._game_paused and self.clock.paused:
             self.game.resume()
+        self._game_paused = False
         self.clock.resume()
+
+    _game_paused = False
 
 
 class RealTimeEnvSet(EnvSet):
@@ -232,20 +347,68 @@ class RealTimeEnvSet(EnvSet):
     others' periods have ended by then), so each action goes out at its period's start."""
 
     def __init__(
-        self, make: Callable[[], gym.Env], num_envs: int, seed: int, *, make_clock, obs_timeout_s: float = 0.0, **kwargs
+        self,
+        make: Callable[[], gym.Env],
+        num_envs: int,
+        seed: int,
+        *,
+        make_clock,
+        obs_timeout_s: float = 0.0,
+        background_resets: bool | None = None,
+        **kwargs,
     ):
         self.make_clock = make_clock
+        #: an episode's reset runs on its own thread while the other games are served (default:
+        #: with more than one env; one game has nothing to serve meanwhile)
+        self.background_resets = num_envs > 1 if background_resets is None else background_resets
+        #: a reset not done within this long goes on in the background (a fast one stays a plain reset)
+        self.reset_join_s = RESET_JOIN_S
+        #: the rows of the last step that hold no transition (their game was resetting)
+        self.resetting_rows: list[int] = []
         super().__init__(lambda: RealTimeEnv(make(), make_clock(), obs_timeout_s), num_envs, seed, **kwargs)
 
     def step(self, actions: np.ndarray, during: Callable[[], None] | None = None):
         """Send every action, run ``during`` (a worker's chores: messages, heartbeat, a batch
-        out) while the period runs, then wait for its end and read every env."""
+        out) while the period runs, then wait for its end and read every env.
+
+        A game whose reset runs on its thread (``background_resets``) is skipped: its row is
+        listed in :attr:`resetting_rows` (no transition; a caller recording transitions must
+        not record that step as it is); when every game is resetting the step waits a period
+        for one of them instead of spinning."""
         acts = actions.tolist() if actions.ndim == 1 else list(actions)
         for env, a in zip(self.envs, acts):
             env.send(a)
         if during is not None:
             during()
-        return super().step(actions)
+        resetting = [i for i, env in enumerate(self.envs) if env.resetting]
+        if resetting and len(resetting) == self.num_envs:
+            self.envs[0].wait_reset(self.envs[0].clock.period)
+        out = super().step(actions)
+        if resetting:
+            for i in resetting:
+                if i not in self.failed:  # a resetting row is not a step of the new episode
+                    self.lengths[i] -= 1
+        self.resetting_rows = resetting
+        return out
+
+    def _reset(self, i: int) -> np.ndarray:
+        """After env ``i``'s episode ended: its reset, on its own thread when ``background_resets``;
+        one that is not done within ``reset_join_s`` goes on there (the row keeps the final
+        observation until the reset is collected) while the other games are served."""
+        if not self.background_resets:
+            return super()._reset(i)
+        final = self.envs[i].last_obs
+        try:
+            obs = self.envs[i].start_reset(final, self.reset_join_s)
+        except Exception as e:
+            self._note_failure(i, "reset", e)
+            return self._restart(i)
+        return final if obs is None else obs
+
+    @property
+    def spun(self) -> float:
+        """Of :attr:`slept`, the seconds the clocks spun before their periods' ends."""
+        return self.envs[0].clock.stats.spin_s
 
     @property
     def slept(self) -> float:

@@ -16,18 +16,27 @@ Two modes:
   ``tolerance`` waits for the next grid point (a skipped period, counted), so every
   observation is ``k`` whole periods after the last within the tolerance.
 
+The wait sleeps to ``spin_s`` before the period's end, then spins (reads the clock) to it: a
+sleeping thread wakes up late by the OS timer's slack and the scheduler's wake-up latency, a
+spinning one does not; the spin's CPU time is counted (``spin_s`` in :class:`PeriodStats`).
+
 No threads; ``now`` and ``sleep`` are injectable so tests run on a fake clock.
+:class:`ThreadPriority` raises the control thread's scheduling priority where the OS allows it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import time
 from collections.abc import Callable
 
 from mqttrl.timing import PeriodStats
 
 CLOCK_MODES = ("elastic", "strict")
+
+log = logging.getLogger("mqttrl.realtime")
 
 
 class ControlClock:
@@ -41,6 +50,7 @@ class ControlClock:
         now: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
         stats: PeriodStats | None = None,
+        spin_s: float = 0.0,
     ):
         if hz <= 0:
             raise ValueError(f"control_hz={hz!r}: must be positive")
@@ -52,6 +62,9 @@ class ControlClock:
         self.now = now
         self.sleep = sleep
         self.stats = stats or PeriodStats()
+        #: the last this many seconds of a wait are spun, not slept (on the real clock only: an
+        #: injected ``now`` may stand still while nobody sleeps)
+        self.spin_s = spin_s if now is time.perf_counter else 0.0
         self.anchor: float | None = None
         #: the grid index of the current period's end: it ends at ``anchor + k * period``
         self.k = 1
@@ -79,8 +92,7 @@ class ControlClock:
         end = self.period_end
         t = self.now()
         if t < end:
-            self.sleep(end - t)
-            t2 = self.now()
+            t2 = self._sleep_until(end, t)
             self.stats.wait_s += t2 - t
             t = t2
         late = t - end
@@ -93,8 +105,7 @@ class ControlClock:
                 self.k += skip
                 self.stats.skipped += skip
                 self.stats.lost_s += skip * self.period
-                self.sleep(max(0.0, end - t))
-                t2 = self.now()
+                t2 = self._sleep_until(end, t)
                 self.stats.wait_s += t2 - t
                 t = t2
                 late = t - end
@@ -106,6 +117,20 @@ class ControlClock:
         self.stats.record(late)
         self.k += 1
         return t
+
+    def _sleep_until(self, end: float, t: float) -> float:
+        """Sleep (then spin the last ``spin_s``) until ``end``; the time it returns at."""
+        if self.spin_s <= 0.0:
+            if end > t:
+                self.sleep(end - t)
+            return self.now()
+        if end - t > self.spin_s:
+            self.sleep(end - t - self.spin_s)
+        t_spin = now = self.now()
+        while now < end:
+            now = self.now()
+        self.stats.spin_s += now - t_spin
+        return now
 
     # ---- time that is not late -----------------------------------------------------
     def excuse_reset(self, started: float, t: float | None = None) -> None:
@@ -130,3 +155,51 @@ class ControlClock:
     @property
     def paused(self) -> bool:
         return self._paused_at is not None
+
+
+class ThreadPriority:
+    """The calling thread's scheduling priority, raised for the control period's deadline and
+    lowered for the period's chores.
+
+    :meth:`high` puts the thread in ``SCHED_FIFO`` at ``priority`` (Linux; needs root or
+    ``CAP_SYS_NICE``): when its sleep ends it preempts every ordinary thread at once (the learner
+    training on the same cores, the game's own threads) instead of waiting for its turn;
+    :meth:`low` puts it back in ``SCHED_OTHER`` for the period's chores (messages, a model
+    decoded and loaded, a batch encoded), so they never hold a core against other real-time
+    threads. The threads a thread starts inherit its policy: the worker starts its helper
+    threads while low. Where the OS refuses (not Linux, no privilege) it says so in one log line
+    and does nothing from then on; ``priority`` 0 does nothing.
+    """
+
+    def __init__(self, priority: int):
+        self.priority = int(priority)
+        self.enabled = self.priority > 0 and hasattr(os, "sched_setscheduler")
+        self.raised = False
+        if self.priority > 0 and not self.enabled:
+            log.info("real time: this OS has no sched_setscheduler; the control thread keeps its priority")
+
+    def high(self) -> None:
+        if not self.enabled or self.raised:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.priority))
+        except (OSError, ValueError) as e:
+            self.enabled = False
+            log.info(
+                "real time: the control thread keeps its normal priority (SCHED_FIFO %d refused: %s; "
+                "needs root or CAP_SYS_NICE; worker.realtime_priority = 0 skips the attempt)",
+                self.priority,
+                e,
+            )
+            return
+        self.raised = True
+
+    def low(self) -> None:
+        if not self.raised:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError as e:  # lowering is always allowed; a failure here is worth a line
+            log.warning("real time: could not lower the control thread's priority (%s)", e)
+            return
+        self.raised = False

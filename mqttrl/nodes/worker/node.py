@@ -32,8 +32,14 @@ from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.demos.live import live_recorder
 from mqttrl.envs.make import make_env
-from mqttrl.envs.realtime import RealTimeEnvSet, obs_timeout, real_time_settings, with_action_history
-from mqttrl.envs.realtime_clock import ControlClock
+from mqttrl.envs.realtime import (
+    RealTimeEnvSet,
+    obs_timeout,
+    real_time_settings,
+    with_action_history,
+    with_game_speed,
+)
+from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
@@ -60,6 +66,10 @@ OFFLINE_STATE_EXPIRY_S = 24 * 3600
 
 #: the interpreter's thread switch interval in a real-time worker (Python's default is 5 ms)
 REALTIME_SWITCH_INTERVAL_S = 0.0005
+
+#: a real-time worker's clock spins (reads the clock) the last this many seconds of each period
+#: instead of sleeping them: the OS's timer slack and wake-up latency are not added to the error
+REALTIME_SPIN_S = 0.0003
 
 
 class SyncTimeout(TimeoutError):
@@ -125,6 +135,10 @@ class WorkerNode:
         self.period_stats: PeriodStats | None = None
         self.games_paused = False
         self.idle_reason: str | None = None
+        #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
+        self.priority = ThreadPriority(0)
+        #: a real-time step is being played but not recorded (another game of this worker resets)
+        self._gap = False
         self._chore_s = 0.0
         #: env restarts so far (games that crashed and were made afresh): heartbeats report it
         self.env_restarts = 0
@@ -210,6 +224,7 @@ class WorkerNode:
                 while not self._stop.is_set() and not self.core.finished:
                     tick(envs)
             finally:
+                self.priority.low()
                 self._flush()  # every recorded row is a real transition, even after an EnvFailing
         finally:
             envs.close()
@@ -266,6 +281,7 @@ class WorkerNode:
         recorded meanwhile (they would be lost or refused as stale)."""
         idle = self.idle_reason = self._idle()
         if idle and envs.pausable:
+            self.priority.low()  # nothing runs against a deadline while the games are paused
             if not self.games_paused:
                 envs.pause()
                 self.games_paused = True
@@ -282,25 +298,47 @@ class WorkerNode:
             self.games_paused = False
             log.debug("worker %s resumed its games", self.name)
         record = idle is None  # a game that cannot pause plays on; nothing is recorded while idle
+        self.priority.high()  # forward, actions out, the wait to the period's end and the reads
         acted = self._act(envs)
         if acted is None:
             return
         actions, extras, t1 = acted
         clock = self.blocks.clock
-        slept0 = envs.slept
+        slept0, spun0 = envs.slept, envs.spun
         self._chore_s = 0.0
         out = envs.step(actions, during=self._chores)
         slept = envs.slept - slept0
         self.blocks.add("wait", slept)
+        if envs.spun > spun0:
+            self.blocks.add("spin", envs.spun - spun0)  # the part of the wait spent spinning (CPU)
         self.blocks.add("env_step", max(0.0, clock() - t1 - slept - self._chore_s))
+        if envs.resetting_rows:
+            record = self._gap_step(envs, out, record)
+        else:
+            self._gap = False
         self._take_step(envs, actions, extras, out, record, timed_record=True)
+
+    def _gap_step(self, envs: RealTimeEnvSet, out: tuple, record: bool) -> bool:
+        """A step in which some games were resetting on their threads (their rows hold no
+        transition): the other games were served on time, but the actor takes every game's row
+        at once, so this step is played, not recorded. At the gap's start the other games' open
+        windows end where they got to (as a truncation), so no n-step return spans the gap."""
+        if record and not self._gap:
+            obs = out[0]
+            for i in range(envs.num_envs):
+                if i not in envs.resetting_rows and i not in envs.failed:
+                    self.actor.truncate(i, obs[i])
+        self._gap = True
+        return False
 
     def _chores(self) -> None:
         """What a real-time worker does while a period runs (the actions are out): messages,
         a new model (decoded and loaded; the transition in flight, acted on by the model before,
         is recorded under the new version: one step's label, never its data), heartbeat, a due
         batch (encoded and queued; the network thread sends it). Never waits on the network;
-        its time is measured (``chores`` in the period, per block in heartbeats)."""
+        its time is measured (``chores`` in the period, per block in heartbeats). They run at the
+        thread's ordinary priority (threads they start inherit it); the deadline's is back after."""
+        self.priority.low()
         t0 = self.blocks.clock()
         with self.blocks.timed("receive"):
             self._drain()
@@ -309,6 +347,7 @@ class WorkerNode:
         if self.core.next_move(self.actor.pending(), self.clock()) is Move.SEND:
             self._send_batch()
         self._chore_s = self.blocks.clock() - t0
+        self.priority.high()
 
     def _idle(self) -> str | None:
         """Why the worker has nothing useful to do now, or None: waiting for a PPO round's model,
@@ -360,7 +399,8 @@ class WorkerNode:
                 self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
             if self.demo_recorder is not None:  # a person's whole episodes to a dataset (mqttrl.demos.live)
                 self.demo_recorder.step(envs, obs, actions, rewards, next_obs, terminated, truncated)
-        self.core.stepped(envs.num_envs, ended, time.time())
+        # a game resetting on its thread made no step (its row holds no transition)
+        self.core.stepped(envs.num_envs - len(getattr(envs, "resetting_rows", ())), ended, time.time())
         self.env_restarts = envs.env_restarts
 
     def _refill_row(self, envs: EnvSet, i: int, obs, actions, extras, rewards, next_obs, terminated, truncated, ended):
@@ -604,7 +644,11 @@ class WorkerNode:
         place = self.index if self.index is not None else name_hash % 1_000_003
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + place * 97
         registry = get_registry()
-        make = lambda: with_action_history(make_env(cfg.env.id, cfg.env.kwargs, registry), cfg.env)  # noqa: E731
+
+        def make() -> gym.Env:
+            env = make_env(cfg.env.id, cfg.env.kwargs, registry)
+            return with_action_history(with_game_speed(env, cfg.env), cfg.env)
+
         rt = real_time_settings(cfg.env)
         if rt is None:
             envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id)
@@ -613,12 +657,13 @@ class WorkerNode:
             # the control thread waking from its sleep waits for the GIL while another thread (the MQTT
             # client's, receiving a model) holds it: up to the switch interval, 5 ms by default
             sys.setswitchinterval(REALTIME_SWITCH_INTERVAL_S)
+            self.priority = ThreadPriority(cfg.worker.realtime_priority)
             envs = RealTimeEnvSet(
                 make,
                 num_envs,
                 seed,
                 env_id=cfg.env.id,
-                make_clock=lambda: ControlClock(**rt, stats=stats),
+                make_clock=lambda: ControlClock(**rt, stats=stats, spin_s=REALTIME_SPIN_S),
                 obs_timeout_s=obs_timeout(cfg.env),
             )
         if self.index is None:
