@@ -7,7 +7,9 @@
 - ``validate.py``: the checks (names, dtypes, shapes, NaN, ranges, sizes, checksums);
 - ``spaces.py``: gymnasium spaces as JSON for the manifest;
 - ``sources.py``: who plays for ``mqttrl record`` (a ``module:function`` policy, a run's policy);
-- ``keyboard.py``: a person at the keyboard (a pygame window, keys mapped to actions from TOML).
+- ``keyboard.py``: a person at the keyboard or a gamepad (a pygame window, keys, buttons and sticks
+  mapped to actions from TOML);
+- ``live.py``: a live worker's person-played episodes written to a dataset (``worker.record_demos_to``).
 
 ``mqttrl record`` writes datasets, ``mqttrl train --demos DIR`` learns from them
 (docs/demonstrations.md).
