@@ -583,6 +583,10 @@ class DQNLearner:
             "updates": self.updates,
             "samples_added": self.samples_added,
             "updates_forgiven": self.forgiven,
+            # what the write-off cap counts (_forgive_above): a resumed learner caps the batches in
+            # flight at its restart as the killed one would, not as a learner that met no sender yet
+            "forgive_senders": sorted(self._senders),
+            "forgive_batch_debt": self._batch_debt,
             "max_priority": self.max_priority,
             "optimizer": opt_meta,
             "rng_numpy": rng_to_json(self.rng.bit_generator.state),
@@ -613,6 +617,8 @@ class DQNLearner:
         self.updates = int(meta["updates"])
         self.samples_added = int(meta["samples_added"])
         self.forgiven = float(meta.get("updates_forgiven", 0.0))
+        self._senders = {str(s) for s in meta.get("forgive_senders", ())}
+        self._batch_debt = float(meta.get("forgive_batch_debt", 0.0))
         self.max_priority = float(meta["max_priority"])
         self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
