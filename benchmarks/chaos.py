@@ -162,6 +162,11 @@ class WeightsWatch:
 
     _order = (-1, -1)
 
+    def take_newest(self) -> tuple[bytes | None, tuple[int, int]]:
+        """The newest weights seen and their (epoch, version)."""
+        with self._lock:
+            return self.newest, self._order
+
     def close(self) -> None:
         self.c.loop_stop()
         self.c.disconnect()
@@ -197,6 +202,9 @@ def run(args) -> int:
     conn = ["--broker", broker.url]
     sets = [
         "env.id=chaos_env:ChaosCartPole-v1",
+        # the fleet is the harness's workers: each worker's share of the epsilon ladder is its place
+        # among them (with the config's 2, w0 held every rung above 0.03 and w1..w3 barely explored)
+        f"train.workers={args.workers}",
         f"env.kwargs={{p_raise = {args.p_raise}}}",
         "learner.checkpoint_every=500",
         *args.set,
@@ -234,6 +242,7 @@ def run(args) -> int:
     rng = random.Random(args.seed)
     faults: list[dict] = []
     evals: list[tuple[float, float]] = []
+    evaluated: list[tuple[int, int]] = []  # (epoch, version) of each evaluation's model
     t0 = time.time()
     end = t0 + args.minutes * 60
     next_fault = t0 + args.warmup + rng.expovariate(1 / args.mean_gap)
@@ -253,8 +262,10 @@ def run(args) -> int:
                 learner.start()
             if now >= next_eval and watch.newest is not None:
                 next_eval = now + 20
-                evals.append((now - t0, greedy_return(config, watch.newest)))
-                print(f"  {now - t0:5.0f}s greedy return {evals[-1][1]:.1f}", flush=True)
+                payload, order = watch.take_newest()
+                evals.append((now - t0, greedy_return(config, payload)))
+                evaluated.append(order)
+                print(f"  {now - t0:5.0f}s greedy return {evals[-1][1]:.1f} (model {evaluated[-1]})", flush=True)
             if now >= next_fault and args.faults:
                 kind = rng.choice(args.faults)
                 f = {"kind": kind, "t": now}
@@ -295,7 +306,9 @@ def run(args) -> int:
             p.term()
         time.sleep(args.drain_s)
         if watch.newest is not None:
-            evals.append((time.time() - t0, greedy_return(config, watch.newest, episodes=20)))
+            payload, order = watch.take_newest()
+            evals.append((time.time() - t0, greedy_return(config, payload, episodes=20)))
+            evaluated.append(order)
     finally:
         for p in (*workers, telemetry, learner):
             p.term()
@@ -305,6 +318,7 @@ def run(args) -> int:
     (work / "faults.json").write_text(json.dumps(faults, indent=1))
     report = reconcile(ledgers, faults, watch, evals, config, t0)
     report["idle"] = idle_seconds(logs)
+    report["evaluated_models"] = evaluated
     if args.baseline:
         report["baseline"] = compare(report, json.loads(Path(args.baseline).read_text()), args.tolerance)
     (work / "chaos.json").write_text(json.dumps(report, indent=1))
