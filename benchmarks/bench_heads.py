@@ -7,8 +7,14 @@ gradient updates are timed in rounds, the variants interleaved round by round so
 the machine's load spreads over all of them; the median round per variant is reported, in ms per
 update and as a multiple of dqn's. ``--old-projection`` adds "c51-hat" and "rainbow-hat": the same
 variants with the (B, K, K) C51 projection that ``c51_project`` replaced (the O(B K) fix's gain).
+``--noisy-head`` adds "noisy-head" and "rainbow-head": noisy heads only (``noisy_layers = "head"``),
+where "noisy" and "rainbow" have the default, every dense layer noisy. ``--configs`` times several
+configs one after the other and prints one table with a column each; ``--threads`` sets torch's
+threads (mqttrl's processes use 1).
 
     python benchmarks/bench_heads.py --config configs/minatar_breakout_dqn.toml --old-projection
+    python benchmarks/bench_heads.py --configs configs/minatar_breakout_dqn.toml configs/cartpole_rainbow.toml \
+        configs/lunarlander_dqn.toml --noisy-head --transitions 3000 --rounds 7 --updates 20
     python benchmarks/bench_heads.py --config configs/cartpole_rainbow.toml --rounds 15 --updates 40
     python benchmarks/bench_heads.py --projection 32 128 512    # the C51 projection alone, old and new
 """
@@ -37,6 +43,8 @@ from mqttrl.wire import decode_batch, encode_batch
 
 #: the variants timed (bench_ablation's names)
 TIMED = ("dqn", "c51", "qr", "noisy", "rainbow")
+#: --noisy-head: the noisy variants with noisy heads only (before noisy_layers existed, the only kind)
+HEAD_ONLY = {f"{name}-head": [*VARIANTS[name], 'algorithm.noisy_layers="head"'] for name in ("noisy", "rainbow")}
 
 
 def hat_projection(next_probs, reward, discount, support, ends=None):
@@ -74,7 +82,8 @@ def make_learners(config: str, names: list[str], transitions: int, extra: list[s
     out = {}
     for name in names:
         base = name.removesuffix("-hat")
-        cfg = load_config(config, [*VARIANTS[base], *extra], lambda n: registry.algorithm(n).params)
+        sets = HEAD_ONLY[name] if name in HEAD_ONLY else VARIANTS[base]
+        cfg = load_config(config, [*sets, *extra], lambda n: registry.algorithm(n).params)
         info = registry.algorithm(cfg.algorithm.name)
         env = make_env(cfg.env.id, cfg.env.kwargs, registry)
         space, acts = env.observation_space, env.action_space
@@ -124,25 +133,9 @@ def time_projections(batches: list[int], atoms: int = 51) -> None:
         print(f"| {b} | {times[0] * 1e3:.3f} ms | {times[1] * 1e3:.3f} ms | {times[0] / times[1]:.1f}x |")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/minatar_breakout_dqn.toml")
-    p.add_argument("--transitions", type=int, default=6000, help="real transitions in each learner's replay")
-    p.add_argument("--rounds", type=int, default=11, help="timed rounds per variant (median reported)")
-    p.add_argument("--updates", type=int, default=30, help="updates per round")
-    p.add_argument("--old-projection", action="store_true", help="also time c51 and rainbow with the (B,K,K) form")
-    p.add_argument("--set", dest="extra", action="append", default=[], help="extra overrides for every variant")
-    p.add_argument("--json", help="write the figures here")
-    p.add_argument(
-        "--projection", type=int, nargs="+", metavar="B", help="only time the C51 projection at these batches"
-    )
-    args = p.parse_args()
-    if args.projection:
-        time_projections(args.projection)
-        return
-
-    names = list(TIMED) + (["c51-hat", "rainbow-hat"] if args.old_projection else [])
-    learners = make_learners(args.config, names, args.transitions, args.extra)
+def measure(config: str, names: list[str], args) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Median seconds per update of each variant on ``config`` (rounds interleaved across variants)."""
+    learners = make_learners(config, names, args.transitions, args.extra)
     for name, learner in learners.items():  # warm-up (allocations, first noise draws)
         time_round(learner, 5, name.endswith("-hat"))
     rounds: dict[str, list[float]] = {name: [] for name in names}
@@ -151,17 +144,52 @@ def main() -> None:
             rounds[name].append(time_round(learner, args.updates, name.endswith("-hat")))
     median = {name: statistics.median(v) for name, v in rounds.items()}
     batch = learners["dqn"].params.batch_size
+    print(f"{config}: batch {batch}, {args.rounds} rounds of {args.updates} updates, median", flush=True)
+    return median, rounds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="configs/minatar_breakout_dqn.toml")
+    p.add_argument("--configs", nargs="+", help="several configs, one column each (instead of --config)")
+    p.add_argument("--transitions", type=int, default=6000, help="real transitions in each learner's replay")
+    p.add_argument("--rounds", type=int, default=11, help="timed rounds per variant (median reported)")
+    p.add_argument("--updates", type=int, default=30, help="updates per round")
+    p.add_argument("--old-projection", action="store_true", help="also time c51 and rainbow with the (B,K,K) form")
+    p.add_argument("--noisy-head", action="store_true", help='also time noisy and rainbow with noisy_layers = "head"')
+    p.add_argument("--threads", type=int, default=1, help="torch threads (mqttrl's learner: 1)")
+    p.add_argument("--set", dest="extra", action="append", default=[], help="extra overrides for every variant")
+    p.add_argument("--json", help="write the figures here")
+    p.add_argument(
+        "--projection", type=int, nargs="+", metavar="B", help="only time the C51 projection at these batches"
+    )
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.projection:
+        time_projections(args.projection)
+        return
+
+    names = list(TIMED) + (["c51-hat", "rainbow-hat"] if args.old_projection else [])
+    names += list(HEAD_ONLY) if args.noisy_head else []
+    configs = args.configs or [args.config]
+    results = {config: measure(config, names, args) for config in configs}
     print(
-        f"{args.config}: batch {batch}, {args.rounds} rounds of {args.updates} updates, median; "
-        f"{os.cpu_count()} cores, torch threads {__import__('torch').get_num_threads()}, "
+        f"{os.cpu_count()} cores, torch {torch.__version__} threads {torch.get_num_threads()}, "
         f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}"
     )
-    print("| variant | ms per update | x dqn |")
-    print("|---|---|---|")
+    print("| variant | " + " | ".join(Path(c).stem for c in configs) + " |")
+    print("|---|" + "---|" * len(configs))
     for name in names:
-        print(f"| {name} | {median[name] * 1e3:.2f} | {median[name] / median['dqn']:.2f} |")
+        cells = []
+        for config in configs:
+            median = results[config][0]
+            cells.append(f"{median[name] * 1e3:.2f} ms ({median[name] / median['dqn']:.2f}x)")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": args.config, "median_s": median, "rounds": rounds}, indent=1))
+        out = {c: {"median_s": m, "rounds": r} for c, (m, r) in results.items()}
+        Path(args.json).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

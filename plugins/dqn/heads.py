@@ -60,8 +60,12 @@ class NoisyLinear(nn.Module):
 
     def set_noise(self, eps_in: torch.Tensor, eps_out: torch.Tensor) -> None:
         """Given noise (already f-scaled): (in,), (out,) or per row (N, in), (N, out)."""
-        self.eps_in = eps_in.to(self.weight_mu.device, torch.float32)
-        self.eps_out = eps_out.to(self.weight_mu.device, torch.float32)
+        dev = self.weight_mu.device
+        # straight into the buffers (Module.__setattr__ and no-op .to() calls cost more than the draw)
+        for name, eps in (("eps_in", eps_in), ("eps_out", eps_out)):
+            self._buffers[name] = (
+                eps if eps.device == dev and eps.dtype == torch.float32 else eps.to(dev, torch.float32)
+            )
 
     def forward(self, x: torch.Tensor, noise: bool = True) -> torch.Tensor:
         if not noise:
@@ -176,27 +180,49 @@ def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     return -(target_probs * F.log_softmax(logits, dim=1)).sum(dim=1)
 
 
+#: whether torch.compile is tracing (torch >= 2.3 says; older ones never trace this Function)
+_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+#: the (B, N, N') pair tensors of the last quantile loss, reused while the shapes stay (see _pairs)
+_PAIRS: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def _pairs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Three (B, N, N') work tensors, kept from one update to the next: at B = 128, N = 51 each is 1.3 MB,
+    and freshly allocated memory of that size is returned to the OS when freed and faulted in again
+    page by page, which made each pass over a new tensor ~10x slower than one over reused memory."""
+    key = (shape, dtype, device)
+    got = _PAIRS.get(key)
+    if got is None:
+        _PAIRS.clear()  # one shape at a time (a learner's batch)
+        got = _PAIRS[key] = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(3))
+    return got
+
+
 class _QuantileHuber(torch.autograd.Function):
     """QR-DQN's per-sample loss with its gradient formed in the same pass (see
-    :func:`quantile_huber_loss`): the (B, N, N') pairs are made once, a handful of in-place passes
-    over them give both the loss and the gradients' sums, and only (B, N) / (B, N') sums are kept
-    for the backward (autograd through the textbook form kept every intermediate pair tensor and
-    walked them again: 3x slower at B = 128, N = 51 on a CPU)."""
+    :func:`quantile_huber_loss`): the (B, N, N') pairs are made once, in reused memory, a handful of
+    in-place passes over them give both the loss and the gradients' sums, and only (B, N) / (B, N')
+    sums are kept for the backward (autograd through the textbook form kept every intermediate pair
+    tensor and walked them again: 4x slower at B = 128, N = 51 on a CPU)."""
 
     @staticmethod
     def forward(ctx, quantiles, target, tau, one_minus_2tau, kappa):
-        b, m = quantiles.shape[0], target.shape[1]
-        u = target.unsqueeze(1) - quantiles.unsqueeze(2)  # B, i, j: T theta_j - theta_i
-        c = u.clamp(-kappa, kappa)  # L_kappa'(u); L_kappa(u) = c (u - c / 2)
+        b, n, m = quantiles.shape[0], quantiles.shape[1], target.shape[1]
+        dtype = torch.promote_types(quantiles.dtype, target.dtype)
+        if _compiling():  # (no module state under torch.compile)
+            u, c, g = (torch.empty((b, n, m), dtype=dtype, device=quantiles.device) for _ in range(3))
+        else:
+            u, c, g = _pairs((b, n, m), dtype, quantiles.device)
+        torch.sub(target.unsqueeze(1), quantiles.unsqueeze(2), out=u)  # B, i, j: T theta_j - theta_i
+        torch.clamp(u, -kappa, kappa, out=c)  # L_kappa'(u); L_kappa(u) = c (u - c / 2)
         # rho' = |tau - 1{u < 0}| c = tau c + (1 - 2 tau) min(c, 0) (c has u's sign)
-        g = c.clamp(max=0.0).mul_(one_minus_2tau).addcmul_(tau, c)
-        t = u.sub_(c, alpha=0.5)  # u - c / 2, so that rho = rho' (u - c / 2)
-        loss = torch.bmm(g.view(b, 1, -1), t.view(b, -1, 1)).view(b).div_(m)
+        torch.clamp(c, max=0.0, out=g).mul_(one_minus_2tau).addcmul_(tau, c)
         # d loss_b / d theta_i = -mean_j rho'_ij; d loss_b / d T_j = sum_i rho'_ij / N'
         d_q = g.sum(dim=2).div_(-m).to(quantiles.dtype) if ctx.needs_input_grad[0] else None
         d_t = g.sum(dim=1).div_(m).to(target.dtype) if ctx.needs_input_grad[1] else None
         ctx.save_for_backward(d_q, d_t)
-        return loss
+        # rho = rho' (u - c / 2), summed over the pairs
+        return g.mul_(u.sub_(c, alpha=0.5)).view(b, -1).sum(dim=1).div_(m)
 
     @staticmethod
     def backward(ctx, grad):
