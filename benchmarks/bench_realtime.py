@@ -184,6 +184,65 @@ def sleep_child(seconds: float, hz: float) -> dict:
     return out
 
 
+# ---- what the tail is made of: one process, one variable at a time --------------------------
+def probe_child(seconds: float, hz: float, fifo: bool, spin_s: float, decode: bool) -> dict:
+    """A 20 Hz anchored loop in one process, the way a worker's control thread waits: with or
+    without ``SCHED_FIFO``, a spin before the deadline, and a second thread decoding a 6.8 MB
+    weights message every second (the worker's decoder: checksum, checks) to see the GIL's share."""
+    from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
+    from mqttrl.nodes.worker.node import REALTIME_SWITCH_INTERVAL_S
+    from mqttrl.wire import decode_weights, encode_weights
+
+    sys.setswitchinterval(REALTIME_SWITCH_INTERVAL_S)
+    stop = threading.Event()
+    if decode:
+        payload = encode_weights(1, "dqn", "probe", mlp(1300))
+
+        def decoder() -> None:
+            while not stop.wait(1.0):
+                decode_weights(payload)
+
+        threading.Thread(target=decoder, daemon=True).start()
+    prio = ThreadPriority(10 if fifo else 0)
+    prio.high()
+    clock = ControlClock(hz, spin_s=spin_s)
+    clock.start()
+    errors: list[float] = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        t = clock.wait()
+        errors.append(t - (clock.anchor + (clock.k - 1) * clock.period))
+    stop.set()
+    prio.low()
+    out = _stats(errors, 1.0 / hz, time.perf_counter() - t0, len(errors))
+    out.update(
+        fifo=fifo and prio.enabled, spin_ms=spin_s * 1000, decode=decode, spin_cpu_s=round(clock.stats.spin_s, 3)
+    )
+    return out
+
+
+def run_probe(args) -> list[dict]:
+    rows = []
+    for fifo, spin, decode in [
+        (False, 0.0, False),
+        (False, 0.0, True),
+        (True, 0.0, False),
+        (True, 0.0, True),
+        (True, 0.0003, True),
+        (False, 0.0003, True),
+    ]:
+        cmd = [sys.executable, __file__, "--probe-child", "--seconds", str(args.seconds), "--hz", str(args.hz)]
+        cmd += ["--probe-fifo", str(int(fifo)), "--probe-spin", str(spin), "--probe-decode", str(int(decode))]
+        load = os.getloadavg()[0]
+        out = json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        )
+        out["loadavg_1m"] = round(load, 2)
+        print(json.dumps(out), flush=True)
+        rows.append(out)
+    return rows
+
+
 # ---- the mqttrl side: broker, learner, workers, faults ------------------------------------
 class Proc:
     """One node process, its output appended to a log file."""
@@ -458,7 +517,31 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--rtgym-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sleep-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--probe",
+        action="store_true",
+        help="no fleet: one 20 Hz control loop per variant (normal or SCHED_FIFO priority, spin, a weights "
+        "decoder thread), --seconds each, one after another, under whatever else the machine runs",
+    )
+    ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-fifo", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--probe-spin", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--probe-decode", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.probe_child:
+        print(
+            json.dumps(
+                probe_child(args.seconds, args.hz, bool(args.probe_fifo), args.probe_spin, bool(args.probe_decode))
+            )
+        )
+        return
+    if args.probe:
+        rows = run_probe(args)
+        if args.out:
+            args.out.write_text(
+                json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "probe": rows}, indent=1)
+            )
+        return
     if args.rtgym_child:
         print(json.dumps(rtgym_child(args.seconds, args.hz, args.hidden)))
         return
