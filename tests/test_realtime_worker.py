@@ -6,6 +6,7 @@ and control-period errors in heartbeats, and games paused while the learner hold
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 
@@ -41,7 +42,9 @@ class FakeTime:
             self.t += max(0.0, d)
 
 
-def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int, env=None, params=None, game=None):
+def start_worker(
+    monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int, env=None, params=None, game=None, priority=0
+):
     games: list[WallClockGame] = []
     if game is None:  # CartPole's resets take microseconds: never a background one, whatever the machine's load
         monkeypatch.setattr(realtime_mod, "RESET_JOIN_S", 10.0)
@@ -58,7 +61,8 @@ def start_worker(monkeypatch, ft: FakeTime, paused: bool, max_env_steps: int, en
     params = params or DQNParams(hidden=[16])
     cfg = RunConfig(run=RUN, algorithm=AlgorithmSection(name="dqn", params=params)).to_dict()
     cfg["env"].update({"control_hz": 50.0, "act_buf_len": 2, **(env or {})})
-    cfg["worker"].update(heartbeat_interval_s=0.001, batch_size=32)
+    # on the fake clock the loop never sleeps: not at SCHED_FIFO (the priority has its own test)
+    cfg["worker"].update(heartbeat_interval_s=0.001, batch_size=32, realtime_priority=priority)
     topics = Topics(RUN)
     obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4 + 2 * 2,), np.float32), gym.spaces.Discrete(2)
     dqn = get_registry().algorithm("dqn")
@@ -175,3 +179,31 @@ def test_a_game_resetting_in_the_background_leaves_no_row_in_the_samples(monkeyp
     assert worker.env_steps == worker.period_stats.periods  # no phantom step while resetting
     sent = sum(len(decode_batch(p).arrays["reward"]) for p in published(worker, topics, Kind.SAMPLES))
     assert sent == worker.env_steps - sum(played_not_recorded)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="no sched_setscheduler on this OS")
+def test_the_control_thread_reads_at_real_time_priority_and_does_its_chores_at_the_ordinary_one(monkeypatch):
+    policies: dict[str, set] = {"read": set(), "heartbeat": set()}
+
+    class Recording(WallClockGame):
+        def read_obs(self):
+            policies["read"].add(os.sched_getscheduler(0))
+            return super().read_obs()
+
+    orig = node_mod.WorkerNode._heartbeat
+
+    def heartbeat(self):
+        policies["heartbeat"].add(os.sched_getscheduler(0))
+        return orig(self)
+
+    monkeypatch.setattr(node_mod.WorkerNode, "_heartbeat", heartbeat)
+    ft = FakeTime()
+    worker, _games, _topics, t = start_worker(
+        monkeypatch, ft, paused=False, max_env_steps=40, game=Recording, priority=5
+    )
+    finish(worker, t)
+    if worker.priority.enabled:  # root or CAP_SYS_NICE here
+        assert policies["read"] == {os.SCHED_FIFO}
+    else:
+        assert policies["read"] == {os.SCHED_OTHER}
+    assert policies["heartbeat"] == {os.SCHED_OTHER}  # a chore

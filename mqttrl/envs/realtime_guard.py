@@ -5,11 +5,14 @@ the worker for ever. :class:`Deadline` runs a real-time game's ``read_obs`` and 
 helper thread and waits at most ``timeout_s``; past it, :class:`GameHung` is raised and the
 worker's env set treats it as a crash (closes the env, makes it afresh, keeps its samples:
 :class:`~mqttrl.envs.rollout.EnvSet`'s restart path). The hung call is left to its thread
-(a daemon), which is abandoned: the next call gets a fresh one.
+(a daemon), which is abandoned: the next call gets a fresh one. The helper thread runs at its
+caller's scheduling priority (a control thread at ``SCHED_FIFO`` reads its game at that level,
+not through a thread of ordinary priority that waits for a core).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -27,11 +30,27 @@ class Deadline:
         self.timeout_s = timeout_s
         self.name = name
         self._jobs: queue.SimpleQueue | None = None
+        self._tid: int | None = None
+        self._policy: tuple[int, int] | None = None
 
     def _start(self) -> queue.SimpleQueue:
         jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, args=(jobs,), name=f"mqttrl-{self.name}", daemon=True).start()
+        thread = threading.Thread(target=self._serve, args=(jobs,), name=f"mqttrl-{self.name}", daemon=True)
+        thread.start()
+        self._tid = thread.native_id
+        self._policy = _policy()  # inherited from the caller
         return jobs
+
+    def _match_priority(self) -> None:
+        """The helper thread at the caller's scheduling policy and priority (Linux; else nothing)."""
+        policy = _policy()
+        if policy is None or policy == self._policy or self._tid is None:
+            return
+        try:
+            os.sched_setscheduler(self._tid, policy[0], os.sched_param(policy[1]))
+        except OSError:
+            return
+        self._policy = policy
 
     @staticmethod
     def _serve(jobs: queue.SimpleQueue) -> None:
@@ -49,6 +68,8 @@ class Deadline:
     def call(self, what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
         if self._jobs is None:
             self._jobs = self._start()
+        else:
+            self._match_priority()
         box: list = []
         done = threading.Event()
         self._jobs.put((fn, args, kwargs, box, done))
@@ -64,3 +85,13 @@ class Deadline:
         if self._jobs is not None:
             self._jobs.put(None)
             self._jobs = None
+
+
+def _policy() -> tuple[int, int] | None:
+    """The calling thread's scheduling policy and priority, None where the OS has no such call."""
+    if not hasattr(os, "sched_getscheduler"):
+        return None
+    try:
+        return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    except OSError:
+        return None
