@@ -155,8 +155,13 @@ def run_mqttrl(
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     wall = time.monotonic() - t0
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    policy = mqttrl.load_policy(run_dir, which="latest")
-    final = greedy_returns(lambda o: policy.predict(np.asarray(o)[None])[0], ENVS[env]["id"], episodes)
+    try:
+        policy = mqttrl.load_policy(run_dir, which="latest")
+    except Exception as e:  # a failed run: its row says so, the other runs go on
+        print(f"{algo} seed {seed}: no model to evaluate ({e}); rc {rc}, log {log.name}", flush=True)
+        final = [float("nan")]
+    else:
+        final = greedy_returns(lambda o: policy.predict(np.asarray(o)[None])[0], ENVS[env]["id"], episodes)
     return {
         "env": ENVS[env]["id"],
         "algo": f"mqttrl {algo}",
