@@ -10,14 +10,18 @@ script evaluates the run's last checkpoint (`mqttrl.load_policy(run, which="late
 --episodes seeds (10**6 + i) as the SB3 model: that is the "final" figure.
 
 SB3 SAC runs in this process with the same networks and optimiser as the mqttrl configs
-(configs/pendulum_sac.toml): net_arch [64, 64] for the policy and both critics, batch 128, Adam
-lr 1e-3 for policy, critics and temperature, tau 0.005, gamma 0.99, buffer 100k, learning_starts
-1000 (uniform random actions before), one gradient step per env step, ent_coef "auto" (target
-entropy -|A|), one env, one torch thread. Its curve: the same greedy evaluation (--episodes
-episodes, seeds 10**6 + i) every --eval-every env steps.
+(ENVS below). --env pendulum (configs/pendulum_sac.toml, pendulum_redq.toml): net_arch [64, 64]
+for the policy and both critics, batch 128, Adam lr 1e-3 for policy, critics and temperature, tau
+0.005, gamma 0.99, buffer 100k, learning_starts 1000 (uniform random actions before). --env
+lunarlander (configs/lunarlander_continuous_sac.toml, rl-baselines3-zoo's): net_arch [400, 300],
+batch 256, lr 7.3e-4 (constant on both sides), tau 0.01, buffer 1M, learning_starts 10000. Both:
+one gradient step per env step, ent_coef "auto" (target entropy -|A|), one env, one torch thread.
+Its curve: the same greedy evaluation (--episodes episodes, seeds 10**6 + i) every --eval-every
+env steps.
 
     python benchmarks/bench_continuous.py --seeds 0 1 2 --json pendulum.json --plot pendulum.png
-    python benchmarks/bench_continuous.py --algos redq --redq-steps 5000 --seeds 0
+    python benchmarks/bench_continuous.py --algos redq --redq-utd 5 --seeds 0   # REDQ at G = 5
+    python benchmarks/bench_continuous.py --env lunarlander --algos sac sb3 --steps 200000 --eval-every 5000
     python benchmarks/bench_continuous.py --from-json a.json b.json --plot pendulum.png   # later files win
 """
 
