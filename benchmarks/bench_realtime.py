@@ -344,6 +344,18 @@ class Heartbeats:
         with self._lock:
             return {w: [hb for t, hb in hbs if a < t <= b] for w, hbs in self.seen.items()}
 
+    def worst_windows(self, a: float, b: float, k: int = 8) -> list[dict]:
+        """The ``k`` heartbeat windows with the largest error in (a, b]: when (seconds into the
+        measured window, at the heartbeat's arrival), which worker, max and p99 (ms)."""
+        with self._lock:
+            rows = [
+                {"at_s": round(t - a, 1), "worker": w, **(hb["realtime"].get("period_err_ms") or {})}
+                for w, hbs in self.seen.items()
+                for t, hb in hbs
+                if a < t <= b and hb.get("realtime") and (hb["realtime"].get("period_err_ms") or {}).get("max")
+            ]
+        return sorted(rows, key=lambda r: -r["max"])[:k]
+
     def close(self) -> None:
         self.c.loop_stop()
         self.c.disconnect()
@@ -474,6 +486,7 @@ def run_fleet(n: int, args, work: Path, extra_children) -> dict:
         load1 = os.getloadavg()
         row = {"workers": n, "window_s": round(t_b - t_a, 1), "faults": events}
         row.update(window_figures(start, end, hbs.between(t_a, t_b), 1.0 / args.hz))
+        row["worst_windows"] = hbs.worst_windows(t_a, t_b)
         row["learner_alive_at_end"] = learner.alive()
         row["loadavg_1m"] = [round(load0[0], 2), round(load1[0], 2)]
         side = []
