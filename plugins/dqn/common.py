@@ -143,7 +143,7 @@ class DQNParams:
     noisy_sigma0: float = attrs.field(default=0.5, validator=non_negative)
     #: with noisy = true, which layers are noisy: "all" (every dense layer: the MLP's hidden layers or
     #: a CNN's dense layer as well as the head; convolutions stay plain), as Fortunato et al. 2018,
-    #: Rainbow (Hessel et al. 2018: "we replace all linear layers with their noisy equivalent"),
+    #: Rainbow (Hessel et al. 2018: every linear layer noisy),
     #: Dopamine's full Rainbow (FullRainbowNetwork in dopamine/jax/networks.py) and CleanRL's
     #: rainbow_atari.py; or "head" (the value/advantage or head layers only)
     noisy_layers: str = attrs.field(default="all", validator=attrs.validators.in_(NOISY_LAYERS))
