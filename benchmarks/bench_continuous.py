@@ -219,13 +219,22 @@ def run_sb3(env: str, seed: int, steps: int, episodes: int, eval_every: int) -> 
     }
 
 
-def at_steps(run: dict, steps: int) -> float | None:
-    """The run's greedy mean of the last evaluation of a model trained on at most ``steps`` env steps
-    (None for a mark beyond the run's budget)."""
+def at_steps(run: dict, steps: int, window: int = 0) -> float | None:
+    """The run's greedy mean at a budget of ``steps`` env steps: the mean of its evaluations of models
+    trained on ``steps - window`` to ``steps`` env steps, or where there are none (or ``window`` is 0)
+    the last evaluation of a model trained on at most ``steps`` (None for a mark beyond the budget).
+    One evaluation is 10 episodes: the window evens out the noise of evaluations on different start
+    states (mqttrl's evaluator draws them by model version; SB3's here are fixed). Of evaluations at
+    the same env steps only the last counts: the earlier ones are of models the learner published
+    while it caught up on the updates those env steps owed (workers paused, flow control)."""
     if steps > max((p["env_steps"] for p in run["curve"]), default=0) + 1000:
         return None
-    points = [p for p in run["curve"] if p["env_steps"] <= steps]
-    return points[-1]["mean"] if points else None
+    last = {p["env_steps"]: p["mean"] for p in run["curve"]}  # curve order is time order: the last wins
+    inside = [m for s, m in last.items() if steps - window < s <= steps]
+    if window and inside:
+        return statistics.fmean(inside)
+    before = [s for s in last if s <= steps]
+    return last[max(before)] if before else None
 
 
 def first_solved(run: dict, threshold: float) -> int | None:
@@ -233,7 +242,7 @@ def first_solved(run: dict, threshold: float) -> int | None:
     return next((p["env_steps"] for p in run["curve"] if p["mean"] >= threshold), None)
 
 
-def report(results: list[dict], marks: list[int], solved: float) -> None:
+def report(results: list[dict], marks: list[int], solved: float, window: int = 0) -> None:
     algos = list(dict.fromkeys(r["algo"] for r in results))
     head = f"{'algorithm':<14} {'seeds':>5} " + " ".join(f"{'@' + str(m):>9}" for m in marks)
     print(head + f" {'final':>9} {f'>={solved:g} at':>10} {'env steps':>9} {'updates':>8} {'wall s':>7}")
@@ -241,7 +250,7 @@ def report(results: list[dict], marks: list[int], solved: float) -> None:
         runs = [r for r in results if r["algo"] == a]
         cells = []
         for m in marks:
-            vals = [v for v in (at_steps(r, m) for r in runs) if v is not None]
+            vals = [v for v in (at_steps(r, m, window) for r in runs) if v is not None]
             cells.append(f"{statistics.median(vals):>9.1f}" if vals else f"{'-':>9}")
         final = statistics.median(r["final_mean"] for r in runs)
         steps = statistics.median(r["env_steps"] or 0 for r in runs)
@@ -312,6 +321,13 @@ def main() -> None:
         "--eval-every-s", type=float, default=None, help="mqttrl: train.eval_every_s (default: the config's)"
     )
     ap.add_argument("--marks", nargs="+", type=int, default=None, help="env steps of the table's columns")
+    ap.add_argument(
+        "--window",
+        type=int,
+        default=0,
+        help="a column's figure: the mean of the evaluations of models trained on (mark - window, mark] env "
+        "steps (0: the last evaluation at or before the mark)",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--from-json", type=Path, nargs="+")
@@ -353,7 +369,7 @@ def main() -> None:
                     )
     env_id = results[0].get("env", ENVS[args.env]["id"]) if results else ENVS[args.env]["id"]
     solved = next(e["solved"] for e in ENVS.values() if e["id"] == env_id)
-    report(results, marks, solved)
+    report(results, marks, solved, args.window)
     if args.plot:
         plot(results, args.plot, env_id, solved)
 
