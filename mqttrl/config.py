@@ -282,7 +282,11 @@ class LearnerConfig:
 class InferenceConfig:
     """Central inference (SEED style): servers batch observations from many workers."""
 
-    servers: int = setting(0, doc="inference servers `mqttrl train` starts", validator=non_negative)
+    servers: int = setting(
+        0,
+        doc="inference servers `mqttrl train` starts (0 with `worker.inference = \"remote\"`: it starts 1)",
+        validator=non_negative,
+    )
     batch_size: int = setting(
         256, doc="a server runs at most this many observations in one forward", validator=positive
     )
