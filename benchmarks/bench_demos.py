@@ -26,10 +26,11 @@ from pathlib import Path
 HEURISTIC = "gymnasium.envs.box2d.lunar_lander:heuristic"
 
 
-def record(out: Path, env: str, episodes: int, policy: str) -> float:
-    """Record ``episodes`` episodes of ``policy``; their mean return."""
+def record(out: Path, env: str, episodes: int, policy: str, from_run: str | None = None) -> float:
+    """Record ``episodes`` episodes of ``policy`` (or of the trained agent of run ``from_run``); their mean return."""
     argv = [sys.executable, "-m", "mqttrl", "record", str(out), "--env", env, "--episodes", str(episodes)]
-    argv += ["--policy", policy, "--seed", "5000"]
+    argv += ["--from", from_run] if from_run else ["--policy", policy]
+    argv += ["--seed", "5000"]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     last = done.stdout.strip().splitlines()[-1]
     return float(last.split("mean return ")[1].split(";")[0])
@@ -66,7 +67,30 @@ def train(config: str, seed: int, demos: Path | None, max_seconds: float, max_st
         "env_steps": summary.get("env_steps"),
         "process_wall_s": round(wall, 1),
         "run_dir": str(run_dir),
+        "curve": [(c["env_steps"], c["mean"]) for c in summary.get("curve", [])],
     }
+
+
+def plot(results: list[dict], path: str, title: str) -> None:
+    """Each run's greedy evaluations against env steps, one colour per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    colours = {}
+    for r in results:
+        colour = colours.setdefault(r["variant"], f"C{len(colours)}")
+        steps, means = zip(*r["curve"]) if r["curve"] else ((), ())
+        label = f"{r['variant']} demos" if r["variant"] != "none" else "no demos"
+        ax.plot(steps, means, marker=".", color=colour, label=f"{label}, seed {r['seed']}")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("greedy evaluation mean")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -74,6 +98,8 @@ def main() -> None:
     ap.add_argument("--config", default="configs/lunarlander_dqn.toml")
     ap.add_argument("--env", default="LunarLander-v3")
     ap.add_argument("--policy", default=HEURISTIC, help="the demonstrator (module:function)")
+    ap.add_argument("--from-run", help="the demonstrator is this run's trained agent (a run directory), not --policy")
+    ap.add_argument("--plot", help="draw the greedy evaluations by env step to this PNG")
     ap.add_argument("--variants", nargs="+", default=["none", "10", "50"], help="none, or demonstration episodes")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--max-seconds", type=float, default=600.0)
@@ -88,13 +114,16 @@ def main() -> None:
         demos, demo_mean = None, None
         if variant != "none":
             demos = data / f"demos-{variant}"
-            demo_mean = record(demos, args.env, int(variant), args.policy)
-            print(f"recorded {variant} episodes of {args.policy}: mean return {demo_mean:.1f}", flush=True)
+            demo_mean = record(demos, args.env, int(variant), args.policy, args.from_run)
+            print(
+                f"recorded {variant} episodes of {args.from_run or args.policy}: mean return {demo_mean:.1f}",
+                flush=True,
+            )
         for seed in args.seeds:
             r = train(args.config, seed, demos, args.max_seconds, args.max_env_steps, args.extra)
             r.update(variant=variant, demo_mean_return=demo_mean)
             results.append(r)
-            print(json.dumps(r), flush=True)
+            print(json.dumps({k: v for k, v in r.items() if k != "curve"}), flush=True)
 
     print(
         "\n| demonstrations | seed | solved | env steps to target | the solving model's env steps | time to target (s) "
@@ -109,6 +138,8 @@ def main() -> None:
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.plot:
+        plot(results, args.plot, f"{Path(args.config).stem}: with and without demonstrations")
 
 
 if __name__ == "__main__":
