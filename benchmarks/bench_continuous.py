@@ -305,7 +305,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=Formatter)
     ap.add_argument("--env", choices=list(ENVS), default="pendulum", help="pendulum or lunarlander (SAC only)")
-    ap.add_argument("--algos", nargs="+", default=["sac", "redq", "sb3"], choices=["sac", "redq", "sb3"])
+    ap.add_argument(
+        "--algos", nargs="+", default=None, choices=["sac", "redq", "sb3"], help="default: every one the env has"
+    )
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--steps", type=int, default=20_000, help="env steps per run (SAC and SB3)")
     ap.add_argument("--redq-steps", type=int, default=None, help="env steps per REDQ run (default: --steps)")
@@ -332,6 +334,8 @@ def main() -> None:
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--from-json", type=Path, nargs="+")
     args = ap.parse_args()
+    if args.algos is None:
+        args.algos = [*ENVS[args.env]["configs"], "sb3"]
     if "redq" in args.algos and "redq" not in ENVS[args.env]["configs"]:
         ap.error(f"--env {args.env} has no REDQ config; --algos sac sb3")
     if args.redq_utd is not None and (args.redq_utd < 1 or args.redq_utd != int(args.redq_utd)):
