@@ -341,9 +341,7 @@ def main() -> None:
     if args.redq_utd is not None and (args.redq_utd < 1 or args.redq_utd != int(args.redq_utd)):
         ap.error(f"--redq-utd {args.redq_utd:g}: a whole number >= 1 (the policy is updated every G critic updates)")
     marks = args.marks or ENVS[args.env]["marks"]
-    redq_sets = (
-        [f"algorithm.utd={args.redq_utd:g}", f"algorithm.policy_every={int(args.redq_utd)}"] if args.redq_utd else []
-    )
+    redq_sets = [f"algorithm.utd={args.redq_utd:g}"] if args.redq_utd else []
     if args.from_json:
         # a later file's run of the same algorithm and seed replaces an earlier one's
         latest = {(r["algo"], r["seed"]): r for p in args.from_json for r in json.loads(p.read_text())["results"]}

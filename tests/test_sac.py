@@ -102,9 +102,23 @@ def test_actor_loss_min_for_sac_and_mean_for_redq_by_hand():
 
 def test_the_presets_are_sac_and_redq():
     assert SACParams().critics == 2 and SACParams().target_subset == 2 and SACParams().utd == 1.0
-    assert PRESETS["redq"] == {"critics": 10, "target_subset": 2, "utd": 20.0, "policy_every": 20, "policy_q": "mean"}
+    assert PRESETS["redq"] == {"critics": 10, "target_subset": 2, "utd": 20.0, "policy_every": 0, "policy_q": "mean"}
     with pytest.raises(Exception, match="target_subset"):
         SACParams(critics=2, target_subset=3)
+
+
+def test_redq_updates_its_policy_once_per_env_step_whatever_g_a_config_sets():
+    """The "redq" preset's policy period follows the config's own utd (G = 5: every 5 critic updates);
+    plain SAC keeps one policy update per critic update, and an explicit policy_every wins."""
+    from mqttrl.config import with_preset
+
+    def redq(**data):
+        return SACParams(**with_preset(SACParams, {"preset": "redq", **data}, "algorithm"))
+
+    assert redq().policy_period == 20
+    assert redq(utd=5.0).policy_period == 5
+    assert redq(utd=5.0, policy_every=2).policy_period == 2
+    assert SACParams(utd=5.0).policy_period == 1
 
 
 # ---- the squashed Gaussian
@@ -297,7 +311,7 @@ def test_the_shipped_configs_are_sac_and_redq():
     assert sac.env.id == redq.env.id == "Pendulum-v1" and sac.train.target_return == -200.0
     s, r = sac.algorithm.params, redq.algorithm.params
     assert (s.critics, s.target_subset, s.utd, s.policy_q) == (2, 2, 1.0, "min")
-    assert (r.critics, r.target_subset, r.utd, r.policy_every, r.policy_q) == (10, 2, 20.0, 20, "mean")
+    assert (r.critics, r.target_subset, r.utd, r.policy_period, r.policy_q) == (10, 2, 20.0, 20, "mean")
     # rl-baselines3-zoo's SAC for LunarLanderContinuous (hyperparams/sac.yml), the learning rate kept constant
     ll = load_config(configs / "lunarlander_continuous_sac.toml", [], params)
     a = ll.algorithm.params

@@ -19,7 +19,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.config import ConfigError, layer_sizes, positive, unit_positive
+from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_positive
 from mqttrl.plugin import FieldSpec, SampleSpec
 
 # --------------------------------------------------------------------------
@@ -33,10 +33,11 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 #: ``[algorithm] preset = NAME``: the keys a preset fills in where the config leaves them out.
 #: "redq" is REDQ (Chen et al. 2021, "Randomized Ensembled Double Q-Learning"): N = 10 critics, the
 #: target's minimum over a random subset of M = 2 of them, G = 20 critic updates per env step, the
-#: policy updated once per env step (every 20 critic updates) against the mean of all critics.
+#: policy updated once per env step (``policy_every = 0``: every G critic updates, whatever G a config
+#: sets) against the mean of all critics.
 PRESETS: dict[str, dict[str, Any]] = {
     "none": {},
-    "redq": {"critics": 10, "target_subset": 2, "utd": 20.0, "policy_every": 20, "policy_q": "mean"},
+    "redq": {"critics": 10, "target_subset": 2, "utd": 20.0, "policy_every": 0, "policy_q": "mean"},
 }
 
 
@@ -91,8 +92,9 @@ class SACParams:
     learning_starts: int = attrs.field(default=1000, validator=positive)
     #: critic updates per transition received (the update-to-data ratio, REDQ's G); the learner trains while below it
     utd: float = attrs.field(default=1.0, validator=positive)
-    #: critic updates per policy (and temperature) update
-    policy_every: int = attrs.field(default=1, validator=positive)
+    #: critic updates per policy (and temperature) update; 0: once per env step, i.e. every ``utd``
+    #: critic updates (REDQ's choice; the "redq" preset sets 0, so a config's own ``utd`` keeps it)
+    policy_every: int = attrs.field(default=1, validator=non_negative)
     #: workers pause (flow control) once the learner owes the updates of this many transitions
     max_debt_transitions: int = attrs.field(default=256, validator=positive)
     #: updates owed for more transitions than this are forgiven (a backlog after an outage is replayed less)
@@ -103,6 +105,11 @@ class SACParams:
             raise ConfigError(f"target_subset={self.target_subset}: must be <= critics ({self.critics})")
         if self.buffer_size < self.batch_size:
             raise ConfigError(f"buffer_size={self.buffer_size}: must be >= batch_size ({self.batch_size})")
+
+    @property
+    def policy_period(self) -> int:
+        """Critic updates per policy update: ``policy_every``, or with 0 one per env step (``utd``)."""
+        return self.policy_every or max(1, round(self.utd))
 
 
 # --------------------------------------------------------------------------

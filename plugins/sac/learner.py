@@ -14,7 +14,7 @@ critic update:
    the temperature follows the entropy target.
 
 SAC is N = M = 2, ``utd`` 1, ``policy_every`` 1; REDQ (preset "redq") N = 10, M = 2, ``utd`` 20,
-``policy_every`` 20. Checkpoints are numpy arrays plus JSON metadata (no pickle, no torch.load).
+the policy once per env step (``policy_every = 0``: every ``utd`` critic updates). Checkpoints are numpy arrays plus JSON metadata (no pickle, no torch.load).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class SACLearner:
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, p.tau)
         self.updates += 1
-        if self.updates % p.policy_every == 0:
+        if self.updates % p.policy_period == 0:
             self._last_policy = self._policy_step(b["obs"])
         return {
             "critic_loss": float(loss_q.detach()),
