@@ -128,18 +128,7 @@ class WorkerNode:
         #: the forward when it is the central inference servers' client (told the model version to ask for)
         self.remote: RemoteForward | None = None
         self.actor: Actor | None = None
-        #: where the time goes, per block (forward, env_step, wait, encode, publish, load, receive)
-        self.blocks = BlockTimes()
-        #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
-        #: worker paused its games (they can pause) because it had nothing useful to do
-        self.period_stats: PeriodStats | None = None
-        self.games_paused = False
-        self.idle_reason: str | None = None
-        #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
-        self.priority = ThreadPriority(0)
-        #: a real-time step is being played but not recorded (another game of this worker resets)
-        self._gap = False
-        self._chore_s = 0.0
+        self._init_timing()
         #: env restarts so far (games that crashed and were made afresh): heartbeats report it
         self.env_restarts = 0
         self.weights_inbox = WeightsInbox(decode_weights)  # the newest weights, big ones decoded off the game loop
@@ -155,6 +144,21 @@ class WorkerNode:
         )
         #: the audit of every batch sent and acknowledged, when $MQTTRL_LEDGER_DIR is set
         self.ledger = Ledger.from_env(f"worker-{self.name}-{self.core.incarnation}.jsonl")
+
+    def _init_timing(self) -> None:
+        """Where the time goes, and the real-time control loop's state (set before the first step)."""
+        #: where the time goes, per block (forward, env_step, wait, encode, publish, load, receive)
+        self.blocks = BlockTimes()
+        #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
+        #: worker paused its games (they can pause) because it had nothing useful to do
+        self.period_stats: PeriodStats | None = None
+        self.games_paused = False
+        self.idle_reason: str | None = None
+        #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
+        self.priority = ThreadPriority(0)
+        #: a real-time step is being played but not recorded (another game of this worker resets)
+        self._gap = False
+        self._chore_s = 0.0
 
     # ---- what other code reads -------------------------------------------------
     @property
@@ -702,7 +706,12 @@ class WorkerNode:
         if self.backend == "remote":
             ic = cfg.inference
             self.remote = RemoteForward(
-                self.node.settings, self.topics.run, self.name, timeout_s=ic.timeout_s, retries=ic.retries
+                self.node.settings,
+                self.topics.run,
+                self.name,
+                timeout_s=ic.timeout_s,
+                retries=ic.retries,
+                on_timeout=self._heartbeat_if_due,
             )
             return self.remote
         if self.backend == "torch":

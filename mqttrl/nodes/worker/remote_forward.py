@@ -17,7 +17,7 @@ import logging
 import queue
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,19 @@ class RemoteForward:
     """The :class:`~mqttrl.plugin.algorithm.Forward` of a worker without a local network; retries on
     timeout, then raises :class:`InferenceUnavailable` saying what to check."""
 
-    def __init__(self, broker: BrokerSettings, run: str, worker: str, timeout_s: float = 2.0, retries: int = 3):
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        run: str,
+        worker: str,
+        timeout_s: float = 2.0,
+        retries: int = 3,
+        on_timeout: Callable[[], None] | None = None,
+    ):
         self.topics = Topics(run)
+        #: called after each unanswered attempt: the worker heartbeats there, since its game loop is
+        #: held here for up to (retries + 1) * timeout_s and the learner marks a worker silent for 10 s offline
+        self.on_timeout = on_timeout
         self.worker = worker
         sys.setswitchinterval(0.0005)  # the game loop waits on every reply: hand over the GIL quickly
         self.timeout_s = timeout_s
@@ -164,6 +175,8 @@ class RemoteForward:
                 attempt + 1,
                 self.retries + 1,
             )
+            if self.on_timeout is not None:
+                self.on_timeout()
         raise InferenceUnavailable(
             f"no inference server answered for run {self.topics.run!r} after {self.retries + 1} tries of {self.timeout_s:.1f}s "
             f"(servers online: {self._online() or 'none'}). Start one with `mqttrl inference --run {self.topics.run} --broker URL`, "
