@@ -381,9 +381,10 @@ class DemosConfig:
         validator=demo_ratio,
     )
     margin_loss: float = setting(
-        0.0,
+        1.0,
         doc="DQN: weight of DQfD's large-margin supervised loss on the demonstration rows "
-        "(max_a [Q(s, a) + margin·[a ≠ a_E]] − Q(s, a_E)); 0: off",
+        "(max_a [Q(s, a) + margin·[a ≠ a_E]] − Q(s, a_E)); 0: off. DQfD's 1.0: without it 20 "
+        "episodes barely helped on MinAtar Breakout (docs/benchmarks.md)",
         validator=non_negative,
     )
     margin: float = setting(0.8, doc="DQN: the margin of that loss (DQfD's 0.8)", validator=non_negative)
