@@ -284,7 +284,7 @@ class InferenceConfig:
 
     servers: int = setting(
         0,
-        doc="inference servers `mqttrl train` starts (0 with `worker.inference = \"remote\"`: it starts 1)",
+        doc='inference servers `mqttrl train` starts (0 with `worker.inference = "remote"`: it starts 1)',
         validator=non_negative,
     )
     batch_size: int = setting(
