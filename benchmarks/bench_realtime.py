@@ -50,7 +50,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from node_procs import Broker, Proc  # noqa: E402  (benchmarks/node_procs.py, next to this script)
+
 CONFIG = ROOT / "configs" / "cartpole_realtime.toml"
 RUN = "cartpole-realtime"  # the config's run name
 
@@ -244,60 +245,6 @@ def run_probe(args) -> list[dict]:
 
 
 # ---- the mqttrl side: broker, learner, workers, faults ------------------------------------
-class Proc:
-    """One node process, its output appended to a log file."""
-
-    def __init__(self, argv: list[str], log: Path):
-        self.argv, self.log = argv, log
-        self.p: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as f:
-            self.p = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.p is not None and self.p.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.p.send_signal(signal.SIGKILL)
-            self.p.wait()
-
-    def term(self, timeout: float = 20) -> None:
-        if self.alive():
-            self.p.terminate()
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-class Broker:
-    """A mosquitto with persistence (the retained config and weights survive a restart)."""
-
-    def __init__(self, work: Path, port: int):
-        from mqttrl.broker.embedded import mosquitto_config
-
-        self.work, self.port = work, port
-        self.data = work / "data"
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.conf = work / "mosquitto.conf"
-        self.conf.write_text(mosquitto_config(port, self.data))
-        self.p: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        with open(self.work / "mosquitto.log", "ab") as f:
-            self.p = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stdout=f, stderr=subprocess.STDOUT)
-        time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.p is not None and self.p.poll() is None:
-            self.p.terminate()  # a clean stop: mosquitto saves its state
-            self.p.wait(15)
 
 
 class Heartbeats:
@@ -442,9 +389,9 @@ def run_fleet(n: int, args, work: Path, extra_children) -> dict:
     conn = ["--broker", broker.url]
     sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable)
     learner_argv = py + ["learner", "--config", str(CONFIG), "--run-dir", str(work / "run"), *sets, *conn]
-    learner = Proc(learner_argv, logs / "learner.log")
+    learner = Proc("learner", learner_argv, logs / "learner.log")
     workers = [
-        Proc(py + ["worker", "--run", RUN, "--name", f"w{i}", "--index", str(i), *conn], logs / f"w{i}.log")
+        Proc(f"w{i}", py + ["worker", "--run", RUN, "--name", f"w{i}", "--index", str(i), *conn], logs / f"w{i}.log")
         for i in range(n)
     ]
     hbs = Heartbeats(broker.port, RUN)

@@ -41,9 +41,7 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,7 +53,9 @@ import paho.mqtt.client as mqtt
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mqttrl.broker.embedded import free_port, mosquitto_config  # noqa: E402
+from node_procs import Broker, Proc  # noqa: E402  (benchmarks/node_procs.py, next to this script)
+
+from mqttrl.broker.embedded import free_port  # noqa: E402
 from mqttrl.config import load_config  # noqa: E402
 from mqttrl.ledger import read as read_ledger  # noqa: E402
 from mqttrl.plugin.manager import get_registry  # noqa: E402
@@ -63,76 +63,6 @@ from mqttrl.transport.topics import Topics  # noqa: E402
 from mqttrl.wire import Rejected, decode_weights  # noqa: E402
 
 FAULTS = ("worker_kill", "learner_kill", "broker_restart", "broker_wipe", "worker_stop")
-
-
-class Proc:
-    """One node process, restartable, its output appended to a log file."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict):
-        self.name, self.argv, self.log, self.env = name, argv, log, env
-        self.p: subprocess.Popen | None = None
-        self.stopped = False  # SIGSTOPped
-
-    def start(self) -> None:
-        with open(self.log, "ab") as f:
-            self.p = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, env=self.env)
-
-    def alive(self) -> bool:
-        return self.p is not None and self.p.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.p.kill()
-            self.p.wait()
-
-    def term(self, timeout: float = 30) -> None:
-        if self.stopped:
-            self.cont()
-        if self.alive():
-            self.p.terminate()
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def stop(self) -> None:
-        if self.alive():
-            os.kill(self.p.pid, signal.SIGSTOP)
-            self.stopped = True
-
-    def cont(self) -> None:
-        if self.alive():
-            os.kill(self.p.pid, signal.SIGCONT)
-        self.stopped = False
-
-
-class Broker:
-    def __init__(self, workdir: Path, port: int):
-        self.workdir, self.port = workdir, port
-        self.data = workdir / "data"
-        self.conf = workdir / "mosquitto.conf"
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(mosquitto_config(port, self.data))
-        self.p: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.data.mkdir(parents=True, exist_ok=True)
-        with open(self.workdir / "mosquitto.log", "ab") as f:
-            self.p = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stdout=f, stderr=subprocess.STDOUT)
-        time.sleep(0.3)
-
-    def stop(self, wipe: bool) -> None:
-        if wipe:
-            self.p.kill()
-        else:
-            self.p.terminate()  # mosquitto saves its in-memory state on a clean exit
-        self.p.wait(15)
-        if wipe:
-            shutil.rmtree(self.data, ignore_errors=True)
 
 
 class WeightsWatch:
