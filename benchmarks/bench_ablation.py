@@ -15,8 +15,8 @@ configs/cartpole_rainbow.toml, ``dqn`` is configs/cartpole_dqn.toml's run. Varia
 - ``c51``, ``qr``: the distributional heads; ``noisy``: noisy nets instead of the epsilon ladder;
 - ``rainbow``: the preset, ``algorithm.preset=rainbow`` (C51, noisy, prioritized with actor
   priorities, double, dueling, 3-step), with its keys also set over the config's own;
-- ``rainbow-resets``: rainbow with shrink-and-perturb resets every 4,000 updates
-  (``algorithm.reset_every``; every other variant sets it to 0).
+- ``rainbow-resets``: rainbow with shrink-and-perturb resets every 7,000 updates
+  (``algorithm.reset_every``; every other variant sets it to 0): one reset in a 100k-env-step MinAtar run.
 
 C51 takes its support (v_min, v_max) from the config, which must set one (a C51 head without it is
 refused): configs/cartpole_rainbow.toml has CartPole's [0, 100], configs/lunarlander_dqn.toml
@@ -81,8 +81,11 @@ VARIANTS: dict[str, list[str]] = {
     "qr": variant(distributional="qr"),
     "noisy": variant(noisy=True),
     "rainbow": variant(preset="rainbow", **PRESETS["rainbow"]),
-    # shrink-and-perturb every 4,000 updates (3 resets in 100k env steps at replay ratio 8, batch 64)
-    "rainbow-resets": variant(preset="rainbow", **PRESETS["rainbow"], reset_every=4000),
+    # shrink-and-perturb every 7,000 updates: one reset in 100k env steps at replay ratio 8 and batch 64
+    # (12,500 updates), at 56k env steps, with 44k left to relearn; every 4,000 updates (3 resets, the
+    # last at 96k) left rainbow no time to recover (docs/benchmarks.md, issue 24). BBF resets every 40k
+    # updates, at 8 updates per env step: 64x this replay ratio, and never within a 100k run here
+    "rainbow-resets": variant(preset="rainbow", **PRESETS["rainbow"], reset_every=7000),
 }
 
 
@@ -108,6 +111,28 @@ def report(res: dict, threshold: float | None) -> None:
             f"| {_fmt(_median([r.get('env_steps') for r in runs]), ',.0f')} "
             f"| {_fmt(_median([r.get('process_wall_s') for r in runs]), '.0f')} | {len(ss)} |"
         )
+    print()
+    print("| variant | best greedy mean per seed | last evaluation per seed | evaluations per seed |")
+    print("|---|---|---|---|")
+    for variant, runs in res["variants"].items():
+        print(
+            f"| {variant} | {_per_seed(runs, 'best')} | {_per_seed(runs, 'final')} | {_per_seed(runs, 'evaluations')} |"
+        )
+
+
+def _per_seed(runs: list[dict], key: str) -> str:
+    """One figure of :func:`stats` for each run, in seed order, with the env steps of the evaluation it
+    came from (best, final): a median of three hides which seed lagged and when."""
+    out = []
+    for run in sorted(runs, key=lambda r: r["seed"]):
+        s = stats(run, float("inf"))
+        value = s[key]
+        if key == "evaluations" or value is None:
+            out.append(_fmt(value, "d"))
+            continue
+        steps = s["best_env_steps"] if key == "best" else run["curve"][-1].get("env_steps")
+        out.append(f"{value:.2f}" + (f" ({steps / 1000:.0f}k)" if steps else ""))
+    return ", ".join(out)
 
 
 def plot(res: dict, path: Path) -> None:

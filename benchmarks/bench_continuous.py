@@ -23,6 +23,7 @@ env steps.
     python benchmarks/bench_continuous.py --algos redq --redq-utd 5 --seeds 0   # REDQ at G = 5
     python benchmarks/bench_continuous.py --env lunarlander --algos sac sb3 --steps 200000 --eval-every 5000
     python benchmarks/bench_continuous.py --from-json a.json b.json --plot pendulum.png   # later files win
+    python benchmarks/bench_continuous.py --algos sac --set train.workers=1 --set env.num_envs=1 --tag "1 x 1"
 """
 
 from __future__ import annotations
@@ -330,6 +331,15 @@ def main() -> None:
         help="a column's figure: the mean of the evaluations of models trained on (mark - window, mark] env "
         "steps (0: the last evaluation at or before the mark)",
     )
+    ap.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra --set for every mqttrl run (e.g. train.workers=1); with it, name the runs with --tag",
+    )
+    ap.add_argument("--tag", default="", help="appended to the mqttrl runs' names in the tables and figure")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--from-json", type=Path, nargs="+")
@@ -356,10 +366,12 @@ def main() -> None:
                     results.append(run_sb3(args.env, seed, args.steps, args.episodes, args.eval_every))
                 else:
                     steps = args.redq_steps if algo == "redq" and args.redq_steps else args.steps
-                    sets = redq_sets if algo == "redq" else []
+                    sets = [*(redq_sets if algo == "redq" else []), *args.extra]
                     results.append(
                         run_mqttrl(args.env, algo, seed, steps, args.episodes, workdir, args.eval_every_s, sets)
                     )
+                    if args.tag:
+                        results[-1]["algo"] += f" ({args.tag})"
                 r = results[-1]
                 print(f"{r['algo']} seed {seed}: final {r['final_mean']:.1f} after {r['wall_s']:.0f} s", flush=True)
                 if args.json:

@@ -28,7 +28,18 @@ gradient step (each transition replayed 8 times on average: the mqttrl config's 
 --sb3-train-freq 1 gives the paper's 32), target network copied every 1000 env steps, epsilon 1 ->
 0.1 linearly over the first 100k env steps, gamma 0.99, Huber loss, gradient norm clipped at 10.
 
+With --sb3-algos dqn qrdqn, sb3-contrib QR-DQN (Dabney et al. 2018) runs too, after SB3 DQN, with
+every one of SB3_DQN's settings, the same torso and one linear head of N quantiles per action (N =
+--qrdqn-quantiles, default 51: mqttrl's QR default; sb3-contrib's and the paper's 200 cost 25x more per
+loss here), sb3-contrib's quantile Huber loss (kappa 1), no double DQN (sb3-contrib's QR-DQN has none,
+nor has SB3's DQN). The QR-DQN paper's and the zoo's Atari settings (lr 5e-5, target every 10k
+steps, buffer 1M, final epsilon 0.01) are for 10M-200M frames and not used. --no-mqttrl runs only the
+baselines; --env-steps caps every run at that many env steps (give a --budget that does not bind) and
+--sb3-eval-every-steps evaluates every that many env steps (curves by env step).
+
     python benchmarks/bench_minatar.py --seeds 0 1 2 --budget 900 --sb3 --json minatar_dqn.json
+    python benchmarks/bench_minatar.py --no-mqttrl --sb3-algos dqn qrdqn --seeds 0 1 2 --env-steps 100000 \
+        --budget 3600 --sb3-eval-every-steps 5000 --json sb3_100k.json
     python benchmarks/bench_minatar.py --config configs/minatar_breakout_ppo.toml --json minatar_ppo.json
     python benchmarks/bench_minatar.py --seeds 0 --env-steps 100000 --budget 1200 --json minatar_100k.json
     python benchmarks/bench_minatar.py --from-json minatar_dqn.json minatar_ppo.json   # one figure of both
@@ -85,6 +96,12 @@ SB3_DQN = dict(
     features_dim=128,
     conv_channels=16,
 )
+#: sb3-contrib QR-DQN's quantiles per action: mqttrl's QR default (n_quantiles), not sb3-contrib's and
+#: the paper's 200: sb3-contrib's quantile Huber loss at batch 32, one torch thread, forward + backward,
+#: took 0.8 ms at 51 and 20 ms at 200 (2026-11-24), which would make QR-DQN at 100k env steps ~10 min a seed
+QRDQN_QUANTILES = 51
+#: baseline -> (key of its run in a seed's row, name in tables and figures); "sb3" kept for older JSON
+SB3_SYSTEMS = {"dqn": ("sb3", "SB3 DQN"), "qrdqn": ("sb3_qrdqn", "sb3-contrib QR-DQN")}
 #: SB3 needs a total for its epsilon schedule: exploration_fraction = exploration_steps / this
 SB3_TOTAL_STEPS = 100_000_000
 
@@ -271,32 +288,11 @@ class _GreedySB3:
         return actions, {}
 
 
-def run_sb3(
-    env_id: str,
-    seed: int,
-    budget: float,
-    eval_every_s: float,
-    episodes: int,
-    train_freq: int,
-    max_steps: int | None = None,
-) -> dict:
-    """SB3 DQN for ``budget`` seconds of training (and at most ``max_steps`` env steps), evaluated
-    every ``eval_every_s`` seconds of training and at the end."""
-    import torch
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from mqttrl.envs.rollout import evaluate
-
-    torch.set_num_threads(1)
+def _sb3_model(algo: str, env, seed: int, train_freq: int, quantiles: int):
+    """SB3 DQN or sb3-contrib QR-DQN with SB3_DQN's settings and the MinAtar torso: the two differ
+    only in the head (one Q-value per action, or ``quantiles`` quantiles per action) and its loss."""
     h = SB3_DQN
-    env = DummyVecEnv([lambda: Monitor(_float32_env(env_id))])
-    env.seed(seed)
-    model = DQN(
-        "CnnPolicy",
-        env,
+    common = dict(
         buffer_size=h["buffer_size"],
         learning_starts=h["learning_starts"],
         batch_size=h["batch_size"],
@@ -309,20 +305,60 @@ def run_sb3(
         exploration_fraction=h["exploration_steps"] / SB3_TOTAL_STEPS,
         gamma=h["gamma"],
         max_grad_norm=h["max_grad_norm"],
-        policy_kwargs=dict(
-            features_extractor_class=_minatar_extractor(),
-            features_extractor_kwargs=dict(features_dim=h["features_dim"], channels=h["conv_channels"]),
-            net_arch=[],
-            normalize_images=False,
-            optimizer_kwargs=dict(eps=h["adam_eps"]),
-        ),
         seed=seed,
         device="cpu",
         verbose=0,
     )
+    policy_kwargs = dict(
+        features_extractor_class=_minatar_extractor(),
+        features_extractor_kwargs=dict(features_dim=h["features_dim"], channels=h["conv_channels"]),
+        net_arch=[],
+        normalize_images=False,
+        optimizer_kwargs=dict(eps=h["adam_eps"]),
+    )
+    if algo == "dqn":
+        from stable_baselines3 import DQN
+
+        return DQN("CnnPolicy", env, policy_kwargs=policy_kwargs, **common)
+    if algo == "qrdqn":
+        try:
+            from sb3_contrib import QRDQN
+        except ImportError:
+            sys.exit("--sb3-algos qrdqn needs sb3-contrib: pip install sb3-contrib")
+        return QRDQN("CnnPolicy", env, policy_kwargs={**policy_kwargs, "n_quantiles": quantiles}, **common)
+    raise ValueError(f"unknown SB3 algorithm {algo!r} (dqn or qrdqn)")
+
+
+def run_sb3(
+    env_id: str,
+    seed: int,
+    budget: float,
+    eval_every_s: float,
+    episodes: int,
+    train_freq: int,
+    max_steps: int | None = None,
+    algo: str = "dqn",
+    eval_every_steps: int | None = None,
+    quantiles: int = QRDQN_QUANTILES,
+) -> dict:
+    """SB3 DQN (or sb3-contrib QR-DQN: ``algo="qrdqn"``) for ``budget`` seconds of training (and at
+    most ``max_steps`` env steps), evaluated every ``eval_every_s`` seconds of training (or, given
+    ``eval_every_steps``, every that many env steps: curves compared by env step) and at the end."""
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from mqttrl.envs.rollout import evaluate
+
+    torch.set_num_threads(1)
+    env = DummyVecEnv([lambda: Monitor(_float32_env(env_id))])
+    env.seed(seed)
+    model = _sb3_model(algo, env, seed, train_freq, quantiles)
     greedy = _GreedySB3(model)
     make = lambda: _float32_env(env_id)  # noqa: E731
-    state = {"eval_s": 0.0, "next": eval_every_s, "curve": []}
+    period = eval_every_steps or eval_every_s  # the clock it is read on: env steps or training seconds
+    state = {"eval_s": 0.0, "next": period, "curve": []}
 
     def run_eval(elapsed: float, steps: int) -> None:
         t = time.monotonic()
@@ -330,13 +366,13 @@ def run_sb3(
         state["eval_s"] += time.monotonic() - t
         mean = sum(returns) / len(returns)
         state["curve"].append({"t": round(elapsed, 2), "env_steps": steps, "mean": mean})
-        print(f"  SB3 seed {seed}: {elapsed:6.0f}s {steps:8d} steps greedy mean {mean:6.2f}", flush=True)
+        print(f"  SB3 {algo} seed {seed}: {elapsed:6.0f}s {steps:8d} steps greedy mean {mean:6.2f}", flush=True)
 
     class Budget(BaseCallback):
         def _on_step(self) -> bool:
             elapsed = time.monotonic() - t0 - state["eval_s"]
-            if elapsed >= state["next"]:
-                state["next"] += eval_every_s
+            if (self.num_timesteps if eval_every_steps else elapsed) >= state["next"]:
+                state["next"] += period
                 run_eval(elapsed, self.num_timesteps)
             return elapsed < budget and (max_steps is None or self.num_timesteps < max_steps)
 
@@ -347,11 +383,13 @@ def run_sb3(
         run_eval(elapsed, model.num_timesteps)  # the final model
     return {
         "seed": seed,
+        "algo": algo,
         "curve": state["curve"],
         "env_steps": int(model.num_timesteps),
         "training_s": round(elapsed, 1),
         "eval_excluded_s": round(state["eval_s"], 1),
         "train_freq": train_freq,
+        **({"n_quantiles": quantiles} if algo == "qrdqn" else {}),
     }
 
 
@@ -361,16 +399,30 @@ def run_sb3(
 
 
 def stats(run: dict, threshold: float) -> dict:
+    """A run's figures from its curve: best and last greedy mean (and the env steps of the best),
+    the first time the mean reached ``threshold``, env steps, evaluations, wall clock."""
     curve = run.get("curve") or []
     reached = next((c for c in curve if c["mean"] >= threshold), None)
+    best = max(curve, key=lambda c: c["mean"], default=None)
     return {
-        "best": max((c["mean"] for c in curve), default=None),
+        "best": best["mean"] if best else None,
+        "best_env_steps": best.get("env_steps") if best else None,
         "final": curve[-1]["mean"] if curve else None,
         "first_t": reached["t"] if reached else None,
         "first_training_s": reached.get("training_s") if reached else None,
         "env_steps": run.get("env_steps"),
         "evaluations": len(curve),
+        # mqttrl: the whole command; SB3: training plus its evaluations (excluded from its budget)
+        "wall_s": run.get("process_wall_s")
+        if "process_wall_s" in run
+        else (run["training_s"] + run["eval_excluded_s"] if "training_s" in run else None),
     }
+
+
+def _systems(res: dict) -> list[tuple[str, str]]:
+    """(row key, name) of each system with a run in ``res``: mqttrl first, then the SB3 baselines."""
+    keys = [("mqttrl", res["name"])] + list(SB3_SYSTEMS.values())
+    return [(k, n) for k, n in keys if any(k in r for r in res["rows"])]
 
 
 def _fmt(v, spec: str = ".2f", none: str = "-") -> str:
@@ -394,15 +446,16 @@ def report(results: list[dict], threshold: float) -> None:
     for res in results:
         print()
         print(
-            f"{res['label']} on {res['env']} ({res['config']}), budget {res['budget']:.0f} s per seed; "
-            f"{res['cores']} cores, Python {res['python']}, {res['date']}"
+            f"{res['label']} on {res['env']} ({res['config']}), budget {res['budget']:.0f} s per seed"
+            + (f", {res['env_steps']:,} env steps" if res.get("env_steps") else "")
+            + f"; {res['cores']} cores, Python {res['python']}, {res['date']}"
         )
-        systems = [("mqttrl", res["name"])] + ([("sb3", "SB3 DQN")] if any("sb3" in r for r in res["rows"]) else [])
+        systems = _systems(res)
         print(
-            f"| seed | system | best greedy mean | final greedy mean | first time >= {threshold:g} (s) "
-            f"| env steps | evaluations |"
+            f"| seed | system | best greedy mean (at env steps) | last evaluation | first time >= {threshold:g} (s) "
+            f"| env steps | evaluations | wall clock (s) |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         per: dict[str, list[dict]] = {k: [] for k, _ in systems}
         for row in res["rows"]:
             for key, name in systems:
@@ -414,21 +467,22 @@ def report(results: list[dict], threshold: float) -> None:
                 if key == "mqttrl" and s["first_training_s"] is not None:
                     first += f" (training {s['first_training_s']:.0f})"
                 print(
-                    f"| {row['seed']} | {name} | {_fmt(s['best'])} | {_fmt(s['final'])} | {first} "
-                    f"| {_fmt(s['env_steps'], ',')} | {s['evaluations']} |"
+                    f"| {row['seed']} | {name} | {_fmt(s['best'])} ({_fmt(s['best_env_steps'], ',')}) "
+                    f"| {_fmt(s['final'])} | {first} | {_fmt(s['env_steps'], ',')} | {s['evaluations']} "
+                    f"| {_fmt(s['wall_s'], '.0f')} |"
                 )
         for key, name in systems:
             ss = per[key]
-            if not ss:
-                continue
             print(
                 f"| median of {len(ss)} | {name} | {_fmt(_median([s['best'] for s in ss]))} "
                 f"| {_fmt(_median([s['final'] for s in ss]))} | {_median_time([s['first_t'] for s in ss])} "
-                f"| {_fmt(_median([s['env_steps'] for s in ss]), ',.0f')} | - |"
+                f"| {_fmt(_median([s['env_steps'] for s in ss]), ',.0f')} | - "
+                f"| {_fmt(_median([s['wall_s'] for s in ss]), '.0f')} |"
             )
         print(
             "mqttrl times: the whole command's clock (start-up and the run's own evaluations included; in "
-            "brackets, from the learner's first model); SB3: training time, its evaluations excluded"
+            "brackets, from the learner's first model); SB3: training time, its evaluations excluded "
+            "(wall clock: training plus evaluations)"
         )
 
 
@@ -464,11 +518,12 @@ def plot_curves(series: list[tuple[str, str, list[list[dict]]]], path: Path, tit
 
 def plot(results: list[dict], path: Path, threshold: float) -> None:
     colours = iter(["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"])
+    baseline_colours = {"sb3": "tab:orange", "sb3_qrdqn": "tab:red"}
     series = []
     for res in results:
-        series.append((res["name"], next(colours), [(r.get("mqttrl") or {}).get("curve") or [] for r in res["rows"]]))
-        if any("sb3" in r for r in res["rows"]):
-            series.append(("SB3 DQN", "tab:orange", [(r.get("sb3") or {}).get("curve") or [] for r in res["rows"]]))
+        for key, name in _systems(res):
+            colour = baseline_colours.get(key) or next(colours)
+            series.append((name, colour, [(r.get(key) or {}).get("curve") or [] for r in res["rows"]]))
     env = results[0]["env"] if results else ""
     seeds = sorted({r["seed"] for res in results for r in res["rows"]})
     title = (
@@ -477,19 +532,39 @@ def plot(results: list[dict], path: Path, threshold: float) -> None:
     plot_curves(series, path, title, threshold)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``--sb3`` is ``--sb3-algos dqn`` (kept for the commands already in the docs)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/minatar_breakout_dqn.toml", help="mqttrl run config")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", type=float, default=900.0, help="seconds per run (mqttrl: train.max_seconds)")
     p.add_argument(
-        "--env-steps", type=int, help="also stop each mqttrl run at this many env steps (train.max_env_steps)"
+        "--env-steps",
+        type=int,
+        help="also stop each run at this many env steps (mqttrl: train.max_env_steps; SB3: its step count)",
     )
     p.add_argument("--workers", type=int, help="override train.workers")
     p.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for mqttrl train")
     p.add_argument("--sb3", action="store_true", help="also run SB3 DQN per seed, same env and budget")
+    p.add_argument(
+        "--sb3-algos",
+        nargs="+",
+        choices=sorted(SB3_SYSTEMS),
+        default=[],
+        help="baselines to run per seed: dqn (SB3 DQN), qrdqn (sb3-contrib QR-DQN); same torso and settings",
+    )
+    p.add_argument("--no-mqttrl", action="store_true", help="run the SB3 baselines only, not mqttrl")
     p.add_argument("--sb3-eval-every-s", type=float, default=30.0, help="SB3 training seconds between evaluations")
+    p.add_argument(
+        "--sb3-eval-every-steps", type=int, help="SB3 env steps between evaluations (instead of --sb3-eval-every-s)"
+    )
     p.add_argument("--sb3-train-freq", type=int, default=SB3_DQN["train_freq"], help="env steps per SB3 update")
+    p.add_argument(
+        "--qrdqn-quantiles",
+        type=int,
+        default=QRDQN_QUANTILES,
+        help="QR-DQN quantiles per action (sb3-contrib's default: 200)",
+    )
     p.add_argument("--episodes", type=int, default=20, help="greedy episodes per SB3 and final evaluation")
     p.add_argument(
         "--no-final-eval",
@@ -501,8 +576,57 @@ def main() -> None:
     p.add_argument("--plot", help="the figure (PNG); default docs/img/<env>_<algo>.png")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--from-json", nargs="+", metavar="FILE", help="run nothing: report and plot saved results")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    args.sb3_algos = list(dict.fromkeys((["dqn"] if args.sb3 else []) + args.sb3_algos))
+    if args.no_mqttrl and not args.sb3_algos and not args.from_json:
+        p.error("--no-mqttrl runs nothing without --sb3 or --sb3-algos")
+    return args
 
+
+def run_seed(args: argparse.Namespace, env_id: str, seed: int, extra: list[str]) -> dict:
+    """One seed's row: mqttrl (unless --no-mqttrl), then each SB3 baseline, one after the other."""
+    row: dict = {"seed": seed}
+    if not args.no_mqttrl:
+        print(f"seed {seed}: mqttrl train {args.config} for {args.budget:.0f} s ...", flush=True)
+        m = run_mqttrl(
+            args.config, seed, args.budget, args.workers, extra, not args.no_final_eval, args.episodes, args.env_steps
+        )
+        row["mqttrl"] = m
+        s = stats(m, args.threshold)
+        print(
+            f"seed {seed}: mqttrl best {_fmt(s['best'])} final {_fmt(s['final'])} "
+            f"first>={args.threshold:g} {_fmt(s['first_t'], '.0f', 'never')} env steps {m['env_steps']} "
+            f"({s['evaluations']} evaluations; run dir {m['run_dir']})",
+            flush=True,
+        )
+    for algo in args.sb3_algos:
+        key, name = SB3_SYSTEMS[algo]
+        print(f"seed {seed}: {name} on {env_id} for {args.budget:.0f} s of training ...", flush=True)
+        sb = run_sb3(
+            env_id,
+            seed,
+            args.budget,
+            args.sb3_eval_every_s,
+            args.episodes,
+            args.sb3_train_freq,
+            args.env_steps,
+            algo=algo,
+            eval_every_steps=args.sb3_eval_every_steps,
+            quantiles=args.qrdqn_quantiles,
+        )
+        row[key] = sb
+        s = stats(sb, args.threshold)
+        print(
+            f"seed {seed}: {name} best {_fmt(s['best'])} final {_fmt(s['final'])} "
+            f"first>={args.threshold:g} {_fmt(s['first_t'], '.0f', 'never')} env steps {sb['env_steps']} "
+            f"training {sb['training_s']} s (evaluation {sb['eval_excluded_s']} s excluded)",
+            flush=True,
+        )
+    return row
+
+
+def main() -> None:
+    args = parse_args()
     if args.from_json:
         results = [r for f in args.from_json for r in json.loads(Path(f).read_text())["results"]]
     else:
@@ -510,61 +634,29 @@ def main() -> None:
         env_id = cfg.get("env", {}).get("id", "minatar/breakout")
         algo = cfg.get("algorithm", {}).get("name", "dqn")
         extra = [x for kv in args.extra for x in ("--set", kv)]
+        names = ([] if args.no_mqttrl else [f"mqttrl {algo.upper()}"]) + [SB3_SYSTEMS[a][1] for a in args.sb3_algos]
         res = {
             "config": args.config,
             "env": env_id,
-            "algo": algo,
+            "algo": algo if not args.no_mqttrl else "_".join(["sb3", *args.sb3_algos]),
             "name": f"mqttrl {algo.upper()}",
-            "label": f"mqttrl {algo.upper()}" + (" vs SB3 DQN" if args.sb3 else ""),
+            "label": " vs ".join(names),
             "budget": args.budget,
+            "env_steps": args.env_steps,
             "extra": args.extra,
-            "sb3_hyperparameters": {**SB3_DQN, "train_freq": args.sb3_train_freq} if args.sb3 else None,
+            "sb3_hyperparameters": {**SB3_DQN, "train_freq": args.sb3_train_freq} if args.sb3_algos else None,
+            "sb3_algos": args.sb3_algos,
+            "qrdqn_quantiles": args.qrdqn_quantiles if "qrdqn" in args.sb3_algos else None,
+            "sb3_eval_every": {"env_steps": args.sb3_eval_every_steps}
+            if args.sb3_eval_every_steps
+            else {"training_s": args.sb3_eval_every_s},
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M"),
             "rows": [],
         }
         for seed in args.seeds:
-            row: dict = {"seed": seed}
-            print(f"seed {seed}: mqttrl train {args.config} for {args.budget:.0f} s ...", flush=True)
-            m = run_mqttrl(
-                args.config,
-                seed,
-                args.budget,
-                args.workers,
-                extra,
-                not args.no_final_eval,
-                args.episodes,
-                args.env_steps,
-            )
-            row["mqttrl"] = m
-            s = stats(m, args.threshold)
-            print(
-                f"seed {seed}: mqttrl best {_fmt(s['best'])} final {_fmt(s['final'])} "
-                f"first>={args.threshold:g} {_fmt(s['first_t'], '.0f', 'never')} env steps {m['env_steps']} "
-                f"({s['evaluations']} evaluations; run dir {m['run_dir']})",
-                flush=True,
-            )
-            if args.sb3:
-                print(f"seed {seed}: SB3 DQN on {env_id} for {args.budget:.0f} s of training ...", flush=True)
-                sb = run_sb3(
-                    env_id,
-                    seed,
-                    args.budget,
-                    args.sb3_eval_every_s,
-                    args.episodes,
-                    args.sb3_train_freq,
-                    args.env_steps,
-                )
-                row["sb3"] = sb
-                s = stats(sb, args.threshold)
-                print(
-                    f"seed {seed}: SB3 best {_fmt(s['best'])} final {_fmt(s['final'])} "
-                    f"first>={args.threshold:g} {_fmt(s['first_t'], '.0f', 'never')} env steps {sb['env_steps']} "
-                    f"(evaluation {sb['eval_excluded_s']} s excluded)",
-                    flush=True,
-                )
-            res["rows"].append(row)
+            res["rows"].append(run_seed(args, env_id, seed, extra))
             if args.json:  # after every seed: a long run interrupted keeps what it measured
                 Path(args.json).write_text(json.dumps({"results": [res]}, indent=2))
         results = [res]

@@ -87,3 +87,17 @@ def test_scalar_storages_put_an_evaluation_at_its_models_env_steps():
     assert (s.step, s.values["eval/mean"]) == (7000, 5.0)  # not the run's 9000
     (s,) = m.map([Point("eval", {"run": "r", "evaluator": "e"}, {"mean": 6.0}, 2.0)])
     assert s.step == 9000  # an evaluation that does not say: the run's step
+
+
+def test_the_summary_counts_at_least_the_env_steps_of_its_last_evaluated_model(tmp_path):
+    """A model published after the learner's last metrics row (the final one, at the budget's end)
+    was trained on more transitions than that row and the workers' last episodes say: the summary's
+    env_steps is a lower bound of the steps made, so it is at least the curve's last point."""
+    cfg = make_config(None, max_seconds=5)
+    rec = RunRecord(cfg, tmp_path)
+    rec.on_episode("w0", {"env": 0, "return": 1.0, "length": 1, "env_steps": 5000})
+    rec.on_evaluation({**_result(7, 50.0), "eval_s": 0.1, "env_steps": 5300}, None, b"m7")
+    summary = rec.summary("time budget", 9.0, {"episodes": 1, "learner": {"samples": 5200}, "workers": 1}, 7)
+    rec.close()
+    assert summary["curve"][-1]["env_steps"] == 5300
+    assert summary["env_steps"] == 5300

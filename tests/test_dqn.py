@@ -264,6 +264,32 @@ def test_pacing_follows_replay_ratio():
     assert n == 16 and learner.updates == 16 and not learner.behind()
 
 
+def test_lr_anneals_by_env_steps_and_resumes_where_it_was():
+    """lr_anneal_env_steps: Adam's lr falls linearly with the transitions taken in, stays at
+    lr * lr_final_frac after them, and a learner loaded from a checkpoint steps with the same lr."""
+    p = small_params(lr=1e-2, batch_size=16, learning_starts=64, lr_anneal_env_steps=256, lr_final_frac=0.1)
+    learner = DQNLearner(p, OBS, ACT, "cpu", 0)
+    rng = np.random.default_rng(0)
+    seen = []
+    for _ in range(6):  # 64 transitions each: 1/4, 1/2, 3/4, all, then past the end
+        learner.add(as_batch(random_arrays(64, rng)))
+        metrics = learner.train_step()
+        seen.append((metrics["lr"], learner.optimizer.param_groups[0]["lr"]))
+    want = [1e-2 * (1 - f * 0.9) for f in (0.25, 0.5, 0.75, 1.0, 1.0, 1.0)]
+    np.testing.assert_allclose([s[0] for s in seen], want, rtol=1e-12)
+    np.testing.assert_allclose([s[1] for s in seen], want, rtol=1e-12)
+    half = DQNLearner(p, OBS, ACT, "cpu", 0)
+    half.add(as_batch(random_arrays(128, rng)))
+    tensors, meta = half.state_dict(include_replay=True)
+    again = DQNLearner(p, OBS, ACT, "cpu", 0)
+    again.load_state_dict(tensors, meta)
+    again.train_step()
+    assert again.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * (1 - 0.5 * 0.9))
+    constant = DQNLearner(small_params(lr=1e-2, batch_size=16, learning_starts=64), OBS, ACT, "cpu", 0)
+    constant.add(as_batch(random_arrays(640, rng)))
+    assert "lr" not in constant.train_step() and constant.optimizer.param_groups[0]["lr"] == 1e-2
+
+
 def test_a_backlog_owes_at_most_forgive_debt_above_updates():
     """A broker handing over an outage's backlog at once must not pause workers for minutes:
     the debt beyond forgive_debt_above is written off, counted, and survives a checkpoint."""

@@ -39,13 +39,19 @@ def _registry_params(name):
     return get_registry().algorithm(name).params
 
 
-@pytest.mark.parametrize("config", ["lunarlander_dqn.toml", "minatar_breakout_dqn.toml", "cartpole_rainbow.toml"])
-def test_shipped_configs_run_c51_with_their_own_support(config):
+@pytest.mark.parametrize(
+    ("config", "lowest", "highest"),
+    # the returns each game's support must hold: LunarLander's crash and landing, CartPole's up to
+    # 100 at gamma 0.99, MinAtar Breakout's 0 to the ~5 learned in 100k env steps (with room: 10;
+    # its target_edge_mass stayed ~1e-4, docs/benchmarks.md, issue 24)
+    [("lunarlander_dqn.toml", -100, 100), ("minatar_breakout_dqn.toml", 0, 10), ("cartpole_rainbow.toml", 0, 100)],
+)
+def test_shipped_configs_run_c51_with_their_own_support(config, lowest, highest):
     """The ablation's ``--set algorithm.distributional=c51`` over these configs gets a support that
     fits the game, not a clipped one."""
     cfg = load_config(REPO / "configs" / config, ["algorithm.distributional=c51"], _registry_params)
     p = cfg.algorithm.params
-    assert p.v_min is not None and p.v_max is not None and p.v_max - p.v_min >= 100
+    assert p.v_min is not None and p.v_max is not None and p.v_min <= lowest and p.v_max >= highest
 
 
 def test_shipped_configs_copy_the_target_every_so_many_env_steps():

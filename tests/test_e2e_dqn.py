@@ -31,7 +31,12 @@ def test_learner_and_two_workers_learn_cartpole(tmp_path, mosquitto):
             eps = w.episodes[-40:]
             return len(eps) == 40 and np.mean([e["return"] for e in eps]) > 150
 
-        watch.wait(improving, 240, "a 40-episode mean return above 150")
+        # and more than 10 models out (with the warm-up hold a run can solve on its 10th)
+        watch.wait(
+            lambda w: improving(w) and len(set(w.weights_versions)) > 10,
+            240,
+            "a 40-episode mean return above 150 and 11 models",
+        )
         m = watch.latest
         assert m["updates"] > 500
         assert m["workers_online"] == 2

@@ -542,6 +542,37 @@ def test_flow_control_signals_only_changes():
     assert core.update_flow() and not core.paused
 
 
+def test_workers_are_held_from_the_first_due_update_until_the_first_trained_model_is_out():
+    """The warm-up hold: while an update is due and no trained model was opened, workers wait
+    (a fast env would fill the replay with the untrained policy's play during a slow first
+    update); the first trained model goes out at once, whatever ``weights_every_s`` says."""
+    core, learner = make(weights_every_s=60.0, publish_every=1)
+    birth(core, "w0")
+    core.new_version(0.0)  # the untrained model, as the shell publishes at start
+    core.on_samples("w0", payload("w0", 0, core.version), 0.0)
+    assert not core.update_flow() and not core.paused  # nothing due: holding would deadlock
+    core.on_samples("w0", payload("w0", 1, core.version), 0.0)
+    assert learner.train_due() and not learner.behind()
+    assert core.update_flow() and core.paused  # held before the first update runs
+    step = core.step(1.0)
+    assert step.trained and step.publish  # 1 s after version 1 opened, weights_every_s is 60: the first goes out
+    assert core.version == 2 and core.mode.warm
+    assert core.update_flow() and not core.paused
+    for seq in (2, 3):
+        core.on_samples("w0", payload("w0", seq, core.version), 1.0)
+    assert learner.train_due() and not core.update_flow() and not core.paused  # warm: the learner's own rule
+    step = core.step(2.0)
+    assert step.trained and not step.publish  # weights_every_s holds from here on
+
+
+def test_a_resumed_learner_is_warm_and_holds_nobody():
+    learner = FakeAsync()
+    learner.updates = 1000  # as a checkpoint restores it
+    mode = AsyncAdmission(learner, max_staleness_s=60.0, publish_every=1, weights_every_s=60.0)
+    learner.added = [object(), object()]  # two unconsumed batches: an update is due
+    assert learner.train_due() and mode.warm and not mode.behind()
+
+
 def test_sync_mode_never_pauses_and_reports_its_round():
     core, _ = sync_round()
     assert not core.update_flow() and not core.paused
@@ -613,6 +644,7 @@ class LearnerRules(RuleBasedStateMachine):
             self.birth(w)
         self.core.new_version(self.now)  # as the shell does at start
         self.version = 1  # the model's view of the rules
+        self.warm = False  # async: a trained model was opened (until then workers are held while training is due)
         self.delivered: set[str] = set()
         self.last_seq: dict[tuple[str, str], int] = {}  # (worker, incarnation) -> last seq seen
         self.holes: dict[tuple[str, str], set[int]] = defaultdict(set)  # seqs skipped over, may come late
@@ -771,10 +803,12 @@ class LearnerRules(RuleBasedStateMachine):
         if step.publish:
             self.version += 1
             self.delivered = set()
+            self.warm = True
         assert step.publish == (step.trained and (self.mode == "sync" or self.learner.updates % PUBLISH_EVERY == 0))
         self.core.update_flow()
         if self.mode == "async":
-            assert self.core.paused == self.learner.behind()
+            held = not self.warm and self.learner.train_due()
+            assert self.core.paused == (held or self.learner.behind())
         else:
             assert not self.core.paused
 

@@ -16,7 +16,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from mqttrl.config import ConfigError, from_dict, load_config
-from mqttrl.plugin.algorithm import ActorContext
+from mqttrl.plugin.algorithm import UPDATES_KEY, ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.wire import decode_batch, decode_weights, encode_batch, encode_weights
 from mqttrl_plugins.dqn import make_forward
@@ -373,8 +373,9 @@ def test_noisy_forwards_explore_per_call_and_greedy_uses_the_mean():
         np.testing.assert_array_equal(g1, g2)
         mean = g1 if mean is None else mean
         np.testing.assert_allclose(g1, mean, rtol=1e-5, atol=1e-5)
-        # the actor: no epsilon at all, and greedy actions from the mean weights
+        # the actor of a trained model: no epsilon at all, and greedy actions from the mean weights
         actor = DQNActor(p, CARTPOLE_OBS, ACT, ActorContext(num_envs=64, total_envs=64), a)
+        actor.load_weights(tensors, {**info, UPDATES_KEY: 1})
         np.testing.assert_array_equal(actor.epsilons(), 0.0)
         _, extras = actor.act(obs)
         np.testing.assert_array_equal(extras["epsilon"], 0.0)
@@ -386,6 +387,27 @@ def test_noisy_forwards_explore_per_call_and_greedy_uses_the_mean():
     with torch.no_grad():
         learner.online.reset_noise()
         np.testing.assert_allclose(learner.online(torch.from_numpy(obs), noise=False).numpy(), mean, atol=1e-5)
+
+
+def test_a_noisy_actor_acts_at_random_until_the_first_trained_model():
+    """An untrained noisy net's argmax barely moves with its noise (on MinAtar Breakout the replay
+    then held no reward at all): uniform random actions until a model with updates behind it."""
+    p = params(noisy=True, epsilon_start=1.0)
+    tensors, info = DQNLearner(p, CARTPOLE_OBS, ACT, "cpu", 0).export_weights()
+    forward = make_forward(p, CARTPOLE_OBS, ACT, "numpy", seed=3)
+    actor = DQNActor(p, CARTPOLE_OBS, ACT, ActorContext(num_envs=256, total_envs=256, seed=1), forward)
+    actor.load_weights(tensors, {**info, UPDATES_KEY: 0})  # the learner's first, untrained model
+    np.testing.assert_array_equal(actor.epsilons(), 1.0)
+    obs = np.repeat(np.random.default_rng(0).normal(size=(1, 4)).astype(np.float32), 256, 0)
+    actions, extras = actor.act(obs)
+    np.testing.assert_array_equal(extras["epsilon"], 1.0)
+    assert 0.3 < (actions == 0).mean() < 0.7  # the same observation everywhere: uniform, not one argmax
+    actor.load_weights(tensors, {**info, UPDATES_KEY: 1})
+    np.testing.assert_array_equal(actor.epsilons(), 0.0)
+    # weights from a learner that does not say (an older release): taken as trained
+    older = DQNActor(p, CARTPOLE_OBS, ACT, ActorContext(num_envs=4), forward)
+    older.load_weights(tensors, info)
+    np.testing.assert_array_equal(older.epsilons(), 0.0)
 
 
 def test_plain_actor_keeps_its_epsilons():

@@ -18,6 +18,7 @@ import pytest
 from helpers.procs import node_env
 from helpers.servers import Mosquitto
 
+import mqttrl.transport.client as transport
 from mqttrl.broker.embedded import EmbeddedBroker, free_port
 from mqttrl.transport.client import (
     BrokerSettings,
@@ -777,3 +778,41 @@ def test_start_returns_once_the_broker_has_taken_the_subscriptions(shared_mosqui
             node.stop(flush_timeout=0.5)
     finally:
         link.close()
+
+
+def _scripted_probe(answers: list[tuple[bool, str]]):
+    """A probe that answers from a script (pure retry logic, no broker): records its calls."""
+    calls = []
+
+    def probe(settings, protocol, timeout):
+        calls.append(protocol)
+        return answers.pop(0)
+
+    return probe, calls
+
+
+def test_a_busy_broker_is_asked_again_until_it_accepts():
+    # a NATS node whose JetStream is electing leaders refuses both versions for a while
+    busy = [(False, "Unsupported protocol version"), (False, "Unspecified error")]
+    probe, calls = _scripted_probe(busy * 2 + [(False, "Unsupported protocol version"), (True, "ok")])
+    s = BrokerSettings(url=f"mqtt://127.0.0.1:{free_port()}")
+    try:
+        assert transport._negotiate_one(s, 1.0, busy_s=10, probe=probe) == mqtt.MQTTv311
+        assert calls == [mqtt.MQTTv5, mqtt.MQTTv311] * 3
+    finally:
+        transport._negotiated.pop((s.host, s.port), None)
+
+
+def test_wrong_credentials_fail_at_once_and_a_busy_broker_fails_after_its_window():
+    s = BrokerSettings(url=f"mqtt://127.0.0.1:{free_port()}")
+    probe, calls = _scripted_probe([(False, "Bad user name or password"), (False, "Not authorized")])
+    with pytest.raises(BrokerUnavailable, match="refused us .*Not authorized.*Check username/password"):
+        transport._negotiate_one(s, 1.0, busy_s=10, probe=probe)
+    assert len(calls) == 2  # no second try
+    probe, calls = _scripted_probe([(False, "Server unavailable")] * 100)
+    t0 = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="Server unavailable"):
+        transport._negotiate_one(s, 1.0, busy_s=1.2, probe=probe)
+    assert time.monotonic() - t0 < 3 and 4 <= len(calls) <= 6  # 0.5 s, then 1 s would pass the window
+    assert not transport.is_transient_refusal("Not authorized")
+    assert transport.is_transient_refusal("Server unavailable")

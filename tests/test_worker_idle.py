@@ -9,7 +9,13 @@ import time
 
 from test_worker_core import RUN, fake_worker, make_core, published
 
-from mqttrl.nodes.worker.core import IDLE_REASONS, LEARNER_SILENT_MIN_S, UNACKED_IDLE_S, Link
+from mqttrl.nodes.worker.core import (
+    BACKLOG_IDLE_MESSAGES,
+    IDLE_REASONS,
+    LEARNER_SILENT_MIN_S,
+    UNACKED_IDLE_S,
+    Link,
+)
 from mqttrl.transport.topics import Kind
 from mqttrl.wire import decode_json, encode_json
 
@@ -31,8 +37,11 @@ def test_its_own_link_idles_a_worker():
     assert core.should_idle(0.1) == "link_down"  # the last reading holds until the next
     assert core.should_idle(0.2, Link(unacked_age_s=UNACKED_IDLE_S + 0.1)) == "link_stalled"  # a silent cut
     assert core.should_idle(0.3, Link(unacked_age_s=UNACKED_IDLE_S - 0.1)) is None
-    assert core.should_idle(0.4, Link(outbox=1000, outbox_limit=2000)) == "outbox_full"
-    assert core.should_idle(0.5, Link(outbox=999, outbox_limit=2000)) is None
+    # a backlog behind the in-flight window: the env is faster than the link
+    assert core.should_idle(0.4, Link(outbox=BACKLOG_IDLE_MESSAGES, outbox_limit=2000)) == "link_behind"
+    assert core.should_idle(0.5, Link(outbox=BACKLOG_IDLE_MESSAGES - 1, outbox_limit=2000)) is None
+    assert core.should_idle(0.6, Link(outbox=5, outbox_limit=10)) == "link_behind"  # half of a small outbox
+    assert core.should_idle(0.7, Link(outbox=4, outbox_limit=10)) is None
 
 
 def test_the_learner_s_state_beat_and_flow_idle_a_worker():
@@ -52,7 +61,7 @@ def test_the_learner_s_state_beat_and_flow_idle_a_worker():
     assert core.should_idle(1000.0) is None
     assert set(IDLE_REASONS) == {"link_down", "link_stalled", "learner_offline", "learner_silent"} | {
         "learner_paused",
-        "outbox_full",
+        "link_behind",
     }
 
 
@@ -66,9 +75,9 @@ def test_idle_time_adds_up_in_heartbeats():
     assert core.track_idle(None, 13.5) is True
     hb = core.heartbeat(0.0, 1, 0, {}, {}, now=20.0)
     assert hb["paused_s"] == 3.5 and hb["idle"] is None
-    core.track_idle("outbox_full", 20.0)
+    core.track_idle("link_behind", 20.0)
     hb = core.heartbeat(0.0, 1, 0, {}, {}, now=21.0)
-    assert hb["paused_s"] == 4.5 and hb["idle"] == "outbox_full"
+    assert hb["paused_s"] == 4.5 and hb["idle"] == "link_behind"
 
 
 def test_the_shell_makes_no_experience_while_its_link_is_down(monkeypatch):

@@ -43,6 +43,10 @@ FLEET_PROGRESS_KEY = "fleet_env_steps_per_worker"
 #: a key the learner adds to every weights ``info``: the samples (one per env step) it had taken in
 #: when it published them. Evaluations keep it as their ``env_steps``, so runs compare at equal data.
 INGESTED_KEY = "env_steps_ingested"
+#: a key the learner adds to every weights ``info``: the gradient updates behind them (0: the
+#: untrained first model). An actor whose exploration needs a trained model (DQN's noisy nets)
+#: acts at random until then; an info without it comes from an older learner: take it as trained.
+UPDATES_KEY = "learner_updates"
 
 
 @attrs.frozen

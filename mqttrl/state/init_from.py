@@ -22,12 +22,12 @@ import attrs
 import numpy as np
 
 from mqttrl.config import ConfigError
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
 from mqttrl.state.checkpoint import CheckpointError, CheckpointStore, read_checkpoint
 
 WEIGHTS_FILE = "weights.safetensors"
 #: info keys that describe training progress, not the network's shape
-_PROGRESS_KEYS = {"round", FLEET_PROGRESS_KEY, INGESTED_KEY}
+_PROGRESS_KEYS = {"round", FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY}
 
 
 class InitFromError(ConfigError):

@@ -189,10 +189,15 @@ class RunRecord:
             "final_model_version": f["model_version"] if f else None,
             "evaluations": len(self.evals),
             "curve": self.curve(),
-            # two lower bounds of the env steps made: the workers' at their last episode end, and the
-            # samples (one per env step) the learner took in, which counts steps after those episodes
-            # (the curve's last model_env_steps could exceed the first alone)
-            "env_steps": max(self.env_steps, _int(view["learner"].get("samples"))),
+            # three lower bounds of the env steps made: the workers' at their last episode end, the
+            # samples (one per env step) the learner took in by its last metrics row, and those of the
+            # last evaluated model (a model published after that row counts more): the curve's last
+            # model_env_steps never exceeds this
+            "env_steps": max(
+                self.env_steps,
+                _int(view["learner"].get("samples")),
+                *(_int(e["model_env_steps"]) for e in self.evals),
+            ),
             "episodes": view["episodes"],
             "updates": view["learner"].get("updates"),
             "model_version": model_version,

@@ -113,13 +113,56 @@ def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[boo
     return True, "ok"
 
 
-def _negotiate_one(settings: BrokerSettings, timeout: float) -> int:
-    """MQTT 5 or 3.1.1 for one broker (``settings`` holds one URL)."""
+#: CONNACK refusals that say "not now" rather than "not you": a clustered broker (NATS,
+#: EMQX) answers so while it elects new leaders after losing a node; worth asking again
+TRANSIENT_REFUSALS = (
+    "Server unavailable",
+    "Server busy",
+    "Unspecified error",
+    "Quota exceeded",
+    "Connection rate exceeded",
+)
+
+
+def is_transient_refusal(why: str) -> bool:
+    """Whether a probe's refusal (``_probe``'s reason) may go away by itself."""
+    return any(r in why for r in TRANSIENT_REFUSALS)
+
+
+def _negotiate_one(settings: BrokerSettings, timeout: float, busy_s: float = 30.0, probe=None) -> int:
+    """MQTT 5 or 3.1.1 for one broker (``settings`` holds one URL).
+
+    A broker that refuses both versions for a transient reason (see ``TRANSIENT_REFUSALS``)
+    is asked again with backoff for up to ``busy_s``; wrong credentials fail at once."""
+    probe = probe or _probe
+    deadline = time.monotonic() + busy_s
+    delay = 0.5
+    while True:
+        try:
+            return _negotiate_once(settings, timeout, probe)
+        except BrokerRefused as refused:
+            transient = is_transient_refusal(refused.why5) or is_transient_refusal(refused.why3)
+            if not transient or time.monotonic() + delay > deadline:
+                raise
+            log.warning("broker %s is busy (%s); asking again in %.1f s", settings.shown, refused.why3, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 4.0)
+
+
+class BrokerRefused(BrokerUnavailable):
+    """The broker answered and refused both protocol versions; ``why5`` and ``why3`` say why."""
+
+    def __init__(self, message: str, why5: str, why3: str):
+        super().__init__(message)
+        self.why5, self.why3 = why5, why3
+
+
+def _negotiate_once(settings: BrokerSettings, timeout: float, probe) -> int:
     key = (settings.host, settings.port)
     if key in _negotiated:
         return _negotiated[key]
     url = settings.shown
-    ok5, why5 = _probe(settings, mqtt.MQTTv5, timeout)
+    ok5, why5 = probe(settings, mqtt.MQTTv5, timeout)
     if ok5:
         _negotiated[key] = mqtt.MQTTv5
         return mqtt.MQTTv5
@@ -130,14 +173,16 @@ def _negotiate_one(settings: BrokerSettings, timeout: float) -> int:
             f"MQTT broker at {url} is unreachable: {why5}. Check the host and port, "
             "that the broker is running, and any firewall in between"
         )
-    ok3, why3 = _probe(settings, mqtt.MQTTv311, timeout)
+    ok3, why3 = probe(settings, mqtt.MQTTv311, timeout)
     if ok3:
         _negotiated[key] = mqtt.MQTTv311
         log.info("broker %s speaks MQTT 3.1.1 only; using it", url)
         return mqtt.MQTTv311
-    raise BrokerUnavailable(
+    raise BrokerRefused(
         f"broker at {url} refused us (MQTT 5: {why5}; MQTT 3.1.1: {why3}). "
-        "Check username/password, TLS settings and the broker's ACL"
+        "Check username/password, TLS settings and the broker's ACL",
+        why5,
+        why3,
     )
 
 

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.envs.rollout import obs_dtype
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, ActorContext, Forward, Tensors
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, UPDATES_KEY, ActorContext, Forward, Tensors
 
 from .common import DQNParams, actor_priorities, check_spaces
 from .frames import ArrayObs, FrameObs, frame_layout
@@ -72,6 +72,8 @@ class DQNActor:
         self.env_steps = 0
         #: the run's progress as the learner last said (weights info): the epsilon schedule starts there
         self.fleet_env_steps = 0
+        #: the loaded model had gradient updates behind it (weights info; noisy nets explore with it)
+        self.trained = False
         layout = frame_layout(params.frames, obs_space)
         #: what the windows hold for an observation: the observation itself, or its frames' serials
         self.keys = (
@@ -94,8 +96,12 @@ class DQNActor:
     def epsilons(self) -> np.ndarray:
         """Current epsilon per env: the linear decay from epsilon_start, floored at the ladder value."""
         p = self.params
-        if p.noisy:  # noisy nets explore instead of epsilon-greedy
-            return np.zeros(self.num_envs)
+        if p.noisy:
+            # noisy nets explore instead of epsilon-greedy, once trained. An untrained noisy net's
+            # argmax barely moves with its noise (sigma0 0.1 / sqrt(fan_in)): on MinAtar Breakout it
+            # never put the paddle under the ball, and the replay held no reward at all. Until the
+            # first trained model, actions are uniform at random (SB3's and CleanRL's warm-up)
+            return np.full(self.num_envs, 0.0 if self.trained else p.epsilon_start)
         steps = max(self.env_steps, self.fleet_env_steps)
         frac = 1.0 if p.epsilon_decay_steps == 0 else min(1.0, steps / p.epsilon_decay_steps)
         decayed = p.epsilon_start + frac * (self.ladder - p.epsilon_start)
@@ -113,6 +119,7 @@ class DQNActor:
         self.forward.load_weights(tensors, info)
         # a restarted worker goes on decaying from where its peers are, not from epsilon_start
         self.fleet_env_steps = max(self.fleet_env_steps, int(info.get(FLEET_PROGRESS_KEY, 0)))
+        self.trained = int(info.get(UPDATES_KEY, 1)) > 0  # no key: an older learner's, taken as trained
 
     def act(self, obs: np.ndarray, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         # greedy: a noisy head's mean weights, where the forward offers them (local forwards do)

@@ -90,6 +90,14 @@ class DQNParams:
     #: Rainbow; CleanRL's c51.py uses 0.01 / batch_size (1.5625e-4 at batch 64). torch's 1e-8 lets
     #: Adam's steps blow up where the second moment is tiny (C51's logits of unused atoms)
     adam_eps: float = attrs.field(default=3.125e-4, validator=positive)
+    #: env steps over which lr falls linearly to lr * lr_final_frac, then stays there (0: a constant
+    #: lr). rl-baselines3-zoo decays DQN's and SAC's lr linearly ("lin_..." schedules); a falling lr
+    #: lets a solved policy settle where a constant one keeps swinging (CartPole's DQN falls from 500 to
+    #: ~100 and back for as long as it trains at 2e-3). Counted in transitions taken in, as the
+    #: checkpoint keeps them, so a resumed learner goes on where the killed one was
+    lr_anneal_env_steps: int = attrs.field(default=0, validator=non_negative)
+    #: the annealed lr's final value as a share of lr
+    lr_final_frac: float = attrs.field(default=0.0, validator=unit_interval)
     #: discount per env step
     gamma: float = attrs.field(default=0.99, validator=unit_positive)
     #: transitions per gradient update
@@ -135,7 +143,8 @@ class DQNParams:
     # --- noisy nets (Fortunato et al. 2018)
     #: the head's linear layers (value/advantage, or head) become factorised Gaussian noisy layers
     #: (w = mu + sigma * f(e_out) f(e_in)^T, f(x) = sign(x) sqrt|x|) and replace epsilon-greedy: with
-    #: noisy = true every env explores with epsilon 0 (the epsilon_* keys are ignored). The learner
+    #: noisy = true every env explores with epsilon 0 once the learner's first trained model is out,
+    #: epsilon_start (uniform at random) before; the other epsilon_* keys are ignored. The learner
     #: samples new noise for the online and the target net at each update; actors sample their own at
     #: every forward call, independently per env; greedy evaluation uses the mean weights mu
     noisy: bool = False

@@ -449,6 +449,8 @@ class DQNLearner:
         )
         if weights is not None:
             metrics["per_beta"] = self._beta()
+        if p.lr_anneal_env_steps:
+            metrics["lr"] = self.current_lr()
         return metrics
 
     def _reset_networks(self) -> None:
@@ -528,8 +530,20 @@ class DQNLearner:
             loss = elementwise.mean()
         return loss, elementwise, target, q
 
+    def current_lr(self) -> float:
+        """The learning rate of the next step: ``lr`` annealed over ``lr_anneal_env_steps`` (when set)."""
+        p = self.params
+        if not p.lr_anneal_env_steps:
+            return p.lr
+        done = min(1.0, self.samples_added / p.lr_anneal_env_steps)
+        return p.lr * (1.0 - done * (1.0 - p.lr_final_frac))
+
     def _optimize(self, loss: torch.Tensor) -> torch.Tensor:
         """Backward, clip (``grad_clip`` > 0) and step; the gradient norm before clipping (a device scalar)."""
+        if self.params.lr_anneal_env_steps:
+            lr = self.current_lr()
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.params.grad_clip > 0:

@@ -23,6 +23,8 @@ class Watcher:
     ):
         self.topics = Topics(run)
         self.weights_versions: list[int] = []
+        #: each version's weights info (the learner's export info and the keys the node adds)
+        self.weights_info: dict[int, dict] = {}
         self.metrics: list[dict] = []
         self.first_batch: dict[str, dict] = {}
         self.batches: dict[str, int] = {}
@@ -31,6 +33,8 @@ class Watcher:
         #: transitions in all sample batches seen, and the frames they carried (DQN's image batches)
         self.transitions_seen = 0
         self.frames_seen = 0
+        #: transitions seen per model version they were made with
+        self.transitions_by_version: dict[int, int] = {}
         self.heartbeats: dict[str, dict] = {}
         self.states: dict[str, dict] = {}
         self.episodes: list[dict] = []
@@ -49,7 +53,9 @@ class Watcher:
         kind, name = self.topics.parse(msg.topic)
         with self._lock:
             if kind == "weights" and msg.payload:
-                self.weights_versions.append(decode_weights(msg.payload).version)
+                w = decode_weights(msg.payload)
+                self.weights_versions.append(w.version)
+                self.weights_info[w.version] = dict(w.info)
             elif kind == "learner_metrics":
                 self.metrics.append(json.loads(msg.payload))
             elif kind == "samples":
@@ -61,6 +67,8 @@ class Watcher:
                 self.batches[name] = self.batches.get(name, 0) + 1
                 self.last_batch[name] = b
                 self.transitions_seen += b.count
+                v = self.transitions_by_version
+                v[b.model_version] = v.get(b.model_version, 0) + b.count
                 self.frames_seen += len(b.arrays["frames"]) if "frames" in b.arrays else 0
             elif kind == "heartbeat":
                 self.heartbeats[name] = json.loads(msg.payload)

@@ -205,6 +205,9 @@ class AsyncAdmission:
         self.publish_every = publish_every
         self.weights_every_s = weights_every_s
         self.last_publish_update = learner.updates
+        #: a model trained by this learner was opened (a resumed learner's first one is): until
+        #: then workers are held while training is due (the warm-up hold, see :meth:`behind`)
+        self.warm = learner.updates > 0
         #: when each version of this epoch was opened, oldest first: (version, opened at)
         self._opened: deque[tuple[int, float]] = deque()
         #: every version up to this one was replaced more than ``max_staleness_s`` ago
@@ -249,6 +252,7 @@ class AsyncAdmission:
 
     def opened(self, version: int, members: set[str], now: float) -> None:
         self.last_publish_update = self.learner.updates
+        self.warm = self.warm or self.learner.updates > 0
         self._opened.append((version, now))
         self._forget(now)
 
@@ -262,10 +266,19 @@ class AsyncAdmission:
         return Step(trained=True, publish=publish, metrics=metrics)
 
     def _publish_allowed(self, now: float) -> bool:
-        """Whether ``weights_every_s`` passed since the newest version was opened."""
-        return not self._opened or now - self._opened[-1][1] >= self.weights_every_s
+        """Whether ``weights_every_s`` passed since the newest version was opened; the first
+        trained model goes out at once (workers are held for it)."""
+        return not self.warm or not self._opened or now - self._opened[-1][1] >= self.weights_every_s
 
     def behind(self) -> bool:
+        """The learner's own flow rule, and the warm-up hold: from the moment training can start
+        until the first trained model is out, workers wait. Without it a fast env (or a game
+        whose worker is far ahead of a learner doing its first, slow update) fills the replay
+        with thousands of transitions of the untrained policy while the first update runs; a
+        real-time game at 20 Hz loses a few steps at most. Never a deadlock: the hold lasts only
+        while an update is due."""
+        if not self.warm and self.learner.train_due():
+            return True
         return bool(self.learner.behind())
 
     def snapshot(self, now: float) -> None:

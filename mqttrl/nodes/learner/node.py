@@ -32,7 +32,7 @@ from mqttrl.envs.realtime import make_run_env
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
 from mqttrl.plugin.manager import UnknownPluginError, get_registry
 from mqttrl.procs import install_stop_handlers
 from mqttrl.prometheus import serve_metrics
@@ -316,7 +316,12 @@ class LearnerNode:
         for ``best/`` is float32. How often this runs is bounded by ``learner.weights_every_s``
         (the core opens versions no faster), which bounds every worker's weight traffic."""
         tensors, info = self.algo.export_weights()
-        info = {**info, FLEET_PROGRESS_KEY: self.core.env_steps_per_worker(), INGESTED_KEY: self.core.samples_total}
+        info = {
+            **info,
+            FLEET_PROGRESS_KEY: self.core.env_steps_per_worker(),
+            INGESTED_KEY: self.core.samples_total,
+            UPDATES_KEY: self.algo.updates,
+        }
         head = (self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
         exact = encode_weights(*head, epoch=self.core.epoch)
         wire_dtype = self.lc.weights_dtype
@@ -535,9 +540,29 @@ class LearnerNode:
             and self.algo.updates - self._last_ckpt_update >= self.lc.checkpoint_every
         ):
             self.save_checkpoint()
+        self._update_flow()
+        return step.trained
+
+    def _update_flow(self) -> None:
+        """Publish the flow signal when it changed. Called after the inbox is drained too, so a
+        pause goes out before a (slow) update, not after it."""
         if self.core.update_flow():
             self.node.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")
-        return step.trained
+
+    def _drain_inbox(self, wait_s: float, most: int = 256) -> int:
+        """Handle up to ``most`` queued messages, waiting up to ``wait_s`` for the first; how many."""
+        handled = 0
+        try:
+            msg = self.node.inbox.get(timeout=wait_s) if wait_s else self.node.inbox.get_nowait()
+            while True:
+                self._handle(msg)
+                handled += 1
+                if handled >= most:
+                    break
+                msg = self.node.inbox.get_nowait()
+        except queue.Empty:
+            pass
+        return handled
 
     def run(self, max_seconds: float | None = None) -> None:
         self.node.start(wait=30)
@@ -557,20 +582,15 @@ class LearnerNode:
         deadline = time.monotonic() + max_seconds if max_seconds else None
         metrics_file = open(self.run_dir / "learner_metrics.jsonl", "a")
         try:
+            idle = False
             while not self._stop.is_set():
-                drained = 0
-                try:
-                    while drained < 256:
-                        self._handle(self.node.inbox.get_nowait())
-                        drained += 1
-                except queue.Empty:
-                    pass
+                # every message handled updates the flow before the next (maybe slow) update: the
+                # batch that fills the replay to learning_starts pauses workers before it runs
+                drained = self._drain_inbox(wait_s=0.02 if idle else 0.0)
+                if drained:
+                    self._update_flow()
                 trained = self._train()
-                if not trained and not drained:
-                    try:
-                        self._handle(self.node.inbox.get(timeout=0.02))
-                    except queue.Empty:
-                        pass
+                idle = not trained and not drained
                 now = time.monotonic()
                 if now >= next_metrics:
                     next_metrics = now + self.lc.metrics_interval_s

@@ -67,7 +67,11 @@ class Rules:
 #: least :data:`LEARNER_SILENT_MIN_S`, is away: its link or process is gone without a last will yet
 LEARNER_SILENT_BEATS = 5
 LEARNER_SILENT_MIN_S = 5.0
-#: the outbox this full (a fraction of its limit) means the link carries less than the worker makes
+#: this many messages waiting in the outbox to be sent (behind the client's in-flight window) mean
+#: the link carries less than the worker makes: more experience would only queue, growing stale,
+#: and a pause from the learner would reach the games only after all of it arrived
+BACKLOG_IDLE_MESSAGES = 16
+#: with a small outbox limit, this fraction of it counts as a backlog already
 OUTBOX_IDLE_FRACTION = 0.5
 #: a sample batch the broker has not acknowledged for this long means a stalled link (a silent cut
 #: that TCP and keepalive have not noticed yet, or an uplink far slower than the worker)
@@ -80,7 +84,7 @@ IDLE_REASONS = {
     "learner_offline": "the learner is offline",
     "learner_silent": "the learner is silent (no flow beat)",
     "learner_paused": "the learner's flow control",
-    "outbox_full": f"the outbox is over {OUTBOX_IDLE_FRACTION:.0%} full",
+    "link_behind": "the link carries less than the worker makes (a backlog waits to be sent)",
 }
 
 
@@ -272,7 +276,9 @@ class WorkerCore:
         * ``learner_silent``: a learner that beats (re-publishes its flow every ``beat_s``) was not
           heard from for :data:`LEARNER_SILENT_BEATS` beats (at least :data:`LEARNER_SILENT_MIN_S`);
         * ``learner_paused``: its flow control asks workers to pause (and it is online to lift it);
-        * ``outbox_full``: the outbox is :data:`OUTBOX_IDLE_FRACTION` full or more.
+        * ``link_behind``: :data:`BACKLOG_IDLE_MESSAGES` messages wait to be sent (or
+          :data:`OUTBOX_IDLE_FRACTION` of a smaller outbox): a free-running env makes experience
+          faster than the link carries it.
         """
         if link is not None:
             self.link = link
@@ -287,8 +293,8 @@ class WorkerCore:
             return "learner_silent"
         if self.held_back:
             return "learner_paused"
-        if link.outbox_limit and link.outbox >= OUTBOX_IDLE_FRACTION * link.outbox_limit:
-            return "outbox_full"
+        if link.outbox_limit and link.outbox >= min(BACKLOG_IDLE_MESSAGES, OUTBOX_IDLE_FRACTION * link.outbox_limit):
+            return "link_behind"
         return None
 
     def track_idle(self, reason: str | None, now: float) -> bool:

@@ -63,6 +63,9 @@ log = logging.getLogger("mqttrl.worker")
 #: no pile of dead names on the broker for learners, status and telemetry to read at start
 OFFLINE_STATE_EXPIRY_S = 24 * 3600
 
+#: idle reasons that come and go many times a second (a busy learner's flow control, a backlog
+#: the link drains in milliseconds): their changes are logged at debug level, not each a line
+QUIET_IDLE_REASONS = frozenset({"learner_paused", "link_behind"})
 
 #: the interpreter's thread switch interval in a real-time worker (Python's default is 5 ms)
 REALTIME_SWITCH_INTERVAL_S = 0.0005
@@ -253,8 +256,11 @@ class WorkerNode:
         self._drain()
         self._load_new_weights()
         self._heartbeat_if_due()
-        if self._idle_now():
-            self._drain(timeout=0.05)  # idle in small slices: messages, weights and heartbeats go on
+        idle = self._idle_now()
+        if idle:
+            # idle in small slices: messages, weights and heartbeats go on; behind a link that
+            # drains its backlog in milliseconds, slices short enough to keep it busy
+            self._drain(timeout=0.005 if idle == "link_behind" else 0.05)
             return
         if self._step(envs):
             self._send_when_due()
@@ -267,8 +273,8 @@ class WorkerNode:
         reason = self.core.should_idle(now, link)
         before = self.core.idle_reason
         if self.core.track_idle(reason, now):
-            # flow control comes and goes many times a second on a busy learner: not worth a line
-            quiet = logging.DEBUG if (reason or before) == "learner_paused" else logging.INFO
+            # flow control and a backlog come and go many times a second: not worth a line each
+            quiet = logging.DEBUG if (reason or before) in QUIET_IDLE_REASONS else logging.INFO
             if reason is not None:
                 log.log(quiet, "worker %s idles: %s", self.name, IDLE_REASONS[reason])
             elif before is not None:
