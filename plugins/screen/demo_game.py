@@ -138,6 +138,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _stage(what: str) -> None:
+    """One start-up line on stdout, flushed: a window that never comes says where it stopped."""
+    print(f"catch: {what}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the game until its window is closed (or the process is ended)."""
     args = parse_args(argv)
@@ -145,10 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     import pygame
 
+    _stage("display init")
     pygame.display.init()
     pygame.font.init()
+    _stage(f"window on {pygame.display.get_driver()}")
     screen = pygame.display.set_mode((args.size, args.size))
     pygame.display.set_caption(args.title)
+    _stage(f"window titled {args.title!r} is up")
     font = pygame.font.Font(None, 20)
     game = Catch(args.size, args.lives, args.ball_speed, args.paddle_speed, args.seed)
     clock = pygame.time.Clock()

@@ -47,14 +47,20 @@ class Game:
     def __init__(self, display: str, workdir: Path, title: str, *args: str):
         self.title = title
         self.log = open(workdir / f"game-{time.monotonic_ns()}.log", "ab")
-        env = dict(os.environ, DISPLAY=display, SDL_AUDIODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1")
-        env.pop("SDL_VIDEODRIVER", None)  # a real X window, not pygame's dummy driver
+        # a real X window: not pygame's dummy driver, and no Wayland probe first (it fails without
+        # XDG_RUNTIME_DIR, and is nothing these tests exercise)
+        env = dict(
+            os.environ, DISPLAY=display, SDL_VIDEODRIVER="x11", SDL_AUDIODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1"
+        )
         argv = [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title, *args]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.display = display
 
-    def wait_window(self, timeout: float = 15.0):
-        """The game's window once it is mapped (fails with the game's log when it does not come)."""
+    def wait_window(self, timeout: float = 60.0):
+        """The game's window once it is mapped (fails with the game's log when it does not come).
+
+        Half a second here; the minute is for a CI machine whose two cores are busy with what the
+        previous test left shutting down (one CI run waited 15 s in vain)."""
         from mqttrl_plugins.screen.window import ScreenEnvError, find_window
 
         deadline = time.monotonic() + timeout
@@ -64,7 +70,9 @@ class Game:
             except ScreenEnvError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.log.flush()
-                    pytest.fail(f"the game's window did not appear: {Path(self.log.name).read_text()[-2000:]}")
+                    state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+                    log = Path(self.log.name).read_text()[-2000:]
+                    pytest.fail(f"the game's window did not appear in {timeout:.0f} s (game {state}); its log: {log}")
                 time.sleep(0.05)
 
     def stop(self) -> None:
