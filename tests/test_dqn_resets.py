@@ -1,5 +1,5 @@
-"""Shrink-and-perturb resets (``reset_every``), C51's edge-atom mass in the learner's metrics, and
-the target period in env steps."""
+"""Shrink-and-perturb resets (``reset_every``), C51's edge-atom mass in the learner's metrics and
+the warning when it stays high, and the target period in env steps."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mqttrl.wire import decode_batch, encode_batch  # noqa: E402
 from mqttrl_plugins.dqn.common import DQNParams, net_info  # noqa: E402
 from mqttrl_plugins.dqn.learner import DQNLearner, _net_from_info  # noqa: E402
 from mqttrl_plugins.dqn.resets import shrink_and_perturb  # noqa: E402
+from mqttrl_plugins.dqn.support_watch import SupportWatch  # noqa: E402
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -92,6 +93,40 @@ def test_c51_reports_the_share_of_target_mass_on_the_edge_atoms():
     plain = DQNLearner(_params(), OBS, ACT, "cpu", 0)
     plain.add(_batch(64, rng))
     assert "target_edge_mass" not in plain.train_step()
+
+
+def test_a_c51_learner_warns_once_when_its_support_is_outgrown(caplog):
+    """A support far narrower than the returns: one warning naming the support and the fix, after
+    the watch's window; a wide support (its untrained head's 11 atoms put 18 % on the edges): none."""
+    rng = np.random.default_rng(2)
+    narrow = DQNLearner(_params(distributional="c51", n_atoms=11, v_min=-0.01, v_max=0.01), OBS, ACT, "cpu", 0)
+    wide = DQNLearner(_params(distributional="c51", n_atoms=11, v_min=-100.0, v_max=100.0), OBS, ACT, "cpu", 0)
+    for learner in (narrow, wide):
+        learner._support_watch.window = 20
+        learner.add(_batch(64, rng, reward_scale=5.0))
+    with caplog.at_level("WARNING", logger="mqttrl.dqn"):
+        for _ in range(19):
+            narrow.train_step()
+        assert not caplog.records  # not before the window is full
+        for _ in range(30):
+            narrow.train_step()
+            wide.train_step()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "[-0.01, 0.01] is too narrow" in lines[0] and "v_min / v_max" in lines[0]
+
+
+def test_the_support_watch_warns_again_only_after_the_edge_mass_came_down(caplog):
+    watch = SupportWatch(-10.0, 10.0, 51, window=10)
+    assert watch.threshold == pytest.approx(4 / 51)
+    with caplog.at_level("WARNING", logger="mqttrl.dqn"):
+        warned = [watch.observe(0.2) for _ in range(30)]
+        assert warned.count(True) == 1 and warned.index(True) == 9  # the 10th update fills the window
+        assert not watch.observe(None)  # an update with no figure (a GPU's first) changes nothing
+        warned = [watch.observe(0.05) for _ in range(30)]  # below the threshold, above half of it
+        assert not any(warned) and watch.warned
+        warned = [watch.observe(0.0) for _ in range(30)] + [watch.observe(0.2) for _ in range(30)]
+        assert warned.count(True) == 1
+    assert len(caplog.records) == 2 and "[-10, 10]" in caplog.records[0].getMessage()
 
 
 def test_target_period_in_env_steps_is_converted_at_the_replay_ratio():

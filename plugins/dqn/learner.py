@@ -52,6 +52,7 @@ from .numpy_net import follow_weights, noisy_torso, torso_of
 from .pipeline import LaggedReadback, Staging, draw_noise
 from .replay import SumTree, make_replay
 from .resets import forget_moments, shrink_and_perturb
+from .support_watch import SupportWatch
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 
@@ -226,6 +227,11 @@ class DQNLearner:
         #: the head's figures of the last loss (C51: target_edge_mass, the share of the projected targets
         #: on the two edge atoms: a support too narrow for the game's returns shows here)
         self._head_stats: dict[str, torch.Tensor] = {}
+        #: C51: one warning when the edge mass stays high (a support the agent has outgrown)
+        support = self.online.support
+        self._support_watch = (
+            SupportWatch(float(support[0]), float(support[-1]), len(support)) if p.distributional == "c51" else None
+        )
         self._seed = seed
 
         #: gradient updates done
@@ -447,6 +453,8 @@ class DQNLearner:
             replay_ratio=self.updates * p.batch_size / max(1, self.samples_added),
             updates_forgiven=self.forgiven,
         )
+        if self._support_watch is not None:
+            self._support_watch.observe(metrics.get("target_edge_mass"))
         if weights is not None:
             metrics["per_beta"] = self._beta()
         if p.lr_anneal_env_steps:
