@@ -43,6 +43,7 @@ from mqttrl.state.rng import rng_from_json, rng_to_json
 from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
 from mqttrl.wire import SampleBatch
 
+from .adam_stats import adam_below_eps
 from .common import DQNParams, actor_priorities, check_spaces, net_info, sample_spec
 from .device_replay import DeviceReplay, choose_side
 from .frames import frame_layout
@@ -60,6 +61,8 @@ __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
 FORGIVE_BATCHES = 4
 
 log = logging.getLogger("mqttrl.dqn")
+#: updates between two readings of Adam's second moments (one pass over them; a device sync on a GPU)
+ADAM_STATS_EVERY = 1000
 
 #: torch's fused Adam runs on a CPU from torch 2.4 on
 CPU_FUSED_ADAM = torch.torch_version.TorchVersion(torch.__version__) >= "2.4"
@@ -232,6 +235,8 @@ class DQNLearner:
         self._support_watch = (
             SupportWatch(float(support[0]), float(support[-1]), len(support)) if p.distributional == "c51" else None
         )
+        #: the share of parameters Adam's eps governs (.adam_stats), every ADAM_STATS_EVERY updates
+        self._adam_below_eps: float | None = None
         self._seed = seed
 
         #: gradient updates done
@@ -432,6 +437,8 @@ class DQNLearner:
             dr.set_priorities(idx, (err.clamp(min=0.0) + p.per_eps) ** p.per_alpha)
 
         self.updates += 1
+        if self.updates % ADAM_STATS_EVERY == 1:  # the first update's too: a figure from the start
+            self._adam_below_eps = adam_below_eps(self.optimizer)
         if self.updates % p.target_update_every == 0:
             self._update_target()
         if p.reset_every and self.updates % p.reset_every == 0:
@@ -455,6 +462,8 @@ class DQNLearner:
         )
         if self._support_watch is not None:
             self._support_watch.observe(metrics.get("target_edge_mass"))
+        if self._adam_below_eps is not None:
+            metrics["adam_below_eps"] = self._adam_below_eps
         if weights is not None:
             metrics["per_beta"] = self._beta()
         if p.lr_anneal_env_steps:
@@ -610,6 +619,7 @@ class DQNLearner:
             "forgive_senders": sorted(self._senders),
             "forgive_batch_debt": self._batch_debt,
             "max_priority": self.max_priority,
+            "adam_below_eps": self._adam_below_eps,  # the last reading: a resumed run reports it alike
             "optimizer": opt_meta,
             "rng_numpy": rng_to_json(self.rng.bit_generator.state),
             "replay": None,
@@ -642,6 +652,8 @@ class DQNLearner:
         self._senders = {str(s) for s in meta.get("forgive_senders", ())}
         self._batch_debt = float(meta.get("forgive_batch_debt", 0.0))
         self.max_priority = float(meta["max_priority"])
+        below = meta.get("adam_below_eps")  # absent in checkpoints before it: the next reading fills it
+        self._adam_below_eps = None if below is None else float(below)
         self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
         torch.set_rng_state(torch.from_numpy(np.array(tensors["rng.torch"], dtype=np.uint8)))
         if "rng.noise" in tensors:

@@ -1,0 +1,34 @@
+"""How much of the network Adam's epsilon governs: the share of parameters whose bias-corrected
+second-moment root sqrt(v_hat) is below ``eps``.
+
+Adam steps ``lr * m_hat / (sqrt(v_hat) + eps)``. Where sqrt(v_hat) >> eps the step is about ``lr``
+whatever the gradient's scale; where it is << eps the step is ``lr / eps * m_hat``, plain SGD with
+momentum, and a small gradient moves the weight little. A distributional head spreads its loss over
+51 atoms, so its gradients are orders of magnitude smaller than a scalar head's: with Dopamine's eps
+3.125e-4 on MinAtar Breakout, all but a few per cent of rainbow's parameters were in the second
+regime, about 40 % of dqn's (docs/benchmarks.md, "Adam's epsilon"). The learner reports this share
+as ``adam_below_eps`` so that a head that learns slowly for this reason shows it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def adam_below_eps(optimizer: torch.optim.Optimizer) -> float | None:
+    """The share of the optimizer's parameter elements with sqrt(v_hat) < eps (None before its first
+    step). One pass over the second moments; the learner calls it every so many updates."""
+    below = total = 0
+    for group in optimizer.param_groups:
+        eps, beta2 = float(group["eps"]), float(group["betas"][1])
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if not state or "exp_avg_sq" not in state:
+                continue
+            step = float(state["step"])
+            # sqrt(v / (1 - beta2^t)) < eps  <=>  v < eps^2 (1 - beta2^t)
+            bound = eps * eps * (1.0 - beta2**step)
+            v = state["exp_avg_sq"]
+            below += int((v < bound).sum())
+            total += v.numel()
+    return below / total if total else None
