@@ -3,7 +3,8 @@
 Adam steps ``lr * m_hat / (sqrt(v_hat) + eps)``: about ``lr`` where sqrt(v_hat) >> eps, plain SGD
 (``lr / eps * m_hat``) where it is << eps. For each weight tensor of the online net this prints the
 median sqrt(v_hat) and the share of elements below the run's eps; the learner's ``adam_below_eps``
-metric is the whole network's share. Reads only the run's own files (safetensors and JSON).
+metric is the whole network's share (the same test: ``adam_stats.below_eps``). Reads only the run's
+own files (safetensors and JSON).
 
     python benchmarks/adam_moments.py RUN_DIR [RUN_DIR ...]
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file
 
+from mqttrl_plugins.dqn.adam_stats import below_eps
 from mqttrl_plugins.dqn.learner import _net_from_info
 
 
@@ -32,22 +34,22 @@ def moments(run_dir: Path) -> tuple[dict, list[tuple[str, float, float]]]:
     ck = checkpoint_dir(run_dir)
     state = load_file(str(ck / "state.safetensors"))
     meta = json.loads((ck / "meta.json").read_text())["algo"]
-    params = json.loads((run_dir / "config.json").read_text())["algorithm"]["params"]
-    eps = float(params["adam_eps"])
+    (group,) = meta["optimizer"]["param_groups"]  # the checkpoint's own eps and betas
+    eps, beta2 = float(group["eps"]), float(group["betas"][1])
     names = [n for n, _ in _net_from_info(meta["net"]).named_parameters()]
     rows, below, total = [], 0, 0
     for i, name in enumerate(names):
         v = state[f"algo/optim.state.{i}.exp_avg_sq"]
         step = float(state[f"algo/optim.state.{i}.step"][0])
-        root = np.sqrt(v / (1.0 - 0.999**step))
-        below += int((root < eps).sum())
-        total += root.size
-        rows.append((name, float(np.median(root)), float((root < eps).mean())))
+        under = below_eps(v, step, eps, beta2)
+        below += int(under.sum())
+        total += v.size
+        rows.append((name, float(np.median(np.sqrt(v / (1.0 - beta2**step)))), float(under.mean())))
     facts = {
         "head": meta["net"].get("distributional", "none"),
         "noisy": bool(meta["net"].get("noisy")),
         "updates": int(meta["updates"]),
-        "lr": params["lr"],
+        "lr": group["lr"],
         "eps": eps,
         "below": below / total,
     }
@@ -56,7 +58,7 @@ def moments(run_dir: Path) -> tuple[dict, list[tuple[str, float, float]]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dirs", nargs="+", type=Path, help="DQN run directories (with checkpoints/ and config.json)")
+    p.add_argument("run_dirs", nargs="+", type=Path, help="DQN run directories (with checkpoints/)")
     args = p.parse_args(argv)
     for run_dir in args.run_dirs:
         try:

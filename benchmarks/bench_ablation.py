@@ -21,7 +21,8 @@ configs/cartpole_rainbow.toml, ``dqn`` is configs/cartpole_dqn.toml's run. Varia
 C51 takes its support (v_min, v_max) from the config, which must set one (a C51 head without it is
 refused): configs/cartpole_rainbow.toml has CartPole's [0, 100], configs/lunarlander_dqn.toml
 [-200, 200], configs/minatar_breakout_dqn.toml C51's own [-10, 10] (Dopamine's MinAtar [-100, 100]
-started slower); another config needs ``--set algorithm.v_min=... --set algorithm.v_max=...`` (or ``algorithm.reward_max=...``).
+started slower); another config needs ``--set algorithm.v_min=... --set algorithm.v_max=...`` (or
+``algorithm.reward_max=...``).
 Each run's learner metrics carry ``target_edge_mass``: the share of C51's targets on the edge atoms.
 
     python benchmarks/bench_ablation.py --config configs/cartpole_rainbow.toml --budget 300 --threshold 475

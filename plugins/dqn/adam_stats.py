@@ -15,6 +15,12 @@ from __future__ import annotations
 import torch
 
 
+def below_eps(exp_avg_sq, step: float, eps: float, beta2: float):
+    """Which elements of Adam's second moment ``exp_avg_sq`` (a torch tensor or a numpy array, after
+    ``step`` steps) have sqrt(v_hat) < eps: sqrt(v / (1 - beta2^t)) < eps  <=>  v < eps^2 (1 - beta2^t)."""
+    return exp_avg_sq < eps * eps * (1.0 - beta2**step)
+
+
 def adam_below_eps(optimizer: torch.optim.Optimizer) -> float | None:
     """The share of the optimizer's parameter elements with sqrt(v_hat) < eps (None before its first
     step). One pass over the second moments; the learner calls it every so many updates."""
@@ -25,10 +31,7 @@ def adam_below_eps(optimizer: torch.optim.Optimizer) -> float | None:
             state = optimizer.state.get(param)
             if not state or "exp_avg_sq" not in state:
                 continue
-            step = float(state["step"])
-            # sqrt(v / (1 - beta2^t)) < eps  <=>  v < eps^2 (1 - beta2^t)
-            bound = eps * eps * (1.0 - beta2**step)
             v = state["exp_avg_sq"]
-            below += int((v < bound).sum())
+            below += int(below_eps(v, float(state["step"]), eps, beta2).sum())
             total += v.numel()
     return below / total if total else None
