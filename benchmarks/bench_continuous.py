@@ -29,7 +29,6 @@ env steps.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -39,6 +38,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mqttrl.api import read_curve as read_eval_curve
+from mqttrl.curves import at_budget, first_reaching, median_gap
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,17 +108,8 @@ def greedy_returns(act, env_id: str, episodes: int) -> list[float]:
 
 
 def read_curve(run_dir: Path) -> list[dict]:
-    path = run_dir / "evaluations.csv"
-    if not path.exists():
-        return []
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    curve = []
-    for r in rows:
-        steps = r.get("model_env_steps") or r.get("env_steps")
-        if steps not in (None, "") and r.get("mean") not in (None, ""):
-            curve.append({"env_steps": int(float(steps)), "mean": float(r["mean"]), "wall_s": float(r["wall_s"])})
-    return curve
+    """The run's evaluations (:func:`mqttrl.api.read_curve`) as JSON-able points."""
+    return [{"env_steps": s, "mean": m, "wall_s": w} for s, w, m in read_eval_curve(run_dir / "evaluations.csv")]
 
 
 def run_mqttrl(
@@ -221,26 +214,41 @@ def run_sb3(env: str, seed: int, steps: int, episodes: int, eval_every: int) -> 
 
 
 def at_steps(run: dict, steps: int, window: int = 0) -> float | None:
-    """The run's greedy mean at a budget of ``steps`` env steps: the mean of its evaluations of models
-    trained on ``steps - window`` to ``steps`` env steps, or where there are none (or ``window`` is 0)
-    the last evaluation of a model trained on at most ``steps`` (None for a mark beyond the budget).
-    One evaluation is 10 episodes: the window evens out the noise of evaluations on different start
-    states (mqttrl's evaluator draws them by model version; SB3's here are fixed). Of evaluations at
-    the same env steps only the last counts: the earlier ones are of models the learner published
-    while it caught up on the updates those env steps owed (workers paused, flow control)."""
+    """The run's greedy mean at a budget of ``steps`` env steps (:func:`mqttrl.curves.at_budget`; None
+    for a mark beyond the run's budget)."""
     if steps > max((p["env_steps"] for p in run["curve"]), default=0) + 1000:
         return None
-    last = {p["env_steps"]: p["mean"] for p in run["curve"]}  # curve order is time order: the last wins
-    inside = [m for s, m in last.items() if steps - window < s <= steps]
-    if window and inside:
-        return statistics.fmean(inside)
-    before = [s for s in last if s <= steps]
-    return last[max(before)] if before else None
+    return at_budget(points(run), steps, window)
+
+
+def points(run: dict) -> list[tuple[int, float, float]]:
+    """The run's curve as :mod:`mqttrl.curves` points (env_steps, wall_s, mean)."""
+    return [(p["env_steps"], p.get("wall_s", 0.0), p["mean"]) for p in run["curve"]]
 
 
 def first_solved(run: dict, threshold: float) -> int | None:
     """Env steps of the first greedy evaluation at or above ``threshold`` (None: never)."""
-    return next((p["env_steps"] for p in run["curve"] if p["mean"] >= threshold), None)
+    return first_reaching(points(run), threshold)
+
+
+def report_gaps(results: list[dict], marks: list[int], window: int, baseline: str = "SB3 SAC") -> None:
+    """Each algorithm's median gap to ``baseline`` at each mark with a 90 % bootstrap interval over seeds."""
+    base = [r for r in results if r["algo"] == baseline]
+    if len(base) < 2:
+        return
+    print(f"median gap to {baseline} [90 % bootstrap interval over seeds]; above / below where it excludes 0")
+    for a in dict.fromkeys(r["algo"] for r in results):
+        runs = [r for r in results if r["algo"] == a]
+        if a == baseline or len(runs) < 2:
+            continue
+        cells = []
+        for m in marks:
+            x = [v for v in (at_steps(r, m, window) for r in runs) if v is not None]
+            y = [v for v in (at_steps(r, m, window) for r in base) if v is not None]
+            if len(x) >= 2 and len(y) >= 2:
+                g = median_gap(x, y)
+                cells.append(f"@{m}: {g.gap:+.0f} [{g.low:+.0f}, {g.high:+.0f}] {g.verdict}")
+        print(f"    {a}: " + "; ".join(cells))
 
 
 def report(results: list[dict], marks: list[int], solved: float, window: int = 0) -> None:
@@ -384,6 +392,7 @@ def main() -> None:
     env_id = results[0].get("env", ENVS[args.env]["id"]) if results else ENVS[args.env]["id"]
     solved = next(e["solved"] for e in ENVS.values() if e["id"] == env_id)
     report(results, marks, solved, args.window)
+    report_gaps(results, marks, args.window)
     if args.plot:
         plot(results, args.plot, env_id, solved)
 

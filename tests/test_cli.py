@@ -27,6 +27,7 @@ EXPECTED = [
     "status",
     "check-plugin",
     "enjoy",
+    "compare",
     "record",
     "export",
     "broker",

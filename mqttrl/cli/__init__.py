@@ -13,6 +13,7 @@ import importlib.metadata
 from mqttrl.cli import (
     broker,
     check_plugin,
+    compare,
     enjoy,
     evaluate,
     export,
@@ -46,6 +47,7 @@ COMMANDS: dict[str, Command] = {
     "status": status.COMMAND,
     "check-plugin": check_plugin.COMMAND,
     "enjoy": enjoy.COMMAND,
+    "compare": compare.COMMAND,
     "record": record.COMMAND,
     "export": export.COMMAND,
     "broker": broker.COMMAND,
