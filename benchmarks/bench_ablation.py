@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_minatar import _fmt, _median, _median_time, plot_curves, run_mqttrl, stats
 
+from mqttrl.curves import median_gap
 from mqttrl_plugins.dqn.common import PRESETS
 
 #: each ingredient's key when it is off (every variant sets all of them)
@@ -121,6 +122,28 @@ def report(res: dict, threshold: float | None) -> None:
         )
 
 
+def report_gaps(res: dict) -> None:
+    """Each variant's median gap to the first one (best and last evaluation), with a 90 % bootstrap
+    interval over seeds (:func:`mqttrl.curves.median_gap`): "level" where it includes 0."""
+    names = list(res["variants"])
+    base = [stats(r, float("inf")) for r in res["variants"][names[0]]]
+    print()
+    print(f"| variant | best: median gap to {names[0]} [90 % interval] | last: median gap [90 % interval] |")
+    print("|---|---|---|")
+    for name in names[1:]:
+        ss = [stats(r, float("inf")) for r in res["variants"][name]]
+        cells = []
+        for key in ("best", "final"):
+            a = [s[key] for s in ss if s[key] is not None]
+            b = [s[key] for s in base if s[key] is not None]
+            if len(a) < 2 or len(b) < 2:
+                cells.append("-")
+                continue
+            g = median_gap(a, b)
+            cells.append(f"{g.gap:+.2f} [{g.low:+.2f}, {g.high:+.2f}] {g.verdict}")
+        print(f"| {name} | {cells[0]} | {cells[1]} |")
+
+
 def _per_seed(runs: list[dict], key: str) -> str:
     """One figure of :func:`stats` for each run, in seed order, with the env steps of the evaluation it
     came from (best, final): a median of three hides which seed lagged and when."""
@@ -188,6 +211,8 @@ def main() -> None:
                 if args.json:
                     Path(args.json).write_text(json.dumps(res, indent=1))
     report(res, args.threshold)
+    if len(res["variants"]) > 1:
+        report_gaps(res)
     plot(res, Path(args.plot or f"docs/img/ablation_{Path(res['config']).stem}.png"))
 
 

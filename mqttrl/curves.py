@@ -24,21 +24,32 @@ import numpy as np
 Point = tuple[int, float, float]
 
 
-def at_budget(curve: Sequence[Point], steps: int, window: int = 0) -> float | None:
+def at_budget(curve: Sequence[Point], steps: int, window: int = 0, interpolate: bool = False) -> float | None:
     """The run's greedy mean at a budget of ``steps`` env steps, or None before its first evaluation.
 
-    With ``window`` 0: the last evaluation of a model trained on at most ``steps``. Of evaluations at
-    the same env steps the last counts (the earlier ones are of models published while the learner
-    caught up on the updates those env steps owed). With a ``window``: the mean of the evaluations
-    of models trained on ``(steps - window, steps]`` env steps (one evaluation is a few episodes;
-    the window evens out their noise), or as with 0 where there are none."""
+    By default: the last evaluation of a model trained on at most ``steps`` (what the run had at that
+    budget). Of evaluations at the same env steps the last counts (the earlier ones are of models
+    published while the learner caught up on the updates those env steps owed). With a ``window``:
+    the mean of the evaluations of models trained on ``(steps - window, steps]`` env steps (one
+    evaluation is a few episodes; the window evens out their noise), or as without where there are
+    none. With ``interpolate``: the straight line between the evaluations just before and just after
+    ``steps``, an estimate of a model trained on exactly ``steps``: on a rising curve evaluated every
+    few hundred env steps the last evaluation before a mark lags it by half an interval on average,
+    which a curve evaluated exactly at the marks does not."""
     last = {s: mean for s, _, mean in curve}  # curve order is time order: the last of equal steps wins
     if window:
         inside = [m for s, m in last.items() if steps - window < s <= steps]
         if inside:
             return statistics.fmean(inside)
     before = [s for s in last if s <= steps]
-    return last[max(before)] if before else None
+    if not before:
+        return None
+    s0 = max(before)
+    after = [s for s in last if s > steps]
+    if not interpolate or s0 == steps or not after:
+        return last[s0]
+    s1 = min(after)
+    return last[s0] + (last[s1] - last[s0]) * (steps - s0) / (s1 - s0)
 
 
 def first_reaching(curve: Sequence[Point], threshold: float) -> int | None:

@@ -31,6 +31,13 @@ def test_at_budget_with_a_window_averages_the_evaluations_inside_it():
     assert at_budget(CURVE, 390, window=100) == -2.0  # none inside (290, 390]: the last before
 
 
+def test_at_budget_interpolated_between_the_evaluations_around_the_mark():
+    assert at_budget(CURVE, 175, interpolate=True) == pytest.approx(-6.0 + 4.0 * 75 / 150)  # the later of step 100
+    assert at_budget(CURVE, 250, interpolate=True) == -2.0  # an evaluation at the mark itself
+    assert at_budget(CURVE, 10_000, interpolate=True) == 1.0  # nothing after: the last
+    assert at_budget(CURVE[1:], 50, interpolate=True) is None  # nothing before: no figure
+
+
 def test_first_reaching():
     assert first_reaching(CURVE, -6.0) == 100
     assert first_reaching(CURVE, 0.5) == 400

@@ -72,23 +72,32 @@ def _json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def values_at(runs: list[Run], mark: int, window: int) -> list[float]:
+def values_at(runs: list[Run], mark: int, window: int, interpolate: bool = False) -> list[float]:
     """Each run's greedy mean at ``mark`` env steps (runs that stopped before it, or had no evaluation by then, left out)."""
     out = []
     for r in runs:
-        if mark <= r.budget and (v := at_budget(r.curve, mark, window)) is not None:
+        if mark <= r.budget and (v := at_budget(r.curve, mark, window, interpolate)) is not None:
             out.append(v)
     return out
 
 
-def comparison(runs: list[Run], marks: list[int], window: int, target: float | None, baseline: str, level: float):
+def comparison(
+    runs: list[Run],
+    marks: list[int],
+    window: int,
+    target: float | None,
+    baseline: str,
+    level: float,
+    interpolate: bool = False,
+):
     """The figures the table and ``--json`` show: per group and mark the median over seeds, and each
     group's median gap to ``baseline`` with its bootstrap interval."""
     groups = {label: [r for r in runs if r.label == label] for label in dict.fromkeys(r.label for r in runs)}
-    out: dict = {"marks": marks, "window": window, "target": target, "baseline": baseline, "level": level}
+    out: dict = {"marks": marks, "window": window, "interpolate": interpolate, "target": target}
+    out |= {"baseline": baseline, "level": level}
     out["groups"] = []
     for label, members in groups.items():
-        at = {m: values_at(members, m, window) for m in marks}
+        at = {m: values_at(members, m, window, interpolate) for m in marks}
         reached = [first_reaching(r.curve, target) for r in members] if target is not None else []
         hits = [s for s in reached if s is not None]
         out["groups"].append(
@@ -134,6 +143,7 @@ def print_table(c: dict) -> None:
     if c["target"] is not None:
         head += f" {'>= ' + format(c['target'], 'g') + ' at':>16}"
     window = f", window {c['window']:,}" if c["window"] else ""
+    window += ", interpolated between evaluations" if c["interpolate"] else ""
     print(f"greedy mean at each budget (median over runs{window})")
     print(head + f" {'env steps':>10}")
     for g in c["groups"]:
@@ -182,7 +192,7 @@ def plot(runs: list[Run], c: dict, path: Path) -> None:
     grid = np.linspace(0, top, 200).astype(int)
     for g in c["groups"]:
         members = [r for r in runs if r.label == g["label"]]
-        rows = [[v for v in values_at(members, int(x), c["window"])] for x in grid]
+        rows = [values_at(members, int(x), c["window"], c["interpolate"]) for x in grid]
         xs = [x for x, v in zip(grid, rows) if v]
         med = [statistics.median(v) for v in rows if v]
         (line,) = ax.plot(xs, med, label=f"{g['label']} ({len(members)})")
@@ -222,6 +232,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="a budget's figure: the mean of the evaluations of models trained on (mark - N, mark] env steps "
         "(0: the last evaluation at or before the mark)",
+    )
+    p.add_argument(
+        "--interpolate",
+        action="store_true",
+        help="a budget's figure: the straight line between the evaluations just before and after it (an estimate "
+        "of a model trained on exactly that budget; fair against curves evaluated exactly at the marks)",
     )
     p.add_argument("--target", type=float, help="the return to reach (default: the runs' train.target_return)")
     p.add_argument("--baseline", metavar="LABEL", help="the group the others are compared to (default: the first)")
@@ -267,7 +283,7 @@ def run(args: argparse.Namespace) -> None:
     targets = {r.target for r in runs}
     target = args.target if args.target is not None else (targets.pop() if len(targets) == 1 else None)
     marks = sorted(set(args.marks)) if args.marks else default_marks(min(r.budget for r in runs))
-    c = comparison(runs, marks, args.window, target, baseline, args.level)
+    c = comparison(runs, marks, args.window, target, baseline, args.level, args.interpolate)
     if args.json:
         print(json.dumps(c, indent=1))
     else:
