@@ -129,9 +129,15 @@ def test_compare_labels_baseline_and_one_run_groups(runs, capsys):
     cell = c["gaps"][0]["at"]["1000"]
     assert cell["gap"] == pytest.approx(-900 - (-1400 + -1370) / 2)
     assert cell["low"] is None  # one run in "a": a gap but no interval
-    # a mark beyond a run's budget has no value
+    # a run that stopped before a mark counts with its last evaluation; before its first, it has none
     c = compare_json([str(runs["quick0"]), "--marks", "6000"], capsys)
-    assert c["groups"][0]["at"]["6000"]["median"] is None
+    assert c["groups"][0]["at"]["6000"]["median"] == -150.0
+
+
+def test_compare_expands_a_label_s_glob_itself(runs, capsys):
+    pattern = str(runs["quick0"]).replace("quick-s0", "quick-s*")
+    c = compare_json([f"q={pattern}", "--marks", "2000"], capsys)
+    assert c["groups"][0]["label"] == "q" and len(c["groups"][0]["runs"]) == 3
 
 
 def test_compare_table_and_plot(runs, tmp_path, capsys):
@@ -152,6 +158,7 @@ def test_compare_table_and_plot(runs, tmp_path, capsys):
     [
         (["nowhere"], "nowhere: no such run directory"),
         (["=x"], "expected DIR or LABEL=DIR"),
+        (["a=nowhere-s*"], "nowhere-s*: matches no run directory"),
         (["EMPTY"], "no evaluations"),
         (["QUICK", "--baseline", "zz"], "--baseline 'zz': no such group"),
     ],

@@ -9,6 +9,7 @@ Exit status: 0 after the table, 2 for a RUN that is not a run directory with eva
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import statistics
@@ -39,13 +40,24 @@ class Run:
     target: float | None
 
 
-def read_run(arg: str) -> Run:
-    """A RUN argument (``DIR`` or ``LABEL=DIR``) read from its directory."""
+def expand(arg: str) -> list[tuple[str, str]]:
+    """A RUN argument as (label, directory) pairs: ``DIR`` or ``LABEL=DIR``, where DIR may be a glob
+    pattern (a shell leaves ``LABEL=runs/a-s*`` alone: it matches no file name as a whole)."""
     label, sep, where = arg.partition("=")
     if not sep:
         label, where = "", arg
     elif not label or not where:
         raise CompareError(f"{arg!r}: expected DIR or LABEL=DIR")
+    if glob.has_magic(where):
+        found = sorted(glob.glob(where))
+        if not found:
+            raise CompareError(f"{where}: matches no run directory")
+        return [(label, f) for f in found]
+    return [(label, where)]
+
+
+def read_run(label: str, where: str) -> Run:
+    """A run directory's curve and summary, grouped under ``label`` (default: the run's name)."""
     path = Path(where)
     if not path.is_dir():
         raise CompareError(f"{where}: no such run directory")
@@ -73,12 +85,9 @@ def _json(path: Path) -> dict:
 
 
 def values_at(runs: list[Run], mark: int, window: int, interpolate: bool = False) -> list[float]:
-    """Each run's greedy mean at ``mark`` env steps (runs that stopped before it, or had no evaluation by then, left out)."""
-    out = []
-    for r in runs:
-        if mark <= r.budget and (v := at_budget(r.curve, mark, window, interpolate)) is not None:
-            out.append(v)
-    return out
+    """Each run's greedy mean at ``mark`` env steps (a run without an evaluation by then left out; a run
+    that stopped before the mark, solved or at a smaller budget, counts with what it had: its last)."""
+    return [v for r in runs if (v := at_budget(r.curve, mark, window, interpolate)) is not None]
 
 
 def comparison(
@@ -165,7 +174,7 @@ def print_table(c: dict) -> None:
             if not d:
                 cells.append(f"@{m:,}: -")
             elif d["low"] is None:
-                cells.append(f"@{m:,}: {d['gap']:+.1f} (no interval: a group with one run)")
+                cells.append(f"@{m:,}: {d['gap']:+.1f} (no interval: a group with one run evaluated by then)")
             else:
                 cells.append(f"@{m:,}: {d['gap']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] {_verdict(d)}")
         print(f"{gap['label']}:\n  " + "\n  ".join(cells))
@@ -215,8 +224,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "runs",
         nargs="+",
         metavar="RUN",
-        help="a run directory of `mqttrl train`, or LABEL=DIR; runs with the same label are one group's seeds "
-        "(label: the run's name in its config)",
+        help="a run directory of `mqttrl train`, or LABEL=DIR (DIR may be a glob pattern, quoted or not); runs "
+        "with the same label are one group's seeds (label: the run's name in its config)",
     )
     p.add_argument(
         "--marks",
@@ -272,7 +281,7 @@ def _fraction(value: str) -> float:
 
 def run(args: argparse.Namespace) -> None:
     try:
-        runs = [read_run(a) for a in args.runs]
+        runs = [read_run(label, where) for a in args.runs for label, where in expand(a)]
         labels = list(dict.fromkeys(r.label for r in runs))
         baseline = args.baseline or labels[0]
         if baseline not in labels:

@@ -79,7 +79,8 @@ class Progress:
             f"[{s['elapsed']:6.0f}s] steps {s['env_steps']:>8,} episodes {s['episodes']:>6,} "
             f"return(100) {_fmt(s['mean_return'], '.1f'):>6} samples/s {_fmt(s['samples_per_s']):>6} "
             f"updates/s {_fmt(s['updates_per_s']):>5} model v{s['model_version']} "
-            f"workers {s['workers_online']}/{s['workers']} eval {ev['mean'] if ev else '-'} best {s['best_eval'] or '-'}",
+            f"workers {s['workers_online']}/{s['workers']} eval {_fmt(ev['mean'] if ev else None, '.1f')} "
+            f"best {_fmt(s['best_eval'], '.1f')}",
             file=sys.stderr,
             flush=True,
         )
