@@ -160,12 +160,15 @@ def test_compare_table_and_plot(runs, tmp_path, capsys):
         (["=x"], "expected DIR or LABEL=DIR"),
         (["a=nowhere-s*"], "nowhere-s*: matches no run directory"),
         (["EMPTY"], "no evaluations"),
+        (["DAMAGED"], "evaluations.csv is unreadable (ValueError"),
         (["QUICK", "--baseline", "zz"], "--baseline 'zz': no such group"),
     ],
 )
 def test_compare_mistakes_are_one_line_exit_2(argv, says, runs, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    subst = {"EMPTY": str(tmp_path / "empty"), "QUICK": str(runs["quick0"])}
+    damaged = write_run(tmp_path / "damaged", "d", [(0, -1.0)], 10)
+    (damaged / "evaluations.csv").write_text(",".join(EVAL_COLUMNS) + "\n1,2,x,4,not-a-number,6,7,8,9,10,11\n")
+    subst = {"EMPTY": str(tmp_path / "empty"), "QUICK": str(runs["quick0"]), "DAMAGED": str(damaged)}
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", *[subst.get(a, a) for a in argv]])
     err = capsys.readouterr().err.strip()

@@ -9,6 +9,7 @@ Exit status: 0 after the table, 2 for a RUN that is not a run directory with eva
 from __future__ import annotations
 
 import argparse
+import csv
 import glob
 import json
 import math
@@ -61,7 +62,10 @@ def read_run(label: str, where: str) -> Run:
     path = Path(where)
     if not path.is_dir():
         raise CompareError(f"{where}: no such run directory")
-    curve = read_curve(path / "evaluations.csv")
+    try:
+        curve = [p for p in read_curve(path / "evaluations.csv") if math.isfinite(p[2])]
+    except (ValueError, KeyError, TypeError, csv.Error) as exc:  # a damaged file: name it, do not crash
+        raise CompareError(f"{where}: evaluations.csv is unreadable ({type(exc).__name__}: {exc})") from None
     if not curve:
         raise CompareError(
             f"{where}: no evaluations (evaluations.csv is missing or empty): not an `mqttrl train` run directory, "
@@ -116,7 +120,7 @@ def comparison(
                 "at": {str(m): {"median": statistics.median(v) if v else None, "values": v} for m, v in at.items()},
                 "reached": len(hits),
                 # the median over every run, a run that never reached it counting as beyond its budget
-                "reaches_target_at": _median_reach(reached, members),
+                "reaches_target_at": _median_reach(reached),
                 "env_steps": statistics.median(r.budget for r in members),
             }
         )
@@ -139,7 +143,7 @@ def comparison(
     return out
 
 
-def _median_reach(reached: list[int | None], runs: list[Run]) -> float | None:
+def _median_reach(reached: list[int | None]) -> float | None:
     if not reached or sum(s is not None for s in reached) * 2 <= len(reached):
         return None  # half or more never reached it: no median
     return statistics.median(s if s is not None else math.inf for s in reached)
