@@ -59,18 +59,22 @@ def first_reaching(curve: Sequence[Point], threshold: float) -> int | None:
 
 @attrs.frozen
 class Gap:
-    """``median(a) - median(b)`` and its bootstrap confidence interval ``[low, high]`` at ``level``."""
+    """``median(a) - median(b)`` and its bootstrap confidence interval ``[low, high]`` at ``level``
+    (None with fewer than two values on a side: a gap, but no spread to judge it by)."""
 
     median_a: float
     median_b: float
     gap: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     level: float
 
     @property
     def verdict(self) -> str:
-        """ "above" or "below" where the interval excludes 0, else "level" (inside the seeds' spread)."""
+        """ "above" or "below" where the interval excludes 0, "level" where it holds it (inside the
+        seeds' spread), "no interval" without one."""
+        if self.low is None or self.high is None:
+            return "no interval"
         if self.low > 0:
             return "above"
         if self.high < 0:
@@ -82,7 +86,8 @@ def median_gap(a: Sequence[float], b: Sequence[float], level: float = 0.9, resam
     """The difference of the medians of ``a`` and ``b`` (e.g. two configs' greedy means at one budget,
     a value per seed) with a percentile bootstrap interval: each resample draws ``len(a)`` values
     of ``a`` and ``len(b)`` of ``b`` with replacement. Deterministic for a ``seed``. With 3 seeds
-    a side the interval is wide: it says how little 3 seeds settle, which is the point."""
+    a side the interval is wide: it says how little 3 seeds settle, which is the point. With one
+    value on a side there is no interval (low and high None)."""
     if not a or not b:
         raise ValueError("median_gap needs at least one value on each side")
     if not 0 < level < 1:
@@ -90,12 +95,14 @@ def median_gap(a: Sequence[float], b: Sequence[float], level: float = 0.9, resam
     xa, xb = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if not (np.isfinite(xa).all() and np.isfinite(xb).all()):
         raise ValueError("median_gap: a value is not finite")
+    med_a, med_b = float(np.median(xa)), float(np.median(xb))
+    if len(xa) < 2 or len(xb) < 2:
+        return Gap(med_a, med_b, med_a - med_b, None, None, level)
     rng = np.random.default_rng(seed)
     ma = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
     mb = np.median(xb[rng.integers(0, len(xb), (resamples, len(xb)))], axis=1)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(ma - mb, [tail, 1.0 - tail])
-    med_a, med_b = float(np.median(xa)), float(np.median(xb))
     return Gap(med_a, med_b, med_a - med_b, float(low), float(high), level)
 
 

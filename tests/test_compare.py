@@ -57,6 +57,11 @@ def test_median_gap_excludes_zero_only_for_a_shift_beyond_the_spread():
     assert median_gap(a, [1.0, 2.0, 3.0], seed=7) == median_gap(a, [1.0, 2.0, 3.0], seed=7)  # deterministic
 
 
+def test_median_gap_with_one_value_on_a_side_has_no_interval():
+    one = median_gap([5.0], [1.0, 2.0, 3.0])
+    assert one.gap == 3.0 and one.low is None and one.high is None and one.verdict == "no interval"
+
+
 def test_median_gap_refuses_what_it_cannot_judge():
     with pytest.raises(ValueError, match="at least one value"):
         median_gap([], [1.0])
@@ -128,7 +133,7 @@ def test_compare_labels_baseline_and_one_run_groups(runs, capsys):
     assert [g["label"] for g in c["groups"]] == ["a", "b"]
     cell = c["gaps"][0]["at"]["1000"]
     assert cell["gap"] == pytest.approx(-900 - (-1400 + -1370) / 2)
-    assert cell["low"] is None  # one run in "a": a gap but no interval
+    assert cell["low"] is None and cell["verdict"] == "no interval"  # one run in "a": a gap but no interval
     # a run that stopped before a mark counts with its last evaluation; before its first, it has none
     c = compare_json([str(runs["quick0"]), "--marks", "6000"], capsys)
     assert c["groups"][0]["at"]["6000"]["median"] == -150.0

@@ -132,11 +132,9 @@ def comparison(
         cells = {}
         for m in marks:
             a, b = g["at"][str(m)]["values"], base["at"][str(m)]["values"]
-            if len(a) >= 2 and len(b) >= 2:
-                cells[str(m)] = attrs.asdict(median_gap(a, b, level=level))
-            elif a and b:  # one run on a side: a gap, but no spread to judge it by
-                gap = statistics.median(a) - statistics.median(b)
-                cells[str(m)] = {"gap": gap, "low": None, "high": None, "level": level}
+            if a and b:  # one run on a side: a gap without an interval
+                gap = median_gap(a, b, level=level)
+                cells[str(m)] = {**attrs.asdict(gap), "verdict": gap.verdict}
             else:
                 cells[str(m)] = None
         out["gaps"].append({"label": g["label"], "against": baseline, "at": cells})
@@ -180,12 +178,8 @@ def print_table(c: dict) -> None:
             elif d["low"] is None:
                 cells.append(f"@{m:,}: {d['gap']:+.1f} (no interval: a group with one run evaluated by then)")
             else:
-                cells.append(f"@{m:,}: {d['gap']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] {_verdict(d)}")
+                cells.append(f"@{m:,}: {d['gap']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] {d['verdict']}")
         print(f"{gap['label']}:\n  " + "\n  ".join(cells))
-
-
-def _verdict(d: dict) -> str:
-    return "above" if d["low"] > 0 else "below" if d["high"] < 0 else "level"
 
 
 def _num(x: float | None) -> str:
