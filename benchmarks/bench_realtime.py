@@ -424,7 +424,7 @@ def run_fleet(n: int, args, work: Path, extra_children) -> dict:
             else:
                 learner.kill()
                 time.sleep(2.0)
-                learner.argv = learner_argv + ["--resume"]
+                learner.argv = learner_argv + ["--resume-if-any"]
                 learner.start()
             events.append({"fault": kind, "at_s": round(t, 1), "done_s": round(time.monotonic() - t_a, 1)})
         time.sleep(max(0.0, t_a + args.seconds - time.monotonic()))

@@ -152,7 +152,7 @@ def run(args) -> int:
         logs / "learner.log",
         env,
     )
-    resume_argv = learner.argv[:2] + learner.argv[2:] + ["--resume"]
+    resume_argv = learner.argv[:2] + learner.argv[2:] + ["--resume-if-any"]
     workers = [
         Proc(
             f"w{i}",

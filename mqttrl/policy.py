@@ -418,8 +418,7 @@ def load_policy(
     """
     from mqttrl.plugin.manager import get_registry
 
-    choice = locate(Path(path), which)
-    model = _read_model(choice)
+    choice, model = _read_chosen(Path(path), which)
     registry = get_registry()
     algo_info = _algorithm_of(model, registry)
     have_spaces = observation_space is not None and action_space is not None
@@ -449,6 +448,30 @@ def load_policy(
 
 def _read_model(choice: Choice) -> _Model:
     return _read_weights(choice.path) if choice.kind == "weights" else _read_checkpoint(choice.path)
+
+
+def _read_chosen(path: Path, which: str) -> tuple[Choice, _Model]:
+    """The model ``locate`` chooses, read. A run's best model that does not read (a damaged file)
+    falls back, with ``which="auto"``, to the run's newest checkpoint, and the reason says so; with
+    ``which="best"`` the error names ``which="latest"``."""
+    choice = locate(path, which)
+    try:
+        return choice, _read_model(choice)
+    except PolicyLoadError as damaged:
+        named = path.exists() and path.resolve() in (choice.path.resolve(), choice.path.parent.resolve())
+        if which == "latest" or named or not choice.reason.startswith("the best model"):
+            raise  # the user named this model itself: its own error is the answer
+        why = str(damaged).split("; expected ")[0]  # the user named a run, not this file: no "expected" list
+        try:
+            newest = locate(path, "latest")
+        except PolicyLoadError:
+            raise PolicyLoadError(f"the run's best model does not read: {why}; the run has no checkpoint") from None
+        if which == "best":
+            raise PolicyLoadError(
+                f"the run's best model does not read: {why}; which='latest' (--which latest) takes its newest checkpoint"
+            ) from None
+        model = _read_model(newest)
+        return attrs.evolve(newest, reason=f"the newest checkpoint: the best model does not read ({why})"), model
 
 
 def _algorithm_of(model: _Model, registry: Any) -> Any:

@@ -167,8 +167,9 @@ def locate(path: Path, which: str = "auto") -> Choice:
     """The model ``path`` names (see the module docstring for a run directory's), and why."""
     if which not in WHICH:
         raise PolicyLoadError(f"which={which!r}: use one of {', '.join(WHICH)}")
+    note = ""
     if not path.exists():
-        path = newest_run_named(path)
+        path, note = _newest_named(path)
     layout = _run_layout(path)
     if layout is None:
         if which != "auto":
@@ -177,16 +178,43 @@ def locate(path: Path, which: str = "auto") -> Choice:
                 f"pass the run directory"
             )
         return _one_model(path)
-    return _choose(path, *layout, which)
+    choice = _choose(path, *layout, which)
+    return attrs.evolve(choice, reason=choice.reason + note) if note else choice
 
 
 def newest_run_named(path: Path) -> Path:
     """``runs/cartpole-dqn`` when only ``runs/cartpole-dqn-<timestamp>`` folders exist (what
-    ``mqttrl train`` makes): the newest of them, so a run's name is enough; else FileNotFoundError."""
-    stamped = sorted(p for p in path.parent.glob(f"{path.name}-*") if p.is_dir() and _run_layout(p) is not None)
+    ``mqttrl train`` makes): the newest of them that holds a model, so a run's name is enough and a
+    launch that failed since does not hide the last trained model; else FileNotFoundError."""
+    return _newest_named(path)[0]
+
+
+def _newest_named(path: Path) -> tuple[Path, str]:
+    """:func:`newest_run_named` and a note naming the newer runs it passed over ('' when none)."""
+    stamped = [p for p in path.parent.glob(f"{path.name}-*") if p.is_dir() and _run_layout(p) is not None]
     if not stamped:
         raise FileNotFoundError(f"{path}: no such file or directory; expected {EXPECTED}")
-    return max(stamped, key=lambda p: (p.stat().st_mtime, p.name))
+    newest_first = sorted(stamped, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    for i, run in enumerate(newest_first):
+        if _holds_model(run):
+            passed = ", ".join(p.name for p in newest_first[:i])
+            note = (
+                f"; the newest run named {path.name} with a model ({passed} {'holds' if i == 1 else 'hold'} none)"
+                if i
+                else ""
+            )
+            return run, note
+    return newest_first[0], ""  # no run holds a model: the newest says so when it is read
+
+
+def _holds_model(run: Path) -> bool:
+    """Whether a run directory holds a best model or a checkpoint (a failed launch holds neither)."""
+    if _model_in(run / "best") or _model_in(run / "checkpoints" / "best"):
+        return True
+    try:
+        return _newest(run / "checkpoints") is not None
+    except PolicyLoadError:
+        return False
 
 
 def _one_model(path: Path) -> Choice:

@@ -30,6 +30,14 @@ def child_popen_kwargs(platform: str = sys.platform) -> dict[str, Any]:
     return {}
 
 
+def detached_popen_kwargs(platform: str = sys.platform) -> dict[str, Any]:
+    """``Popen`` arguments for a helper the terminal's Ctrl-C must not reach (an embedded broker):
+    its owner stops it last, after the nodes that use it, so they never see it vanish mid-stop."""
+    if platform == "win32":
+        return {"creationflags": CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
+
+
 def request_stop(proc: Any, platform: str = sys.platform) -> None:
     """Ask a child started with :func:`child_popen_kwargs` to stop cleanly."""
     proc.send_signal(CTRL_BREAK_EVENT if platform == "win32" else signal.SIGTERM)
@@ -45,3 +53,27 @@ def install_stop_handlers(stop: Callable[..., Any], signal_module: Any = signal)
             signal_module.signal(sig, stop)
             installed.append(name)
     return installed
+
+
+class StopSignals:
+    """Stops a node on SIGINT, SIGTERM or SIGBREAK (:func:`install_stop_handlers`) and remembers
+    which one came first, so its command can exit as docs/cli.md says: 130 for Ctrl-C (SIGINT),
+    0 for a stop asked for by a supervisor or service manager (SIGTERM, SIGBREAK)."""
+
+    def __init__(self, stop: Callable[[], Any], signal_module: Any = signal):
+        self.received: str | None = None
+        self._stop = stop
+        install_stop_handlers(self._on_signal, signal_module)
+
+    def _on_signal(self, signum: int, _frame: Any = None) -> None:
+        if self.received is None:
+            try:
+                self.received = signal.Signals(signum).name
+            except ValueError:
+                self.received = str(signum)
+        self._stop()
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C stopped the node (exit 130), not a stop request."""
+        return self.received == "SIGINT"

@@ -136,11 +136,13 @@ def test_the_plan_gives_the_learner_resume_or_init_from_from_its_first_start(tmp
     broker = BrokerSettings(url="mqtt://h:1883")
     assert "--resume" not in plan_children(config(), tmp_path, broker).learner.argv
     resumed = plan_children(config(), tmp_path, broker, resume=True).learner
-    assert "--resume" in resumed.argv
+    assert resumed.first_args == ["--resume"] and "--resume" not in resumed.argv
+    # a restart may find no checkpoint yet (the learner died before its first): it continues if it can
+    assert resumed.restart_args == ["--resume-if-any"]
     model = tmp_path / "m.safetensors"
     learner = plan_children(config(), tmp_path, broker, init_from=model).learner
     assert learner.first_args == ["--init-from", str(model)] and "--resume" not in learner.argv
-    assert learner.restart_args == ["--resume"]  # a restart resumes its own checkpoint instead
+    assert learner.restart_args == ["--resume-if-any"]  # a restart resumes its own checkpoint instead
     with pytest.raises(ValueError, match="choose one"):
         plan_children(config(), tmp_path, broker, resume=True, init_from=model)
 

@@ -33,7 +33,7 @@ def test_the_plan_starts_the_learner_first_with_resume_on_restart(tmp_path):
     plan = plan_children(config(), tmp_path, BrokerSettings(url="mqtt://h:1883"), ["--mqtt-protocol", "5"])
     names = [c.name for c in plan.children]
     assert names == ["learner", "w0", "w1"] and plan.children[0] is plan.learner
-    assert plan.learner.restart_args == ["--resume"] and plan.learner.max_restarts == 3
+    assert plan.learner.restart_args == ["--resume-if-any"] and plan.learner.max_restarts == 3
     assert plan.learner.stop_timeout == 60.0
     assert all(c.max_restarts is None for c in plan.children[1:])  # workers: restarted for ever
     w1 = plan.children[2].argv

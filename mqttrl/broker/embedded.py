@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from mqttrl.procs import detached_popen_kwargs
+
 log = logging.getLogger("mqttrl.broker")
 
 
@@ -109,7 +111,9 @@ class EmbeddedBroker:
             data.mkdir(exist_ok=True)
         conf.write_text(mosquitto_config(self.port, data))
         self._log = open(self.workdir / "mosquitto.log", "ab")
-        self._proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(
+            ["mosquitto", "-c", str(conf)], stdout=self._log, stderr=subprocess.STDOUT, **detached_popen_kwargs()
+        )
         if not _wait_port(self.port, timeout):
             self.stop()
             raise RuntimeError(f"mosquitto did not start on port {self.port}; see {self.workdir / 'mosquitto.log'}")

@@ -212,14 +212,35 @@ def load(config: str | None, overrides: list[str]):
     """Load a run config through the plugins' parameter classes. A bad key or value raises
     ConfigError and an unknown algorithm UnknownPluginError: the command ends in one line with
     exit code 2 or 5 (mqttrl/cli/errors.py)."""
-    from mqttrl.config import load_config
+    from mqttrl.config import ConfigError, load_config
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
-    cfg = load_config(config, overrides, lambda n: registry.algorithm(n).params)
+    try:
+        cfg = load_config(config, overrides, lambda n: registry.algorithm(n).params)
+    except ConfigError:
+        _refuse_misfit(config, overrides, registry)  # the deeper mistake first: dqn on Box actions
+        raise
     for name in cfg.train.telemetry_storages:  # a typo here used to start a run whose telemetry restarts for ever
         registry.storage(name)
     return cfg
+
+
+def _refuse_misfit(config: str | None, overrides: list[str], registry) -> None:
+    """A config whose algorithm settings do not load (``--set algorithm.name=dqn`` on a SAC config):
+    when the algorithm cannot run on the env at all, say that (EnvMismatch) rather than name a key."""
+    from mqttrl.config import load_config
+    from mqttrl.envs.fit import check_fit, run_spaces
+
+    try:
+        bare = load_config(config, overrides, None)  # the algorithm's settings left unchecked
+        info = registry.algorithm(bare.algorithm.name)
+        if not info.action_spaces:
+            return  # only a declared fit is worth making the env for on this path
+        spaces = run_spaces(bare.env, registry)
+    except Exception:  # nothing more to say than the original error
+        return
+    check_fit(bare.algorithm.name, None, bare.env.id, spaces, registry)
 
 
 def model_args(p: argparse.ArgumentParser) -> None:

@@ -31,6 +31,10 @@ class CompareError(Exception):
     """A RUN argument that cannot be compared: the message is the one line the user sees."""
 
 
+class NoEvaluations(CompareError):
+    """A run directory with no evaluation yet: a launch that failed, or a run stopped at once."""
+
+
 @attrs.frozen
 class Run:
     label: str
@@ -57,6 +61,29 @@ def expand(arg: str) -> list[tuple[str, str]]:
     return [(label, where)]
 
 
+def read_runs(args: list[str]) -> list[Run]:
+    """Every run the RUN arguments name. A directory that holds no evaluation (a launch that failed,
+    a run stopped at once: ``runs/NAME-*`` from the shell matches those too) is skipped with a line on
+    stderr; none left is an error."""
+    runs, skipped = [], []
+    for label, where in (pair for arg in args for pair in expand(arg)):
+        try:
+            runs.append(read_run(label, where))
+        except NoEvaluations as exc:
+            skipped.append(exc)
+            print(
+                f"mqttrl compare: skipped {where}: no evaluations (a failed launch or a run stopped at once)",
+                file=sys.stderr,
+            )
+    if not runs:
+        raise (
+            skipped[0]
+            if len(skipped) == 1
+            else CompareError(f"none of the {len(skipped)} run directories holds an evaluation")
+        )
+    return runs
+
+
 def read_run(label: str, where: str) -> Run:
     """A run directory's curve and summary, grouped under ``label`` (default: the run's name)."""
     path = Path(where)
@@ -67,7 +94,7 @@ def read_run(label: str, where: str) -> Run:
     except (ValueError, KeyError, TypeError, csv.Error) as exc:  # a damaged file: name it, do not crash
         raise CompareError(f"{where}: evaluations.csv is unreadable ({type(exc).__name__}: {exc})") from None
     if not curve:
-        raise CompareError(
+        raise NoEvaluations(
             f"{where}: no evaluations (evaluations.csv is missing or empty): not an `mqttrl train` run directory, "
             "or its evaluator never reported"
         )
@@ -279,7 +306,7 @@ def _fraction(value: str) -> float:
 
 def run(args: argparse.Namespace) -> None:
     try:
-        runs = [read_run(label, where) for a in args.runs for label, where in expand(a)]
+        runs = read_runs(args.runs)
         labels = list(dict.fromkeys(r.label for r in runs))
         baseline = args.baseline or labels[0]
         if baseline not in labels:

@@ -1,9 +1,9 @@
 """``mqttrl export PATH --format onnx|torchscript -o FILE``: a trained policy's network as a file
 other programs run (:mod:`mqttrl.export`), checked against the numpy policy.
 
-Exit status: 0 when written (and, where it can be run here, equal to the numpy policy), 2 for a PATH
-that holds no policy or an unknown format, 1 when a package is missing or the check fails; always
-one line on stderr.
+Exit status (docs/cli.md's table): 0 when written (and, where it can be run here, equal to the numpy
+policy), 2 for a PATH that holds no policy or an unknown format, 5 when a package is missing, 1 when
+the export or its check fails; always one line on stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from mqttrl.cli.common import Command, model_args
+from mqttrl.cli.errors import EXIT_MISSING
 from mqttrl.policy_source import describe_choice
 
 #: largest absolute difference between the exported model's outputs and the numpy policy's that passes
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> None:
         path = export_policy(policy, args.output, args.format, opset=args.opset)
         diff = check_export(policy, path, args.format, n=16) if args.check else None
     except MissingDependency as e:
-        _fail(str(e), 1)
+        _fail(str(e), EXIT_MISSING)
     except Exception as e:
         if args.verbose:
             raise
@@ -79,8 +80,8 @@ COMMAND = Command(
     "the numpy policy. Input obs: a batch of observations in their own dtype; outputs as the\n"
     "algorithm's forward names them: dqn q; ppo logits, value (or mean, log_std, value).\n"
     "Needs torch; ONNX also onnx and onnxscript, the check onnxruntime: pip install 'mqttrl[export]'.\n"
-    "See docs/export.md. Exit 2 if PATH holds no policy or FORMAT is unknown, 1 if a package is\n"
-    "missing or the check fails.",
+    "See docs/export.md. Exit 2 if PATH holds no policy or FORMAT is unknown, 5 if a package is\n"
+    "missing, 1 if the export or its check fails.",
     epilog="examples:\n"
     "  mqttrl export runs/cartpole-dqn -o cartpole.onnx\n"
     "  mqttrl export runs/cartpole-dqn/checkpoints --format torchscript -o cartpole.pt",

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mqttrl.cli.common import Command, broker_args, load, overrides_arg, settings_or_local, setup_logging, verbose_arg
+from mqttrl.cli.errors import EXIT_INTERRUPTED
 from mqttrl.state import run_dir as run_dir_rules
 
 
@@ -13,7 +14,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="run config (TOML, or the config.json of a run directory)")
     overrides_arg(p, "override a config value, e.g. --set learner.publish_every=100 (repeatable)")
     p.add_argument("--run-dir", help="where checkpoints and logs go (default runs/<run>)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --run-dir (refused when it holds none: a mistyped path "
+        "would start a fresh run)",
+    )
+    again.add_argument(
+        "--resume-if-any",
+        action="store_true",
+        help="continue from the newest checkpoint in --run-dir if it holds one, else start there (what a "
+        "supervisor restarting a learner passes)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -38,13 +51,18 @@ def run(args: argparse.Namespace) -> None:
         raise run_dir_rules.RunDirInUse("--init-from starts a new run and --resume continues one: choose one")
     cfg = load(args.config, args.overrides)
     run_dir = Path(args.run_dir or f"runs/{cfg.run}")
-    aside = run_dir_rules.claim(run_dir, resume=args.resume, overwrite=args.overwrite)
+    resume = args.resume or (args.resume_if_any and run_dir_rules.resumable(run_dir))
+    if args.init_from and args.resume_if_any:
+        raise run_dir_rules.RunDirInUse("--init-from starts a new run and --resume-if-any continues one: choose one")
+    aside = run_dir_rules.claim(run_dir, resume=resume, overwrite=args.overwrite)
     if aside is not None:
         print(f"mqttrl-learner: the old checkpoints are kept in {aside}")
     init_from = Path(args.init_from) if args.init_from else None
-    run_learner(
-        cfg, settings_or_local(args), run_dir, resume=args.resume, max_seconds=args.max_seconds, init_from=init_from
+    signals = run_learner(
+        cfg, settings_or_local(args), run_dir, resume=resume, max_seconds=args.max_seconds, init_from=init_from
     )
+    if signals.interrupted:  # Ctrl-C (checkpointed first): not the end a script should take for done
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 COMMAND = Command(

@@ -19,7 +19,7 @@ from mqttrl.cli.common import (
     setup_logging,
     verbose_arg,
 )
-from mqttrl.cli.errors import EXIT_FAILED, EXIT_UNSOLVED, EXIT_USAGE
+from mqttrl.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNSOLVED, EXIT_USAGE
 
 EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml
@@ -49,8 +49,8 @@ exit codes (docs/cli.md):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="run config (TOML)")
     overrides_arg(p, "override a config value (repeatable)")
-    p.add_argument("--workers", type=int, help="worker processes (default: train.workers)")
-    p.add_argument("--seed", type=int, help="run seed (default: train.seed)")
+    setting_arg(p, "train.workers", "--workers", metavar="N", help="worker processes")
+    setting_arg(p, "train.seed", "--seed", metavar="SEED", help="run seed")
     setting_arg(p, "train.max_seconds", "--max-seconds", metavar="S")
     setting_arg(p, "train.max_env_steps", "--max-env-steps", metavar="N")
     p.add_argument("--run-dir", help="run directory (default runs/<run>-<timestamp>)")
@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     again.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --run-dir: the learner starts from its newest checkpoint",
+        help="continue the run in --run-dir: the learner starts from its newest checkpoint (refused, exit 2, "
+        "when --run-dir holds none)",
     )
     again.add_argument(
         "--overwrite",
@@ -139,6 +140,8 @@ def run(args: argparse.Namespace) -> None:
     if summary.get("failure"):
         print(f"mqttrl: {summary['failure']}", file=sys.stderr, flush=True)
         sys.exit(EXIT_FAILED)
+    if summary.get("stop_reason") == "interrupted":  # Ctrl-C: a script must tell it from a budget spent
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else EXIT_UNSOLVED)
 
 

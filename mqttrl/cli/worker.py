@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mqttrl.cli.common import Command, broker_args, settings, setup_logging, verbose_arg
+from mqttrl.cli.errors import EXIT_INTERRUPTED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> None:
 
     name = worker_name(args)
     try:
-        run_worker(
+        signals = run_worker(
             settings(args),
             args.run,
             name=name,
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> None:
         )
     except (TimeoutError, EnvFailing) as e:  # one line; a supervisor restarts the process
         raise SystemExit(f"mqttrl-worker: {e}") from None
+    if signals.interrupted:  # Ctrl-C: a clean stop, but not the end a script should take for done
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 COMMAND = Command(

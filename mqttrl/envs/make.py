@@ -7,6 +7,12 @@ import importlib
 import gymnasium as gym
 
 from mqttrl.plugin.manager import MissingDependency, Registry, UnknownPluginError, get_registry
+from mqttrl.settings import ConfigError
+
+
+class UnknownEnvError(UnknownPluginError, ConfigError):
+    """``env.id`` names no env (a typo, a version that does not exist): a config mistake (exit 2),
+    not a missing plugin. An :class:`UnknownPluginError` still, for callers that catch that."""
 
 #: words in gymnasium's "not installed" message -> the mqttrl extra that installs the package
 EXTRA_HINTS = {"box2d": "box2d", "minatar": "minatar", "ale-py": "atari", "ale_py": "atari"}
@@ -52,7 +58,7 @@ def _make(env_id: str, kwargs: dict | None, registry: Registry | None) -> gym.En
         raise  # make_env names the extra
     except gym.error.Error as exc:
         plugin_envs = ", ".join(sorted(registry.envs)) or "none"
-        raise UnknownPluginError(
+        raise UnknownEnvError(
             f"unknown env {env_id!r} ({exc}). Use a gymnasium id, 'module:Env-v0', "
             f"or a name registered by a plugin (installed: {plugin_envs})"
         ) from None

@@ -211,6 +211,10 @@ class AlgorithmInfo:
     #: the env id ``mqttrl check-plugin`` runs the algorithm's round trip on: one whose spaces the
     #: algorithm supports (a Box-action algorithm cannot be checked on CartPole's Discrete actions)
     check_env: str = "CartPole-v1"
+    #: the gymnasium action-space classes the algorithm acts in (e.g. ``(gym.spaces.Discrete,)``), so a
+    #: run that does not fit is refused in one line before anything starts, naming the algorithms that
+    #: do fit. Empty: not declared; ``sample_spec`` is then asked (a TypeError or ValueError from it refuses)
+    action_spaces: tuple[type, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("async", "sync"):

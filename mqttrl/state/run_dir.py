@@ -23,11 +23,32 @@ def has_checkpoints(run_dir: Path) -> bool:
     return ckpt.is_dir() and any(p.name == "latest" or p.is_dir() for p in ckpt.iterdir())
 
 
-def claim(run_dir: Path, resume: bool, overwrite: bool) -> Path | None:
+class NothingToResume(RunDirInUse):
+    """--resume on a folder without a checkpoint: a mistyped path would otherwise start a fresh run."""
+
+
+def resumable(run_dir: Path) -> bool:
+    """Whether ``run_dir/checkpoints`` holds a checkpoint a learner can continue from."""
+    ckpt = run_dir / "checkpoints"
+    return ckpt.is_dir() and (
+        (ckpt / "latest").is_file() or any((p / "meta.json").is_file() for p in ckpt.glob("ckpt-*"))
+    )
+
+
+def claim(run_dir: Path, resume: bool, overwrite: bool, if_any: bool = False) -> Path | None:
     """Check that a learner may start in ``run_dir``; with ``overwrite``, move the old
-    checkpoints to ``checkpoints.replaced-<time>`` and return that path (else None)."""
+    checkpoints to ``checkpoints.replaced-<time>`` and return that path (else None).
+
+    ``resume`` on a folder with no checkpoint is refused (NothingToResume), unless ``if_any``: a
+    supervisor restarting a learner that died before its first checkpoint starts it afresh."""
     if resume and overwrite:
         raise RunDirInUse("--resume and --overwrite contradict each other: choose one")
+    if resume and not if_any and not resumable(run_dir):
+        where = "does not exist" if not run_dir.exists() else f"holds no checkpoint ({run_dir / 'checkpoints'})"
+        raise NothingToResume(
+            f"--resume: {run_dir} {where}, so there is nothing to continue: check the path "
+            f"(the run directory that holds checkpoints/), or leave out --resume to start a new run there"
+        )
     if resume or not has_checkpoints(run_dir):
         return None
     if not overwrite:

@@ -24,7 +24,7 @@ log = logging.getLogger("mqttrl.train")
 
 #: the node kinds a credentials file must hold a client for
 NODE_KINDS = ("learner", "worker", "inference", "telemetry", "operator")
-#: the learner is started again with ``--resume`` (its newest checkpoint) this many times at most
+#: the learner is started again with ``--resume-if-any`` (its newest checkpoint) this many times at most
 LEARNER_MAX_RESTARTS = 3
 #: each built-in storage's option that puts what it writes into the run directory
 RUN_DIR_OPTIONS = {"files": ("dir", "telemetry"), "tensorboard": ("logdir", "tensorboard"), "wandb": ("dir", "")}
@@ -105,7 +105,7 @@ def plan_children(
 
     ``resume``: the learner continues from the run directory's newest checkpoint from its first
     start; ``init_from``: it starts from that model (``mqttrl-learner --init-from``). A restarted
-    learner gets ``--resume`` (its own newest checkpoint), never ``--init-from`` again."""
+    learner gets ``--resume-if-any`` (its own newest checkpoint), never ``--init-from`` again."""
     logins = _Logins(broker, credentials)
     conn = ["--broker", broker.url] + [a for a in (broker_args or []) if a]
     if credentials is not None:
@@ -115,11 +115,10 @@ def plan_children(
         "learner",
         py
         + ["learner", "--config", str(run_dir / "config.json"), "--run-dir", str(run_dir)]
-        + conn
-        + (["--resume"] if resume else []),
+        + conn,
         logs / "learner.log",
         logins.env("learner"),
-        restart_args=["--resume"],
+        restart_args=["--resume-if-any"],
         first_args=_start_from(resume, init_from),
         max_restarts=LEARNER_MAX_RESTARTS,
         stop_timeout=60.0,
@@ -158,9 +157,13 @@ def inference_servers(config: RunConfig) -> int:
 
 
 def _start_from(resume: bool, init_from: Path | None) -> list[str]:
-    """The learner's flags of its first start only: ``--init-from`` (a restart resumes instead)."""
+    """The learner's flags of its first start only: ``--resume`` (refused without a checkpoint) or
+    ``--init-from``; a restart gets ``--resume-if-any`` instead (it may have died before its first
+    checkpoint)."""
     if resume and init_from is not None:
         raise ValueError("resume continues this run's checkpoints, init_from starts from another model: choose one")
+    if resume:
+        return ["--resume"]
     return ["--init-from", str(init_from)] if init_from is not None else []
 
 

@@ -56,6 +56,8 @@ class RunRecord:
         self._closed = False
         #: per worker, the most env steps an episode of it reported
         self.env_steps_by_worker: dict[str, int] = {}
+        #: the env steps of this run's earlier sessions (a resumed run continues their count)
+        self.env_steps_before = earlier_env_steps(run_dir)
         self.evals: list[dict] = []
         self.best_eval: float | None = None
         #: the score of ``best/`` (an earlier session's too): only a better evaluation replaces it
@@ -70,7 +72,7 @@ class RunRecord:
     @property
     def env_steps(self) -> int:
         with self._lock:
-            return sum(self.env_steps_by_worker.values())
+            return self.env_steps_before + sum(self.env_steps_by_worker.values())
 
     def on_episode(self, worker: str, e: dict) -> None:
         """An episode as the telemetry node decoded it: a row of episodes.csv."""
@@ -93,7 +95,7 @@ class RunRecord:
             row = {
                 "wall_s": round(time.monotonic() - self.t0, 2),
                 "model_version": result["model_version"],
-                "env_steps": sum(self.env_steps_by_worker.values()),
+                "env_steps": self.env_steps_before + sum(self.env_steps_by_worker.values()),
                 **{k: result[k] for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
                 "training_s": result.get("training_s"),
                 "model_env_steps": result.get("env_steps"),
@@ -218,6 +220,26 @@ class RunRecord:
             self._closed = True
             self._episodes_file.close()
             self._evals_file.close()
+
+
+def earlier_env_steps(run_dir: Path) -> int:
+    """The env steps a run directory's earlier sessions made (0 for a new run): its ``summary.json``'s,
+    or, for a session that was killed before writing one, the most its ``evaluations.csv`` counted."""
+    steps = 0
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        steps = _int(summary.get("env_steps")) if isinstance(summary, dict) else 0
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(run_dir / "evaluations.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                for key in ("env_steps", "model_env_steps"):
+                    value = row.get(key) or ""
+                    steps = max(steps, int(value) if value.isdigit() else 0)
+    except (OSError, csv.Error):
+        pass
+    return steps
 
 
 def _int(value: object) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import signal
 import threading
 import time
@@ -341,6 +342,7 @@ def train(
     ``quiet``: nothing on stdout or stderr (no display, no summary lines; every log line goes to
     ``<run dir>/logs``). A run that failed (the learner given up) says why in ``summary["failure"]``.
     """
+    _preflight(config)
     start_from = _claim(run_dir, resume, overwrite, init_from)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(config.run)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -369,6 +371,18 @@ def train(
 RECORD_FILES = ("episodes.csv", "evaluations.csv", "summary.json", "best", "telemetry", "tensorboard")
 
 
+def _preflight(config: RunConfig) -> None:
+    """The mistakes a run's env shows, before a broker, a run directory or a process starts: an env
+    that cannot be made (exit 2 for an unknown id, 5 for a missing package) and an algorithm that
+    cannot act in it (exit 2, naming those that can). The env is made once and closed."""
+    from mqttrl.envs.fit import check_fit, run_spaces
+    from mqttrl.plugin.manager import get_registry
+
+    registry = get_registry()
+    spaces = run_spaces(config.env, registry)
+    check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
+
+
 def _claim(run_dir: Path | None, resume: bool, overwrite: bool, init_from: Path | None) -> dict:
     """Check, before anything starts, that the run may use ``run_dir`` (mqttrl.state.run_dir.claim)
     and that ``init_from`` exists; returns the plan's ``resume``/``init_from``."""
@@ -395,6 +409,8 @@ def _claim(run_dir: Path | None, resume: bool, overwrite: bool, init_from: Path 
 
 def _print_summary(s: dict) -> None:
     lines = [f"run {s['run']} stopped: {s['stop_reason']} after {s['wall_s']:.0f}s"]
+    if s["solved"] and s["stop_reason"] != "target reached":  # the budget's last evaluation reached it
+        lines[0] += "; the evaluation at its end reached the target"
     if s["solved"]:
         lines.append(
             f"SOLVED: greedy evaluation mean {s['solve_eval_mean']:.1f} >= {s['target_return']} "
@@ -410,4 +426,20 @@ def _print_summary(s: dict) -> None:
             f"final model (version {s['final_model_version']}): greedy evaluation mean {s['final_eval_mean']:.1f}"
         )
     lines.append(f"run directory: {s['run_dir']}")
+    lines.extend(next_steps(Path(s["run_dir"])))
     print("\n".join(lines), flush=True)
+
+
+def next_steps(run_dir: Path) -> list[str]:
+    """What to run next on a finished run: play its model, export it or train on."""
+    quoted = shlex.quote(str(run_dir))
+    from mqttrl.policy_source import PolicyLoadError, locate
+
+    try:
+        locate(run_dir)
+    except (OSError, PolicyLoadError):
+        return [f"no model was saved: nothing to play or resume (each process's log: {quoted}/logs)"]
+    return [
+        f"next: mqttrl enjoy {quoted} (watch it play), mqttrl export {quoted} -o policy.onnx, "
+        f"or mqttrl train {quoted}/config.json --run-dir {quoted} --resume (train on)"
+    ]

@@ -56,6 +56,7 @@ def mqttrl_register_algorithms(register):
             description="DQN (double, dueling, n-step, prioritized replay, C51/QR, noisy nets; preset rainbow), Ape-X style",
             params=DQNParams,
             mode="async",
+            action_spaces=(gym.spaces.Discrete,),
             sample_spec=sample_spec,
             make_actor=DQNActor,
             make_learner=make_learner,

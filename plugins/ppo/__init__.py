@@ -57,6 +57,7 @@ def mqttrl_register_algorithms(register):
             description="PPO (clipped surrogate, GAE, actor/critic MLPs or a shared CNN), one synchronous round per model version",
             params=PPOParams,
             mode="sync",
+            action_spaces=(gym.spaces.Discrete, gym.spaces.Box),
             sample_spec=sample_spec,
             make_actor=PPOActor,
             make_learner=make_learner,

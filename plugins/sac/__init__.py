@@ -59,6 +59,7 @@ def mqttrl_register_algorithms(register):
             description="SAC for Box actions (twin critics, auto temperature; preset redq: REDQ's ensemble), Ape-X style",
             params=SACParams,
             mode="async",
+            action_spaces=(gym.spaces.Box,),
             sample_spec=sample_spec,
             make_actor=SACActor,
             make_learner=make_learner,

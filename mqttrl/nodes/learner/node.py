@@ -28,13 +28,13 @@ import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import ConfigError, RunConfig, write_resolved
-from mqttrl.envs.realtime import make_run_env
+from mqttrl.envs.fit import check_fit, run_spaces
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
-from mqttrl.plugin.manager import UnknownPluginError, get_registry
-from mqttrl.procs import install_stop_handlers
+from mqttrl.plugin.manager import get_registry
+from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
@@ -638,13 +638,11 @@ def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes]
 
 
 def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]:
-    """The run's env's spaces (the env is made once and closed); an env error is one line."""
-    try:
-        env = make_run_env(config.env, registry)
-    except (UnknownPluginError, gym.error.Error) as e:  # unknown id, missing extra: one line, no traceback
-        raise SystemExit(f"env error: {e}") from None
-    spaces = env.observation_space, env.action_space
-    env.close()
+    """The run's env's spaces (the env is made once and closed), checked against the algorithm: an
+    unknown env id or an algorithm that cannot act in it is a ConfigError (exit 2), a missing
+    package a MissingDependency (exit 5), each one line."""
+    spaces = run_spaces(config.env, registry)
+    check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
     return spaces
 
 
@@ -667,7 +665,9 @@ def run_learner(
     resume: bool = False,
     max_seconds: float | None = None,
     init_from: Path | None = None,
-) -> None:
+) -> StopSignals:
+    """Run the learner until a stop signal or ``max_seconds``; returns which signal stopped it."""
     node = LearnerNode(config, broker, run_dir, resume=resume, init_from=init_from)
-    install_stop_handlers(node.stop)
+    signals = StopSignals(node.stop)
     node.run(max_seconds=max_seconds)
+    return signals

@@ -47,7 +47,7 @@ from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForwa
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
-from mqttrl.procs import install_stop_handlers
+from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
 from mqttrl.timing import BlockTimes, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
@@ -748,7 +748,9 @@ class WorkerNode:
         )
 
 
-def run_worker(broker: BrokerSettings, run: str, **kwargs) -> None:
+def run_worker(broker: BrokerSettings, run: str, **kwargs) -> StopSignals:
+    """Run a worker until a stop signal; returns which one stopped it (its command's exit code)."""
     node = WorkerNode(broker, run, **kwargs)
-    install_stop_handlers(node.stop)
+    signals = StopSignals(node.stop)
     node.run()
+    return signals
