@@ -64,22 +64,21 @@ def expand(arg: str) -> list[tuple[str, str]]:
 def read_runs(args: list[str]) -> list[Run]:
     """Every run the RUN arguments name. A directory that holds no evaluation (a launch that failed,
     a run stopped at once: ``runs/NAME-*`` from the shell matches those too) is skipped with a line on
-    stderr; none left is an error."""
+    stderr; none left is an error (one line)."""
     runs, skipped = [], []
     for label, where in (pair for arg in args for pair in expand(arg)):
         try:
             runs.append(read_run(label, where))
         except NoEvaluations as exc:
-            skipped.append(exc)
-            print(
-                f"mqttrl compare: skipped {where}: no evaluations (a failed launch or a run stopped at once)",
-                file=sys.stderr,
-            )
+            skipped.append((where, exc))
     if not runs:
-        raise (
-            skipped[0]
-            if len(skipped) == 1
-            else CompareError(f"none of the {len(skipped)} run directories holds an evaluation")
+        if len(skipped) == 1:
+            raise skipped[0][1]
+        raise CompareError(f"none of the {len(skipped)} run directories holds an evaluation")
+    for where, _ in skipped:
+        print(
+            f"mqttrl compare: skipped {where}: no evaluations (a failed launch or a run stopped at once)",
+            file=sys.stderr,
         )
     return runs
 
