@@ -134,9 +134,7 @@ def test_export_without_its_extra_exits_5(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(  # as if `pip install mqttrl[export]` had not been run
-        "import sys\n"
-        "for name in ('onnx', 'onnxscript', 'onnxruntime'):\n"
-        "    sys.modules[name] = None\n"
+        "import sys\nfor name in ('onnx', 'onnxscript', 'onnxruntime'):\n    sys.modules[name] = None\n"
     )
     pythonpath = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH", "")]))
     argv = [str(BIN / "mqttrl"), "export", str(model.root / "checkpoints"), "-o", str(tmp_path / "p.onnx")]
@@ -151,7 +149,9 @@ def test_train_help_repeats_the_documented_exit_codes():
 
     doc = (ROOT / "docs" / "cli.md").read_text()
     table = doc[doc.index("<!-- exit-codes -->") : doc.index("<!-- /exit-codes -->")]
-    documented = {int(line.split("|")[1]) for line in table.splitlines() if line.startswith("| ") and "code" not in line}
+    documented = {
+        int(line.split("|")[1]) for line in table.splitlines() if line.startswith("| ") and "code" not in line
+    }
     epilog = train_cli.EPILOG[train_cli.EPILOG.index("exit codes") :]
     in_help = {int(line.split()[0]) for line in epilog.splitlines()[1:] if line.strip()}
     assert in_help == documented == {v for k, v in vars(errors).items() if k.startswith("EXIT_")}

@@ -66,6 +66,4 @@ def check_fit(algorithm: str, params: Any, env_id: str, spaces: tuple[gym.Space,
         return
     others = [n for n in fitting_algorithms(registry, obs_space, act_space) if n != algorithm]
     hint = f"algorithms that fit: {', '.join(others)} (set algorithm.name)" if others else "no installed algorithm fits"
-    raise EnvMismatch(
-        f"algorithm {algorithm!r} cannot run on env {env_id!r}: {why} (its actions: {act_space}); {hint}"
-    )
+    raise EnvMismatch(f"algorithm {algorithm!r} cannot run on env {env_id!r}: {why} (its actions: {act_space}); {hint}")

@@ -14,6 +14,7 @@ class UnknownEnvError(UnknownPluginError, ConfigError):
     """``env.id`` names no env (a typo, a version that does not exist): a config mistake (exit 2),
     not a missing plugin. An :class:`UnknownPluginError` still, for callers that catch that."""
 
+
 #: words in gymnasium's "not installed" message -> the mqttrl extra that installs the package
 EXTRA_HINTS = {"box2d": "box2d", "minatar": "minatar", "ale-py": "atari", "ale_py": "atari"}
 

@@ -113,9 +113,7 @@ def plan_children(
     py, logs, run = [sys.executable, "-m", "mqttrl"], run_dir / "logs", config.run
     learner = Child(
         "learner",
-        py
-        + ["learner", "--config", str(run_dir / "config.json"), "--run-dir", str(run_dir)]
-        + conn,
+        py + ["learner", "--config", str(run_dir / "config.json"), "--run-dir", str(run_dir)] + conn,
         logs / "learner.log",
         logins.env("learner"),
         restart_args=["--resume-if-any"],
