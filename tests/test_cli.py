@@ -58,7 +58,7 @@ def test_every_command_has_help(name, capsys):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["train"], ["(default: auto)", "(default: train.workers)"]),
+        (["train"], ["(default: auto)", "(default: train.workers = 2)"]),
         (["evaluate"], ["default: 20", "(default 10)"]),
         (["workers"], ["default: 2", "default: worker-logs", "(default:"]),
         (["quicksave"], ["default: 30.0"]),

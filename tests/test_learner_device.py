@@ -97,12 +97,22 @@ def test_learner_stops_with_one_line_for_a_device_or_env_it_cannot_use(tmp_path)
     torch = pytest.importorskip("torch")
     config = tmp_path / "c.toml"
     config.write_text('run = "device-check"\n[env]\nid = "CartPole-v1"\n')
-    cases = [("env.id=atari/Pnog", "env error: atari/Pnog: unknown Atari game 'Pnog'; did you mean atari/Pong?")]
+    cases = [
+        (
+            "env.id=atari/Pnog",
+            "mqttrl: config error: atari/Pnog: unknown Atari game 'Pnog'; did you mean atari/Pong?",
+            2,
+        )
+    ]
     if not torch.cuda.is_available():
         cases.append(
-            ("learner.device=cuda", "config error: learner.device='cuda' but torch.cuda.is_available() is False")
+            (
+                "learner.device=cuda",
+                "mqttrl: config error: learner.device='cuda' but torch.cuda.is_available() is False",
+                2,
+            )
         )
-    for override, line in cases:
+    for override, line, code in cases:
         r = subprocess.run(
             [script("mqttrl-learner"), "--config", str(config), "--set", override, "--run-dir", str(tmp_path / "run")],
             capture_output=True,
@@ -110,6 +120,6 @@ def test_learner_stops_with_one_line_for_a_device_or_env_it_cannot_use(tmp_path)
             timeout=120,
             env=node_env(),
         )
-        assert r.returncode == 1, (override, r.stdout, r.stderr)
+        assert r.returncode == code, (override, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith(line), r.stderr

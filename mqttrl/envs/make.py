@@ -41,11 +41,14 @@ def _make(env_id: str, kwargs: dict | None, registry: Registry | None) -> gym.En
     """
     kwargs = dict(kwargs or {})
     registry = registry or get_registry()
-    if env_id in registry.envs:
-        return registry.envs[env_id].obj(**kwargs)
-    for name, reg in registry.envs.items():
-        if name.endswith("/") and env_id.startswith(name):
-            return reg.obj(env_id[len(name) :], **kwargs)
+    try:
+        if env_id in registry.envs:
+            return registry.envs[env_id].obj(**kwargs)
+        for name, reg in registry.envs.items():
+            if name.endswith("/") and env_id.startswith(name):
+                return reg.obj(env_id[len(name) :], **kwargs)
+    except (gym.error.NameNotFound, gym.error.VersionNotFound) as exc:  # a plugin's own "no such game"
+        raise UnknownEnvError(str(exc)) from None
     if ":" in env_id:
         module, _, inner = env_id.partition(":")
         try:

@@ -33,7 +33,7 @@ from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
-from mqttrl.plugin.manager import get_registry
+from mqttrl.plugin.manager import MissingDependency, get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
@@ -131,8 +131,8 @@ class LearnerNode:
         try:
             self.device = resolve_device(self.lc.device, torch)
             check_compression(self.config.worker.compression)  # the workers' batches must decompress here
-        except (ConfigError, ValueError) as e:
-            raise SystemExit(f"config error: {e}") from None
+        except (ConfigError, ValueError) as e:  # one line, exit 2 (docs/cli.md)
+            raise ConfigError(str(e)) from None
         log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
         seed_everything(self.config.train.seed)
         torch.set_num_threads(self.lc.torch_threads)
@@ -650,8 +650,8 @@ def _import_torch() -> Any:
     """torch, which only the learner needs; its absence is one line saying what to install."""
     try:
         import torch
-    except ImportError:
-        raise SystemExit(
+    except ImportError:  # one line, exit 5 (docs/cli.md)
+        raise MissingDependency(
             "the learner needs torch: pip install 'mqttrl[learner]' "
             "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
         ) from None
