@@ -114,6 +114,21 @@ class EnvConfig:
         "the game's own speed, `set_speed` not called",
         validator=non_negative,
     )
+    spec: dict = setting(  # noqa: RUF009 (an attrs field)
+        factory=dict,
+        doc="the env's spaces (observation, action), made once where the game is: by `mqttrl train`, by the "
+        "first worker, or declared (`mqttrl env-spec CONFIG` prints it); the learner, inference servers and "
+        "`load_policy` read it and never make the env, workers whose env differs are refused. Empty: not known yet",
+        validator=lambda _inst, _attr, value: _check_spec(value),
+    )
+
+
+def _check_spec(value: object) -> None:
+    """``env.spec`` is empty or a spec (mqttrl.envs.spec); a bad one is one line naming it."""
+    if value:
+        from mqttrl.envs.spec import EnvSpec
+
+        EnvSpec.from_json(value, where="spec")  # the section names itself: "env.spec: ..."
 
 
 @attrs.define

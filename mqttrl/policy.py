@@ -511,9 +511,17 @@ def _config_and_params(model: _Model, registry: Any, algo_info: Any, have_spaces
 def _spaces_of_env(
     config: Any, registry: Any, observation_space: gym.Space | None, action_space: gym.Space | None
 ) -> tuple[gym.Space, gym.Space]:
-    """The spaces not given, read from the run's env (made once and closed); one line if it cannot be made."""
+    """The spaces not given: the run's env spec (``env.spec``: no env is made, no game or display
+    needed), else read from the run's env (made once and closed); one line if it cannot be made."""
     from mqttrl.envs.realtime import make_run_env
+    from mqttrl.envs.spec import SpecError, spec_of_config
 
+    try:
+        spec = spec_of_config(config)
+    except SpecError as e:
+        raise PolicyLoadError(f"the run's config holds a damaged env spec ({e})") from None
+    if spec is not None:
+        return observation_space or spec.observation_space, action_space or spec.action_space
     try:
         env = make_run_env(config.env, registry)
     except Exception as e:

@@ -62,7 +62,8 @@ class StopSignals:
 
     def __init__(self, stop: Callable[[], Any], signal_module: Any = signal):
         self.received: str | None = None
-        self._stop = stop
+        #: what a signal calls; a node that is built in stages points it at the stage running now
+        self.stop = stop
         install_stop_handlers(self._on_signal, signal_module)
 
     def _on_signal(self, signum: int, _frame: Any = None) -> None:
@@ -71,7 +72,7 @@ class StopSignals:
                 self.received = signal.Signals(signum).name
             except ValueError:
                 self.received = str(signum)
-        self._stop()
+        self.stop()
 
     @property
     def interrupted(self) -> bool:

@@ -301,6 +301,7 @@ def test_worker_names_from_a_count_or_a_list():
         "mqttrl/A/heartbeat/w0",
         "mqttrl/A/state/workers/w0",
         "mqttrl/A/infer/w0/request",
+        "mqttrl/A/env_spec",  # the run's one spec topic: the first worker's game is the run's (a learner waits)
     }
 
 

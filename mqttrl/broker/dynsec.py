@@ -40,15 +40,16 @@ NODE_KINDS = ("learner", "worker", "inference", "telemetry", "operator")
 K = Kind
 #: node kind -> (topic kinds it publishes, topic kinds it reads), all in its own run
 RIGHTS: dict[str, tuple[frozenset[Kind], frozenset[Kind]]] = {
-    # reads its own retained weights on --resume (never publish an older version)
+    # reads its own retained weights on --resume (never publish an older version), and the env spec a
+    # worker made when its config carries none (a learner host without the game)
     "learner": (
-        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.LEARNER_METRICS, K.REPLY}),
-        frozenset({K.SAMPLES, K.HEARTBEAT, K.WORKER_STATE, K.COMMAND, K.WEIGHTS}),
+        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.LEARNER_METRICS, K.REPLY, K.ENV_SPEC}),
+        frozenset({K.SAMPLES, K.HEARTBEAT, K.WORKER_STATE, K.COMMAND, K.WEIGHTS, K.ENV_SPEC}),
     ),
-    # remote inference: requests to the servers, replies and server states back
+    # remote inference: requests to the servers, replies and server states back; the env spec of its game
     "worker": (
-        frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST}),
-        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.INFER_REPLY, K.INFERENCE_STATE}),
+        frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.ENV_SPEC}),
+        frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.INFER_REPLY, K.INFERENCE_STATE, K.ENV_SPEC}),
     ),
     "inference": (
         frozenset({K.INFER_REPLY, K.INFERENCE_STATE, K.INFERENCE_METRICS}),

@@ -32,8 +32,9 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.envs.spaces import SpaceError, space_from_json, space_to_json
+
 from .episode import Episode
-from .spaces import SpaceError, space_from_json, space_to_json
 from .validate import MAX_EPISODE_STEPS, DatasetError, check_episode_arrays, expect, field
 
 FORMAT = "mqttrl-demos"
@@ -247,7 +248,7 @@ def read_dataset(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Datase
 
 def check_fits(dataset: Dataset, observation_space: gym.Space, action_space: gym.Space) -> None:
     """DatasetError unless the dataset was recorded in these spaces (a run's env)."""
-    from .spaces import same_space
+    from mqttrl.envs.spaces import same_space
 
     file = dataset.path / MANIFEST
     expect(
@@ -294,6 +295,11 @@ def check_run_demos(config) -> Dataset:
         raise ConfigError(
             f"demos.path is set, but algorithm {config.algorithm.name!r} does not learn from demonstrations"
         )
+    from mqttrl.envs.spec import spec_of_config
+
+    spec = spec_of_config(config)  # the run's spec: the game need not be here
+    if spec is not None:
+        return read_for_run(config.demos, *spec.spaces)
     env = make_env(config.env.id, config.env.kwargs, registry)
     try:
         return read_for_run(config.demos, env.observation_space, env.action_space)

@@ -12,7 +12,15 @@ from mqttrl.settings import ConfigError
 
 class UnknownEnvError(UnknownPluginError, ConfigError):
     """``env.id`` names no env (a typo, a version that does not exist): a config mistake (exit 2),
-    not a missing plugin. An :class:`UnknownPluginError` still, for callers that catch that."""
+    not a missing plugin. An :class:`UnknownPluginError` still, for callers that catch that.
+
+    ``anywhere``: False when the name is unknown here but may be known where the game is (no env of
+    that name at all, e.g. its plugin is installed only on the game PCs); True for a wrong version of
+    a known env, or a name an installed plugin refuses (``atari/Pnog``): a typo wherever it runs."""
+
+    def __init__(self, message: str, anywhere: bool = True):
+        super().__init__(message)
+        self.anywhere = anywhere
 
 
 #: words in gymnasium's "not installed" message -> the mqttrl extra that installs the package
@@ -64,5 +72,6 @@ def _make(env_id: str, kwargs: dict | None, registry: Registry | None) -> gym.En
         plugin_envs = ", ".join(sorted(registry.envs)) or "none"
         raise UnknownEnvError(
             f"unknown env {env_id!r} ({exc}). Use a gymnasium id, 'module:Env-v0', "
-            f"or a name registered by a plugin (installed: {plugin_envs})"
+            f"or a name registered by a plugin (installed: {plugin_envs})",
+            anywhere=not isinstance(exc, gym.error.NameNotFound),
         ) from None

@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 import attrs
+import gymnasium as gym
 import numpy as np
 import paho.mqtt.client as mqtt
 
@@ -46,6 +47,7 @@ from mqttrl.config import ConfigError, from_dict
 from mqttrl.devices import describe_device, resolve_device
 from mqttrl.envs.realtime import make_run_env
 from mqttrl.envs.rollout import obs_dtype
+from mqttrl.envs.spec import spec_of_config
 from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
@@ -172,13 +174,18 @@ class InferenceServer:
 
     # ---- handlers ----------------------------------------------------------------
     def _on_config(self, _name: str, payload: bytes) -> None:
-        """The first config builds the forward; the run's config never changes after that."""
+        """The first config that gives the env's spaces builds the forward: one with the run's env spec
+        (the game need not be here), else one whose env can be made here. A learner that waits for a
+        worker's spec publishes the config again with it, and that one builds the forward."""
         if self.forward is not None:
             return
         registry = get_registry()
         cfg = from_dict(decode_json(payload), lambda n: registry.algorithm(n).params)
         info = registry.algorithm(cfg.algorithm.name)
-        env = make_run_env(cfg.env, registry)
+        spaces = self._spaces(cfg, registry)
+        if spaces is None:
+            return
+        obs_space, act_space = spaces
         if self.batch_size is None:
             self.batch_size = cfg.inference.batch_size
         if self.max_delay is None:
@@ -190,12 +197,9 @@ class InferenceServer:
             import torch
 
             torch.set_num_threads(1)  # intra-op threads cost milliseconds per small batch on a busy host
-        self.forward = info.make_forward(
-            cfg.algorithm.params, env.observation_space, env.action_space, backend, cfg.train.seed
-        )
+        self.forward = info.make_forward(cfg.algorithm.params, obs_space, act_space, backend, cfg.train.seed)
         self._place_forward(backend, cfg.inference.device)
-        self.spec = request_spec(env.observation_space.shape, obs_dtype(env.observation_space))
-        env.close()
+        self.spec = request_spec(obs_space.shape, obs_dtype(obs_space))
         log.info(
             "inference server %s: %s forward on %s for %s on %s (batch %d, delay %.1f ms, shared=%s)",
             self.name,
@@ -207,6 +211,28 @@ class InferenceServer:
             self.max_delay * 1000,
             self.shared,
         )
+
+    def _spaces(self, cfg: Any, registry: Any) -> tuple[gym.Space, gym.Space] | None:
+        """The run's spaces from its env spec, else from its env made here; None (said once) when
+        neither is there yet: the config with the spec comes once a worker has published it."""
+        spec = spec_of_config(cfg)
+        if spec is not None:
+            return spec.spaces
+        try:
+            env = make_run_env(cfg.env, registry)
+        except Exception as e:  # the game lives on the game PCs: wait for the spec
+            log.warning(
+                "inference server %s: env %r cannot be made here (%s: %s); waiting for the run's env spec",
+                self.name,
+                cfg.env.id,
+                type(e).__name__,
+                e,
+            )
+            return None
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
 
     def _place_forward(self, backend: str, configured: str) -> None:
         """Move a torch forward to ``inference.device`` (checked: one clear line if torch cannot use it).

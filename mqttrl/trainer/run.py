@@ -342,7 +342,7 @@ def train(
     ``quiet``: nothing on stdout or stderr (no display, no summary lines; every log line goes to
     ``<run dir>/logs``). A run that failed (the learner given up) says why in ``summary["failure"]``.
     """
-    _preflight(config)
+    config = _preflight(config)
     start_from = _claim(run_dir, resume, overwrite, init_from)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(config.run)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -371,16 +371,25 @@ def train(
 RECORD_FILES = ("episodes.csv", "evaluations.csv", "summary.json", "best", "telemetry", "tensorboard")
 
 
-def _preflight(config: RunConfig) -> None:
+def _preflight(config: RunConfig) -> RunConfig:
     """The mistakes a run's env shows, before a broker, a run directory or a process starts: an env
-    that cannot be made (exit 2 for an unknown id, 5 for a missing package) and an algorithm that
-    cannot act in it (exit 2, naming those that can). The env is made once and closed."""
+    that cannot be made (exit 2 for an unknown id, 5 for a missing package), one that differs from a
+    spec the config declares, and an algorithm that cannot act in it (exit 2, naming those that can).
+    The env is made once and closed; returns ``config`` with its spec (``env.spec``), which every node
+    reads instead of making the env again."""
     from mqttrl.envs.fit import check_fit, run_spaces
+    from mqttrl.envs.spec import EnvSpec, check_env_against, made_by, spec_of_config, with_spec
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
     spaces = run_spaces(config.env, registry)
+    spec = EnvSpec(*spaces, config.env.id, made_by("trainer"))
+    declared = spec_of_config(config)
+    if declared is not None:
+        check_env_against(spec, declared)
+        spec = declared
     check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
+    return with_spec(config, spec)
 
 
 def _claim(run_dir: Path | None, resume: bool, overwrite: bool, init_from: Path | None) -> dict:

@@ -44,6 +44,7 @@ class Kind(StrEnum):
     INFER_REPLY = "infer_reply"
     INFERENCE_STATE = "inference_state"
     INFERENCE_METRICS = "inference_metrics"
+    ENV_SPEC = "env_spec"
 
 
 @attrs.frozen
@@ -109,6 +110,14 @@ TABLE: tuple[TopicSpec, ...] = (
         "server",
     ),
     TopicSpec(Kind.INFERENCE_METRICS, "metrics/inference/{name}", 0, False, "inference server", "JSON", "server"),
+    TopicSpec(
+        Kind.ENV_SPEC,
+        "env_spec",
+        1,
+        True,
+        "worker, learner",
+        "JSON: the env's spaces where the game is, for a learner that waits (which clears it first)",
+    ),
 )
 SPECS: dict[Kind, TopicSpec] = {s.kind: s for s in TABLE}
 # parse: (number of levels, fixed levels with None where the name goes) -> kind
@@ -171,6 +180,10 @@ class Topics:
     @property
     def weights(self) -> str:
         return self.topic(Kind.WEIGHTS)
+
+    @property
+    def env_spec(self) -> str:
+        return self.topic(Kind.ENV_SPEC)
 
     @property
     def flow(self) -> str:

@@ -29,9 +29,11 @@ import gymnasium as gym
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import ConfigError, RunConfig, write_resolved
 from mqttrl.envs.fit import check_fit, run_spaces
+from mqttrl.envs.spec import spec_of_config
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
+from mqttrl.nodes.learner.env_spec import learner_config
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
 from mqttrl.plugin.manager import MissingDependency, get_registry
 from mqttrl.procs import StopSignals
@@ -638,10 +640,11 @@ def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes]
 
 
 def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]:
-    """The run's env's spaces (the env is made once and closed), checked against the algorithm: an
-    unknown env id or an algorithm that cannot act in it is a ConfigError (exit 2), a missing
-    package a MissingDependency (exit 5), each one line."""
-    spaces = run_spaces(config.env, registry)
+    """The run's env's spaces: its spec (``env.spec``; :mod:`.env_spec` sets it) or, without one, the env
+    made once and closed; checked against the algorithm. An unknown env id or an algorithm that cannot
+    act in it is a ConfigError (exit 2), a missing package a MissingDependency (exit 5), each one line."""
+    spec = spec_of_config(config)
+    spaces = spec.spaces if spec is not None else run_spaces(config.env, registry)
     check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
     return spaces
 
@@ -667,7 +670,14 @@ def run_learner(
     init_from: Path | None = None,
 ) -> StopSignals:
     """Run the learner until a stop signal or ``max_seconds``; returns which signal stopped it."""
+    stopped = threading.Event()
+    signals = StopSignals(stopped.set)  # Ctrl-C also while it waits for the env spec
+    config = learner_config(config, broker, get_registry(), stopped)
+    if config is None:
+        return signals
     node = LearnerNode(config, broker, run_dir, resume=resume, init_from=init_from)
-    signals = StopSignals(node.stop)
+    signals.stop = node.stop
+    if stopped.is_set():
+        node.stop()
     node.run(max_seconds=max_seconds)
     return signals

@@ -41,6 +41,7 @@ from mqttrl.envs.realtime import (
 )
 from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
+from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
@@ -203,6 +204,11 @@ class WorkerNode:
         self.node.ack_timeout_s = cfg.worker.ack_timeout_s
         self.info = get_registry().algorithm(cfg.algorithm.name)
         envs, ctx = self._make_envs(cfg)
+        try:
+            self._check_env_spec(cfg, envs.envs[0])
+        except Exception:
+            envs.close()
+            raise
         self.demo_recorder = live_recorder(cfg, envs, f"worker:{self.name}")  # worker.record_demos_to
         metrics = serve_metrics(
             cfg.worker.metrics_port + (self.index or 0) if cfg.worker.metrics_port else 0,
@@ -647,6 +653,18 @@ class WorkerNode:
         return not self._stop.is_set()
 
     # ---- building ------------------------------------------------------------------
+    def _check_env_spec(self, cfg: RunConfig, env: gym.Env) -> None:
+        """This worker's game against the run's env spec: a difference is one line (SpecMismatch,
+        exit 2) before it plays. A run whose spec is not known yet (a learner without the game waits
+        for it) gets this worker's, retained on ``mqttrl/<run>/env_spec``."""
+        mine = spec_of(env, cfg.env.id, made_by(f"worker {self.name}"))
+        run_spec = spec_of_config(cfg)
+        if run_spec is not None:
+            check_env_against(mine, run_spec)
+            return
+        self.node.publish(self.topics.env_spec, encode_json(mine.to_json()), 1, True, "env_spec")
+        log.info("published the env spec of run %r (the learner waits for it): %s", self.topics.run, mine.spaces)
+
     def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
         num_envs = self.num_envs_override or cfg.env.num_envs
         # without --index, the name decides: game PCs started the same way still differ
