@@ -28,6 +28,7 @@ EXPECTED = [
     "check-plugin",
     "enjoy",
     "compare",
+    "env-spec",
     "record",
     "export",
     "broker",
