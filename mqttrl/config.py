@@ -114,6 +114,26 @@ class EnvConfig:
         "the game's own speed, `set_speed` not called",
         validator=non_negative,
     )
+    launch: list = setting(  # noqa: RUF009 (an attrs field)
+        factory=list,
+        doc="the game's command line, a list (program, arguments): a worker starts the game before making its env "
+        "and starts it again when it exits, crashes or hangs (the env's step or reset raises; docs/deployment.md). "
+        "Needs `num_envs = 1`. Empty: the game is started by hand",
+        validator=lambda _inst, attr, value: _check_command(attr.name, value),
+    )
+    launch_cwd: str = setting("", doc="the launched game's working directory (empty: the worker's)")
+    launch_env: dict = setting(  # noqa: RUF009 (an attrs field)
+        factory=dict, doc="environment variables the launched game gets besides the worker's"
+    )
+    launch_ready_s: float = setting(
+        60.0,
+        unit="s",
+        doc="how long a (re)launched game may take until its env can be made (its window or API is up)",
+        validator=positive,
+    )
+    launch_max_per_hour: int = setting(
+        20, doc="starts of the launched game within an hour after which the worker gives up on it", validator=positive
+    )
     spec: dict = setting(  # noqa: RUF009 (an attrs field)
         factory=dict,
         doc="the env's spaces (observation, action), made once where the game is: by `mqttrl train`, by the "
@@ -121,6 +141,14 @@ class EnvConfig:
         "`load_policy` read it and never make the env, workers whose env differs are refused. Empty: not known yet",
         validator=lambda _inst, _attr, value: _check_spec(value),
     )
+
+
+def _check_command(name: str, value: object) -> None:
+    """A command line as a list of strings (not one string a shell would split)."""
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        raise ConfigError(
+            f'{name}={value!r}: expected a list of non-empty strings, e.g. ["python", "-m", "mygame", "--windowed"]'
+        )
 
 
 def _check_spec(value: object) -> None:

@@ -20,16 +20,24 @@ class EnvMismatch(ConfigError):
     """The algorithm cannot act in the env's action space (or read its observations)."""
 
 
-def run_spaces(env_config: Any, registry: Any) -> tuple[gym.Space, gym.Space]:
+def run_spaces(env_config: Any, registry: Any, launch: bool = True) -> tuple[gym.Space, gym.Space]:
     """The run env's (observation, action) spaces, as every node sees them: made once and closed.
-    An unknown id is an UnknownEnvError (exit 2), a missing package a MissingDependency (exit 5)."""
+    An unknown id is an UnknownEnvError (exit 2), a missing package a MissingDependency (exit 5).
+    With ``[env] launch`` (and ``launch``) the game is started for it and stopped after."""
+    from mqttrl.envs.launch import GameProcess, LaunchSettings
     from mqttrl.envs.realtime import make_run_env
 
-    env = make_run_env(env_config, registry)
+    settings = LaunchSettings.of(env_config, 1) if launch else None
+    game = GameProcess(settings) if settings is not None else None
     try:
-        return env.observation_space, env.action_space
+        env = game.make_env(lambda: make_run_env(env_config, registry)) if game else make_run_env(env_config, registry)
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
     finally:
-        env.close()
+        if game is not None:
+            game.close()
 
 
 def _refusal(info: Any, params: Any, obs_space: gym.Space, act_space: gym.Space) -> str | None:

@@ -22,6 +22,8 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.settings import ConfigError
+
 log = logging.getLogger("mqttrl.envs")
 
 
@@ -68,8 +70,13 @@ class EnvSet:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        on_restart: Callable[[int, Exception | None], None] | None = None,
     ):
         self.make = make
+        #: called with the env's index and the error before each remake of a failed env (a worker that
+        #: launched its game starts the game again there: mqttrl.envs.launch)
+        self.on_restart = on_restart
+        self._last_error: Exception | None = None
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = num_envs
         self.seed = seed
@@ -194,6 +201,7 @@ class EnvSet:
 
     def _note_failure(self, i: int, what: str, error: Exception) -> None:
         self._failing = True
+        self._last_error = error
         self.failures[i] += 1
         n = self.failures[i]
         if n >= self.max_consecutive_failures:
@@ -225,8 +233,12 @@ class EnvSet:
                 self.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (n - 2)))
             self.env_restarts += 1
             try:
+                if self.on_restart is not None:
+                    self.on_restart(i, self._last_error)
                 self.envs[i] = self.make()
                 obs0 = self.envs[i].reset(seed=self.seed + self.num_envs * self.env_restarts + i)[0]
+            except (EnvFailing, ConfigError):  # a game that cannot run (its launcher gave up), a bad command
+                raise
             except Exception as e:
                 self._note_failure(i, "make/reset", e)
                 continue
@@ -292,18 +304,24 @@ def greedy_actor(config, episodes: int, seed: int = EVAL_SEED_BASE):
     """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side
     (``seed`` seeds the actor's own generators; the episodes' seeds are :func:`evaluation_seed`'s)."""
     from mqttrl.envs.realtime import make_run_env
+    from mqttrl.envs.spec import spec_of_config
     from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
     make = lambda: make_run_env(config.env, registry)  # noqa: E731
-    env = make()
+    spec = spec_of_config(config)  # the run's spaces without the game: it is needed only to evaluate
+    if spec is not None:
+        obs_space, act_space = spec.spaces
+    else:
+        env = make()
+        obs_space, act_space = env.observation_space, env.action_space
+        env.close()
     info = registry.algorithm(config.algorithm.name)
-    params, obs_space, act_space = config.algorithm.params, env.observation_space, env.action_space
+    params = config.algorithm.params
     # the backend a worker prefers ("numpy" for the built-ins: no torch needed, fast for small MLPs)
     forward = info.make_forward(params, obs_space, act_space, info.backends[0], seed)
     actor = info.make_actor(params, obs_space, act_space, ActorContext(num_envs=episodes, seed=seed), forward)
-    env.close()
     return actor, make
 
 

@@ -41,9 +41,12 @@ NOTE_EVERY_S = 30.0
 
 def spec_made_here(config: RunConfig, registry: Any) -> tuple[EnvSpec | None, str]:
     """The spec of the env made on this host, or None and why it cannot be made here. An env id that
-    is wrong everywhere raises (UnknownEnvError, exit 2)."""
+    is wrong everywhere raises (UnknownEnvError, exit 2). A game its workers launch (``env.launch``)
+    is not started here."""
+    if config.env.launch:
+        return None, "its workers launch the game (env.launch)"
     try:
-        obs, act = run_spaces(config.env, registry)
+        obs, act = run_spaces(config.env, registry, launch=False)
     except UnknownEnvError as e:
         if e.anywhere:
             raise

@@ -31,6 +31,7 @@ import gymnasium as gym
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.demos.live import live_recorder
+from mqttrl.envs.launch import GameProcess, LaunchSettings
 from mqttrl.envs.make import make_env
 from mqttrl.envs.realtime import (
     RealTimeEnvSet,
@@ -156,6 +157,8 @@ class WorkerNode:
         #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
         #: worker paused its games (they can pause) because it had nothing useful to do
         self.period_stats: PeriodStats | None = None
+        #: the game this worker launched and relaunches (``[env] launch``), else None
+        self.game: GameProcess | None = None
         self.games_paused = False
         self.idle_reason: str | None = None
         #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
@@ -208,6 +211,8 @@ class WorkerNode:
             self._check_env_spec(cfg, envs.envs[0])
         except Exception:
             envs.close()
+            if self.game is not None:
+                self.game.close()
             raise
         self.demo_recorder = live_recorder(cfg, envs, f"worker:{self.name}")  # worker.record_demos_to
         metrics = serve_metrics(
@@ -241,6 +246,8 @@ class WorkerNode:
                 self._flush()  # every recorded row is a real transition, even after an EnvFailing
         finally:
             envs.close()
+            if self.game is not None:
+                self.game.close()
             if self.forward is not None:
                 self.forward.close()
             if metrics is not None:
@@ -569,6 +576,8 @@ class WorkerNode:
             now=self.clock(),
         )
         hb["timing"] = self.blocks.take()
+        if self.game is not None:  # the game this worker launched: its starts, and those after the first
+            hb["game"] = {"launches": self.game.launches, "relaunches": self.game.relaunches}
         if self.period_stats is not None:
             hb["realtime"] = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
@@ -665,6 +674,19 @@ class WorkerNode:
         self.node.publish(self.topics.env_spec, encode_json(mine.to_json()), 1, True, "env_spec")
         log.info("published the env spec of run %r (the learner waits for it): %s", self.topics.run, mine.spaces)
 
+    def _launched(self, cfg: RunConfig, num_envs: int, make: Callable[[], gym.Env]) -> tuple[Callable, Callable | None]:
+        """With ``[env] launch``: ``make`` once the game this worker starts is up, and the env set's
+        restart hook that starts the game again (mqttrl.envs.launch); else ``make`` as it is."""
+        settings = LaunchSettings.of(cfg.env, num_envs)
+        if settings is None:
+            return make, None
+        self.game = game = GameProcess(settings)
+
+        def relaunch(i: int, error: Exception | None) -> None:
+            game.relaunch(f"env {i} failed: {type(error).__name__}: {error}" if error else f"env {i} failed")
+
+        return (lambda: game.make_env(make)), relaunch
+
     def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
         num_envs = self.num_envs_override or cfg.env.num_envs
         # without --index, the name decides: game PCs started the same way still differ
@@ -673,13 +695,14 @@ class WorkerNode:
         seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + place * 97
         registry = get_registry()
 
-        def make() -> gym.Env:
+        def make_here() -> gym.Env:
             env = make_env(cfg.env.id, cfg.env.kwargs, registry)
             return with_action_history(with_game_speed(env, cfg.env), cfg.env)
 
+        make, on_restart = self._launched(cfg, num_envs, make_here)
         rt = real_time_settings(cfg.env)
         if rt is None:
-            envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id)
+            envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id, on_restart=on_restart)
         else:
             self.period_stats = stats = PeriodStats()
             # the control thread waking from its sleep waits for the GIL while another thread (the MQTT
@@ -693,6 +716,7 @@ class WorkerNode:
                 env_id=cfg.env.id,
                 make_clock=lambda: ControlClock(**rt, stats=stats, spin_s=REALTIME_SPIN_S),
                 obs_timeout_s=obs_timeout(cfg.env),
+                on_restart=on_restart,
             )
         if self.index is None:
             ctx = ActorContext(num_envs=num_envs, total_envs=num_envs, seed=seed, ladder_phase=name_hash / 2**32)

@@ -1,0 +1,202 @@
+"""The worker starts its game, and starts it again when it exits, crashes or hangs.
+
+Real games quit at game over, crash, or hang (the peers' users wrap them in their own relaunch
+loops: SoulsGym reboots on a timer, ViZDoom's maintainers say "wrap it and reboot it"). With
+``[env] launch`` set, the worker owns the game's process: :class:`GameProcess` starts it before the
+env is made and waits until the env can be made (its window or API is up, bounded by
+``launch_ready_s``); when the env's step or reset raises (the game exited, its window closed, no
+observation within ``obs_timeout_s``, frames that stopped changing) the env set remakes the env and
+the game is stopped (SIGTERM, then SIGKILL: a hung or stopped game does not answer SIGTERM) and
+started again, one log line each, counted. More than ``launch_max_per_hour`` starts in an hour is a
+game that cannot run: :class:`GameKeepsFailing` ends the worker (its supervisor says so).
+
+One launched game per worker process (``env.num_envs = 1``); several games on one PC are several
+workers (``mqttrl workers --processes N``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from mqttrl.envs.rollout import EnvFailing
+from mqttrl.settings import ConfigError
+
+log = logging.getLogger("mqttrl.envs")
+
+#: between tries to make the env while a (re)launched game comes up
+READY_POLL_S = 0.5
+#: SIGTERM, then this long, then SIGKILL
+STOP_GRACE_S = 5.0
+
+
+class GameKeepsFailing(EnvFailing):
+    """The game was started more than ``launch_max_per_hour`` times within an hour, or never came up."""
+
+
+@attrs.frozen
+class LaunchSettings:
+    command: tuple[str, ...]
+    cwd: str = ""
+    env: dict = attrs.field(factory=dict)
+    ready_s: float = 60.0
+    max_per_hour: int = 20
+
+    @classmethod
+    def of(cls, env_config: Any, num_envs: int | None = None) -> LaunchSettings | None:
+        """The run's ``[env] launch*`` settings, or None when the game is started by hand. ``num_envs``:
+        the envs of this process (a worker's ``--num-envs``), default the config's."""
+        command = tuple(getattr(env_config, "launch", ()) or ())
+        if not command:
+            return None
+        num_envs = num_envs if num_envs is not None else getattr(env_config, "num_envs", 1)
+        if num_envs != 1:
+            raise ConfigError(
+                f"env.launch is set and this process has {num_envs} envs: a worker launches one game for "
+                "one env; set env.num_envs = 1 and start a worker per game (mqttrl workers --processes N)"
+            )
+        return cls(
+            command,
+            env_config.launch_cwd,
+            dict(env_config.launch_env),
+            env_config.launch_ready_s,
+            env_config.launch_max_per_hour,
+        )
+
+
+def _popen_kwargs() -> dict:
+    """The game in a process group of its own: its children (a launcher script's game) are stopped
+    with it, and the terminal's Ctrl-C reaches the worker, which stops the game itself."""
+    if sys.platform == "win32":
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)}
+    return {"start_new_session": True}
+
+
+class GameProcess:
+    """The game's process: started, waited for, stopped and started again (see the module docstring).
+
+    ``clock`` and ``sleep`` are injectable for tests. Not thread-safe: the worker's env thread owns it.
+    """
+
+    def __init__(
+        self,
+        settings: LaunchSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.settings = settings
+        self.clock, self.sleep = clock, sleep
+        self.proc: subprocess.Popen | None = None
+        #: every start of the game, and those after the first (what heartbeats and summary.json count)
+        self.launches = 0
+        self.relaunches = 0
+        self._starts: collections.deque[float] = collections.deque()
+
+    # ---- the process ---------------------------------------------------------------------------
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the game (within the hourly bound); one log line with its pid and command."""
+        now = self.clock()
+        while self._starts and now - self._starts[0] > 3600.0:
+            self._starts.popleft()
+        if len(self._starts) >= self.settings.max_per_hour:
+            raise GameKeepsFailing(
+                f"the game was started {len(self._starts)} times in the last hour (env.launch_max_per_hour = "
+                f"{self.settings.max_per_hour}); it cannot run here: its output is in this worker's log"
+            )
+        self._starts.append(now)
+        env = {**os.environ, **{str(k): str(v) for k, v in self.settings.env.items()}}
+        try:
+            self.proc = subprocess.Popen(
+                list(self.settings.command),
+                cwd=self.settings.cwd or None,
+                env=env,  # its output goes where the worker's goes (under mqttrl train: the worker's log)
+                stdin=subprocess.DEVNULL,
+                **_popen_kwargs(),
+            )
+        except OSError as e:  # no such program, not executable, a cwd that is not there
+            raise ConfigError(f"env.launch {shlex.join(self.settings.command)!r} cannot start: {e}") from None
+        self.launches += 1
+        log.info("started the game (pid %d): %s", self.proc.pid, shlex.join(self.settings.command))
+
+    def stop(self) -> None:
+        """Stop the game: SIGTERM (a stopped process is continued so that it can take it), SIGKILL after
+        a grace period; its whole process group on POSIX."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        if hasattr(signal, "SIGCONT"):  # POSIX: a stopped (hung by SIGSTOP) game must run to take SIGTERM
+            _signal_group(proc, signal.SIGCONT)
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
+            proc.wait(STOP_GRACE_S)
+
+    def relaunch(self, why: str) -> None:
+        """Stop the game whatever its state, and start it again; one warning line with why."""
+        was = "exited" if self.proc is not None and self.proc.poll() is not None else "running"
+        self.stop()
+        self.relaunches += 1
+        log.warning("relaunching the game (%s; it was %s): relaunch %d", why, was, self.relaunches)
+        self.start()
+
+    # ---- the env over it -------------------------------------------------------------------------
+    def make_env(self, make: Callable[[], Any]) -> Any:
+        """``make()`` once the game is up: the game started if it is not running, then ``make`` tried
+        every 0.5 s until it succeeds or ``launch_ready_s`` passes (GameKeepsFailing, naming the last error)."""
+        if not self.running():
+            if self.launches:
+                self.relaunch("it was not running")
+            else:
+                self.start()
+        deadline = self.clock() + self.settings.ready_s
+        said = False
+        while True:
+            try:
+                return make()
+            except Exception as e:
+                if not self.running():  # the game died while coming up: start it again (bounded)
+                    self.relaunch(f"it exited with {self.proc.returncode if self.proc else None} while starting")
+                    deadline = self.clock() + self.settings.ready_s
+                elif self.clock() > deadline:
+                    raise GameKeepsFailing(
+                        f"the game did not come up within env.launch_ready_s = {self.settings.ready_s:g} s: "
+                        f"making the env raised {type(e).__name__}: {e}"
+                    ) from None
+                elif not said:
+                    said = True
+                    log.info("waiting for the game to come up (%s: %s)", type(e).__name__, e)
+                self.sleep(READY_POLL_S)
+
+    def close(self) -> None:
+        """Stop the game with the worker: a launched game does not outlive it."""
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the game's process group (POSIX), or to the process (Windows: terminate/kill)."""
+    try:
+        if sys.platform == "win32":
+            if sig == signal.SIGTERM:
+                proc.terminate()
+            else:
+                proc.kill()
+        else:
+            os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass

@@ -1,0 +1,220 @@
+"""The worker launches its game and launches it again when it exits, crashes or hangs (issue 34).
+
+A real game process (tests/helpers/tick_game.py: it ticks a counter into a file; its env raises when
+the game is gone or has not ticked for ``hang_s``) is started by :class:`GameProcess`; the env set
+the worker uses remakes a failed env through the launcher. Killed (SIGKILL), hung (SIGSTOP) and
+quitting at "game over" games are each back within a stated time. The end-to-end test runs a real
+learner and a real worker with ``[env] launch`` against mosquitto.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings
+from mqttrl.envs.rollout import EnvSet
+from mqttrl.settings import ConfigError
+
+TESTS = Path(__file__).parent
+BIN = Path(sys.executable).parent
+#: a killed or hung game is playing again within this long (hang_s 1 s + start + first tick, with
+#: room for a busy 2-core CI machine)
+BACK_WITHIN_S = 8.0
+
+
+def tick_settings(state: Path, *extra: str, **kwargs) -> LaunchSettings:
+    pythonpath = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    command = (sys.executable, "-m", "helpers.tick_game", str(state), *extra)
+    return LaunchSettings(command, env={"PYTHONPATH": pythonpath}, **kwargs)
+
+
+def game_pid(state: Path) -> int:
+    return int(state.read_text().split()[0])
+
+
+@pytest.fixture
+def launched(tmp_path):
+    """An env set over the tick game as a worker builds it: made through the launcher, remade (and
+    the game relaunched) when a step raises."""
+    from helpers.tick_game import TickEnv
+
+    state = tmp_path / "state"
+    game = GameProcess(tick_settings(state, ready_s=30.0))
+    envs = EnvSet(
+        lambda: game.make_env(lambda: TickEnv(str(state), hang_s=1.0)),
+        1,
+        0,
+        env_id="tick",
+        on_restart=lambda i, e: game.relaunch(f"env {i} failed: {e}"),
+    )
+    yield state, game, envs
+    envs.close()
+    game.close()
+
+
+def step_until_restarted(envs: EnvSet, before: int, limit_s: float) -> float:
+    """Step until the env set has remade its env; the seconds that took."""
+    started = time.monotonic()
+    while envs.env_restarts == before:
+        envs.step(np.array([0]))
+        assert time.monotonic() - started < limit_s, "the failed game was not relaunched in time"
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_killed_or_hung_game_is_relaunched_and_play_goes_on(launched, fault):
+    state, game, envs = launched
+    for _ in range(20):
+        envs.step(np.array([1]))
+    first = game_pid(state)
+    os.kill(first, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+    took = step_until_restarted(envs, 0, BACK_WITHIN_S)
+    for _ in range(20):  # playing again, on a new game
+        envs.step(np.array([1]))
+    assert game.relaunches == 1 and game.launches == 2 and game_pid(state) != first
+    assert took < BACK_WITHIN_S
+    if fault == "hung":  # the stopped game was killed, not left behind
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(first, 0)
+                time.sleep(0.1)
+
+
+def test_a_game_that_quits_at_game_over_is_started_again(tmp_path):
+    from helpers.tick_game import TickEnv
+
+    state = tmp_path / "state"
+    game = GameProcess(tick_settings(state, "--exit-after", "60", ready_s=30.0))
+    envs = EnvSet(
+        lambda: game.make_env(lambda: TickEnv(str(state), hang_s=1.0)),
+        1,
+        0,
+        on_restart=lambda i, e: game.relaunch(str(e)),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while game.relaunches < 2:
+            envs.step(np.array([0]))
+            assert time.monotonic() < deadline, (game.launches, game.relaunches)
+    finally:
+        envs.close()
+        game.close()
+    assert envs.env_restarts >= 2
+
+
+def test_starts_are_bounded_per_hour(tmp_path):
+    """A game that dies at once is started at most launch_max_per_hour times, then given up in one line."""
+    game = GameProcess(LaunchSettings((sys.executable, "-c", "pass"), ready_s=5.0, max_per_hour=3))
+
+    def never_ready():
+        raise RuntimeError("no window")
+
+    with pytest.raises(GameKeepsFailing, match=r"started 3 times in the last hour \(env.launch_max_per_hour = 3\)"):
+        game.make_env(never_ready)
+    assert game.launches == 3
+    game.close()
+
+
+def test_a_game_that_never_comes_up_is_one_line(tmp_path):
+    game = GameProcess(LaunchSettings((sys.executable, "-c", "import time; time.sleep(30)"), ready_s=1.0))
+
+    def never_ready():
+        raise RuntimeError("no window titled 'x'")
+
+    try:
+        with pytest.raises(GameKeepsFailing, match=r"did not come up within env.launch_ready_s = 1 s.*no window"):
+            game.make_env(never_ready)
+    finally:
+        game.close()
+    assert not game.running()
+
+
+def test_launch_mistakes_are_one_line(tmp_path):
+    from mqttrl.config import from_dict
+
+    with pytest.raises(ConfigError, match="env.launch='python game.py': expected a list"):
+        from_dict({"env": {"launch": "python game.py"}})
+    with pytest.raises(ConfigError, match="set env.num_envs = 1 and start a worker per game"):
+        LaunchSettings.of(from_dict({"env": {"launch": ["game"], "num_envs": 4}}).env)
+    game = GameProcess(LaunchSettings(("/no/such/game",)))
+    with pytest.raises(ConfigError, match="env.launch '/no/such/game' cannot start"):
+        game.start()
+
+
+@pytest.mark.e2e
+def test_a_worker_launches_its_game_and_relaunches_it_when_killed(mosquitto, tmp_path):
+    """A real learner and worker: the worker starts the game itself (``[env] launch``), a SIGKILL of
+    the game is followed by one "relaunching the game" line, and the worker plays on (its heartbeat
+    counts the relaunch); the worker's stop stops the game too."""
+    state = tmp_path / "state"
+    pythonpath = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    config = tmp_path / "tick.toml"
+    config.write_text(
+        'run = "tick-launch"\n'
+        "[env]\n"
+        'id = "helpers.tick_game:Tick-v0"\n'
+        "num_envs = 1\n"
+        f"launch = {json.dumps([sys.executable, '-m', 'helpers.tick_game', str(state)])}\n"
+        "launch_ready_s = 30.0\n"
+        f'kwargs = {{ state = "{state}" }}\n'
+        "[algorithm]\n"
+        'name = "dqn"\n'
+        "hidden = [16, 16]\n"
+        "learning_starts = 50\n"
+        "[worker]\n"
+        "batch_size = 16\n"
+        "heartbeat_interval_s = 0.5\n"
+    )
+    env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+    # the learner has no game: env.launch tells it to wait for the worker's spec
+    learner_log, worker_log = open(tmp_path / "learner.log", "wb"), open(tmp_path / "worker.log", "wb")
+    run_dir = tmp_path / "run"
+    learner = subprocess.Popen(
+        [str(BIN / "mqttrl-learner"), "--config", str(config), "--broker", mosquitto.url, "--run-dir", str(run_dir)],
+        stdout=learner_log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    worker = subprocess.Popen(
+        [str(BIN / "mqttrl-worker"), "--run", "tick-launch", "--broker", mosquitto.url, "--name", "pc1"],
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    text = lambda: (tmp_path / "worker.log").read_text(errors="replace")  # noqa: E731
+    try:
+        deadline = time.monotonic() + 90
+        while "stepping 1 envs" not in text():
+            assert worker.poll() is None and learner.poll() is None and time.monotonic() < deadline, text()
+            time.sleep(0.2)
+        first = game_pid(state)
+        os.kill(first, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while "relaunching the game" not in text() or game_pid(state) == first:
+            assert time.monotonic() - killed_at < BACK_WITHIN_S, text()
+            time.sleep(0.1)
+        time.sleep(1.5)  # it plays on, and a heartbeat or two go out
+        assert worker.poll() is None, text()
+    finally:
+        for p in (worker, learner):
+            p.terminate()
+        codes = [p.wait(60) for p in (worker, learner)]
+        learner_log.close()
+        worker_log.close()
+    assert codes == [0, 0], text()
+    assert text().count("relaunching the game") == 1 and "started the game (pid" in text()
+    with pytest.raises(ProcessLookupError):  # the worker's stop stopped its game
+        for _ in range(50):
+            os.kill(game_pid(state), 0)
+            time.sleep(0.1)
+    learner_text = (tmp_path / "learner.log").read_text()
+    assert "its workers launch the game (env.launch)" in learner_text
