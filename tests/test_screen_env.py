@@ -283,7 +283,8 @@ def test_control_hz_paces_the_screen_env_through_its_real_time_protocol(game):
 
 def test_a_missing_window_or_key_is_one_line(game):
     with pytest.raises(ScreenEnvError) as e:
-        make_screen_env(window="no such game", display=game.display, keys=KEYS, reward=REWARD)
+        # window_wait_s=0: at once, as before the kit waited for games that are starting
+        make_screen_env(window="no such game", display=game.display, keys=KEYS, reward=REWARD, window_wait_s=0)
     assert "no window titled 'no such game'" in str(e.value) and "'catch-test'" in str(e.value)
     with pytest.raises(ScreenEnvError) as e:
         screen_env(game.display, keys=[[], ["Lefty"]])

@@ -156,7 +156,22 @@ def make_run_env(env_config, registry=None, extra_kwargs: dict | None = None) ->
     from mqttrl.envs.make import make_env
 
     env = make_env(env_config.id, {**env_config.kwargs, **(extra_kwargs or {})}, registry)
-    return with_action_history(env, env_config)
+    return with_action_history(with_control_hz(env, env_config), env_config)
+
+
+def with_control_hz(env: gym.Env, env_config) -> gym.Env:
+    """``env`` told the run's ``[env] control_hz`` (its ``set_control_hz(hz)``, on the env or its
+    unwrapped core), so that a step no worker clock paces (``mqttrl enjoy``, a greedy evaluation)
+    lasts the period training used; an env without the method, or a run without ``control_hz``, is
+    left as it is (a worker's RealTimeEnv paces its own steps)."""
+    hz = float(getattr(env_config, "control_hz", 0.0) or 0.0)
+    if hz:
+        for candidate in (env, env.unwrapped):
+            set_control_hz = getattr(candidate, "set_control_hz", None)
+            if callable(set_control_hz):
+                set_control_hz(hz)
+                break
+    return env
 
 
 def with_game_speed(env: gym.Env, env_config) -> gym.Env:

@@ -70,13 +70,14 @@ class EnvSet:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
-        on_restart: Callable[[int, Exception | None], None] | None = None,
+        on_restart: Callable[[int, str], None] | None = None,
     ):
         self.make = make
-        #: called with the env's index and the error before each remake of a failed env (a worker that
-        #: launched its game starts the game again there: mqttrl.envs.launch)
+        #: called with the env's index and its last error (a line) before each remake of a failed env (a
+        #: worker that launched its game starts the game again there: mqttrl.envs.launch)
         self.on_restart = on_restart
-        self._last_error: Exception | None = None
+        #: the last failure, as a line: the exception itself would keep the failed env's frames alive
+        self._last_error = ""
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = num_envs
         self.seed = seed
@@ -201,7 +202,7 @@ class EnvSet:
 
     def _note_failure(self, i: int, what: str, error: Exception) -> None:
         self._failing = True
-        self._last_error = error
+        self._last_error = f"{what} raised {type(error).__name__}: {error}"
         self.failures[i] += 1
         n = self.failures[i]
         if n >= self.max_consecutive_failures:

@@ -34,12 +34,35 @@ class Grabber:
         self.monitor = region.as_monitor()
 
     def grab(self) -> np.ndarray:
-        """The region now, BGRA uint8 ``(height, width, 4)`` (:func:`rgb` views it as RGB)."""
+        """The region now, BGRA uint8 ``(height, width, 4)`` (:func:`rgb` views it as RGB), in a
+        buffer of its own (mss makes a new one each grab: :class:`Stillness` keeps the last)."""
         shot = self.sct.grab(self.monitor)
         return np.frombuffer(shot.raw, dtype=np.uint8).reshape(shot.height, shot.width, 4)
 
     def close(self) -> None:
         self.sct.close()
+
+
+class Stillness:
+    """How long the grabbed frames have been pixel-equal. A game that hangs (a deadlock, a modal
+    error box it never draws, a stopped process) leaves its last picture on the screen, and the
+    screen goes on serving it: the frames stop changing, nothing else tells."""
+
+    def __init__(self) -> None:
+        self.last: np.ndarray | None = None
+        self.since = 0.0
+
+    def restart(self) -> None:
+        """Forget the frames so far (a new episode's count starts at its first frame)."""
+        self.last = None
+
+    def seen(self, frame: np.ndarray, at: float) -> float:
+        """Note ``frame``, grabbed at ``at`` (monotonic seconds); the seconds since the first of
+        the run of equal frames it ends (0 when it differs from the one before)."""
+        if self.last is None or self.last.shape != frame.shape or not np.array_equal(self.last, frame):
+            self.since = at
+        self.last = frame
+        return at - self.since
 
 
 def rgb(bgra: np.ndarray) -> np.ndarray:

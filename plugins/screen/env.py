@@ -1,10 +1,14 @@
 """The screen kit's env: a game's window in, its keys out, reward and end from the user's function.
 
-A step holds the action's keys (only changes are sent), waits until ``step_s`` after the last
-frame, grabs the window, hands the full-size RGB frame to the reward function and returns the
-shrunk, stacked frames. The game runs on its own clock all along: this env never pauses it.
-It also speaks mqttrl's real-time protocol (``send_action``/``read_obs``), so with
-``[env] control_hz`` the worker's clock paces it instead of ``step_s``.
+A step holds the action's keys (only changes are sent; or taps them, ``key_mode = "tap"``),
+waits until ``step_s`` (or ``1 / control_hz``) after the last frame, grabs the window, hands the
+full-size RGB frame to the reward function and returns the shrunk, stacked frames. The game runs
+on its own clock all along: this env never pauses it. It also speaks mqttrl's real-time protocol
+(``send_action``/``read_obs``), so with ``[env] control_hz`` the worker's clock paces it instead.
+
+A game that is not there is waited for (``window_wait_s``, at the start and at a reset); one that
+goes away or hangs is an error at the next frame, never a run of frames of something else: a
+window that closed or is no longer shown, and frames that stopped changing for ``frozen_s``.
 
 One window is one env: at reset an env claims its window (an X property naming host, process
 and env) and leaves a window another live env plays alone; ``display = [...]`` lists displays
@@ -26,10 +30,20 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .capture import Grabber, rgb, shrink
+from .capture import Grabber, Stillness, rgb, shrink
 from .keys import make_keyboard
 from .options import check_result, load_reward, parse_options
-from .window import Region, ScreenEnvError, Window, claim_window, find_window, release_window
+from .window import (
+    Finder,
+    Region,
+    ScreenEnvError,
+    Window,
+    WindowWatch,
+    claim_window,
+    log,
+    release_window,
+    wait_for_window,
+)
 
 #: this process's envs that hold a window, by the serial in their claim (a claim of this process
 #: whose env is gone, never closed, is free)
@@ -62,10 +76,14 @@ class ScreenEnv(gym.Env):
         self.reward_fn = load_reward(o.reward)
         self.displays = o.displays
         self.display = self.displays[0]
-        # one display: its window now (a missing one is an error at once); several: the first
+        # one display: its window now (waiting up to window_wait_s for it); several: the first
         # reset takes a window no other env plays
         one = o.window and len(self.displays) == 1
-        self.window = find_window(o.window, self.display, o.window_exact) if one else None
+        self.window = wait_for_window(o.window, self.display, o.window_exact, o.window_wait_s) if one else None
+        self._watch: WindowWatch | None = None
+        self._still = Stillness()
+        #: seconds a step lasts when the worker's clock does not pace it (step_s, or 1 / control_hz)
+        self.period = 1.0 / o.control_hz if o.control_hz else o.step_s
         self.region = self.window.region if self.window else Region(*(o.region or [0, 0, 1, 1]))
         self.actions = [tuple(k) for k in o.keys]
         focus = self.window.handle if o.focus and self.window else None
@@ -125,6 +143,35 @@ class ScreenEnv(gym.Env):
     def judge(self, frame: np.ndarray) -> tuple[float, bool]:
         return check_result(self.opts.reward, self.reward_fn(frame))
 
+    # ---- a game that went away or hangs: an error, not frames of something else
+    def _check_shown(self) -> None:
+        """Raise when the window played closed or is hidden: its screen area shows something else
+        now (the worker makes the env again, which waits window_wait_s for the game to be back)."""
+        if self.window is None or self._closed:
+            return
+        if self._watch is None or self._watch.window != self.window or self._watch.display != self.display:
+            self._close_watch()
+            self._watch = WindowWatch(self.window, self.display)
+        lost = self._watch.lost()
+        if lost:
+            raise ScreenEnvError(f"screen env: the window {self.window.title!r} on {self.display or '$DISPLAY'} {lost}")
+
+    def _check_changing(self) -> None:
+        """Raise when every frame for ``frozen_s`` was the same: the game hangs (a frozen window
+        stays on the screen, and its last picture would be played on)."""
+        o = self.opts
+        if o.frozen_s and self._still.seen(self.last_bgra, self.last_frame_at) >= o.frozen_s:
+            what = f"the window {self.window.title!r}" if self.window else f"the screen region {o.region}"
+            raise ScreenEnvError(
+                f"screen env: {what} has not changed for {o.frozen_s:g} s: the game hangs (frozen_s = {o.frozen_s:g}; "
+                "a game that may show a still picture longer needs a larger one, 0 turns the check off)"
+            )
+
+    def _close_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
     # ---- gymnasium
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -138,6 +185,8 @@ class ScreenEnv(gym.Env):
             self.reward_fn.reset(frame)
         self.frames.clear()
         self.steps = 0
+        self._still.restart()
+        self._still.seen(self.last_bgra, self.last_frame_at)
         return self.observe(), {}
 
     # ---- which window: one env per window
@@ -145,15 +194,23 @@ class ScreenEnv(gym.Env):
         """Find the game's window again and hold it: a window another live env plays (in any
         process: an X property on the window names it) is not taken; with several displays the
         env keeps its own if it can, else takes a free one. Waits up to ``reset_timeout_s`` for
-        one to be free."""
+        one to be free, and ``window_wait_s`` for a game that is not there (yet)."""
+        with Finder() as finder:  # one X connection a display for the wait (see Finder)
+            self._bind_with(finder)
+
+    def _bind_with(self, finder: Finder) -> None:
         o = self.opts
-        deadline = time.monotonic() + o.reset_timeout_s
+        start = time.monotonic()
         order = sorted(self.displays, key=lambda d: d != self.display)  # the one played so far first
+        announced = False
         while True:
             held, absent = [], []
             for disp in order:
                 try:
-                    win = find_window(o.window, disp, o.window_exact)
+                    if len(self.displays) == 1:
+                        win = wait_for_window(o.window, disp, o.window_exact, o.window_wait_s, finder)
+                    else:
+                        win = finder.find(o.window, disp, o.window_exact)
                 except ScreenEnvError as e:
                     if len(self.displays) == 1:
                         raise
@@ -164,14 +221,20 @@ class ScreenEnv(gym.Env):
                     self._use(disp, win)
                     return
                 held.append(f"{disp or '$DISPLAY'} by {holder}")
-            if time.monotonic() > deadline:
-                raise ScreenEnvError(self._none_free(held, absent))
+            # no game on any display: it may be starting; all held: another env may let one go
+            patience = o.reset_timeout_s if held else max(o.reset_timeout_s, o.window_wait_s)
+            if time.monotonic() - start > patience:
+                raise ScreenEnvError(self._none_free(held, absent, patience))
+            if not held and not announced:
+                announced = True
+                where = ", ".join(d or "$DISPLAY" for d in order)
+                log.info("screen env: no window titled %r on %s yet; waiting up to %g s", o.window, where, patience)
             time.sleep(0.1)
 
-    def _none_free(self, held: list[str], absent: list[str]) -> str:
+    def _none_free(self, held: list[str], absent: list[str], waited_s: float) -> str:
         o = self.opts
         return (
-            f"screen env: no free window titled {o.window!r} after {o.reset_timeout_s:g} s (played: "
+            f"screen env: no free window titled {o.window!r} after {waited_s:g} s (played: "
             f"{'; '.join(held) or 'none'}{'; ' if absent else ''}{'; '.join(absent)}): one window is one env, and "
             "XTest keys go to one window a display; start another copy of the game on another X display and "
             'list them all in display = [":1", ":2", ...]'
@@ -215,6 +278,7 @@ class ScreenEnv(gym.Env):
         deadline = time.monotonic() + self.opts.reset_timeout_s
         while True:
             frame = self.grab()
+            self._check_shown()
             _, done = self.judge(frame)
             if not done:
                 return frame
@@ -227,12 +291,19 @@ class ScreenEnv(gym.Env):
 
     # ---- the real-time protocol (mqttrl.envs.realtime): [env] control_hz keeps the clock
     def send_action(self, action: int) -> None:
-        """Hold the keys of ``action`` from now on (returns at once)."""
-        self.keyboard.hold(self.actions[int(action)])
+        """Hold the keys of ``action`` from now on, or tap them (``key_mode``); returns at once."""
+        keys = self.actions[int(action)]
+        if self.opts.key_mode == "tap":
+            self.keyboard.press(keys)
+        else:
+            self.keyboard.hold(keys)
 
     def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
-        """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait."""
+        """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait; a window
+        that closed or a game that hangs is a :class:`ScreenEnvError` (the worker's restart path)."""
         frame = self.grab()
+        self._check_shown()
+        self._check_changing()
         reward, done = self.judge(frame)
         self.steps += 1
         truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
@@ -241,12 +312,25 @@ class ScreenEnv(gym.Env):
         return self.observe(), reward, done, truncated, {}
 
     def step(self, action):
-        """The action's keys, a wait until ``step_s`` after the last frame, the frame then."""
+        """The action's keys, a wait until :attr:`period` after the last frame, the frame then."""
         self.send_action(action)
-        wait = self.last_frame_at + self.opts.step_s - time.monotonic()
+        wait = self.last_frame_at + self.period - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         return self.read_obs()
+
+    def set_control_hz(self, hz: float) -> None:
+        """The run's ``[env] control_hz`` (for mqttrl to tell the env it makes): a step that the
+        worker's clock does not pace (``mqttrl enjoy``, an evaluator) lasts ``1 / hz`` s, as in
+        training, whatever ``step_s`` says; 0 changes nothing."""
+        if not hz:
+            return
+        if self.opts.control_hz and abs(self.opts.control_hz - hz) > 1e-9:
+            raise ScreenEnvError(
+                f"screen env: control_hz={self.opts.control_hz:g} in [env.kwargs], but the run's [env] control_hz "
+                f"is {hz:g}: drop the kwarg, the run's sets the step"
+            )
+        self.period = 1.0 / hz
 
     def close(self) -> None:
         if self._closed:  # closing twice is allowed (gymnasium)
@@ -255,6 +339,7 @@ class ScreenEnv(gym.Env):
         try:
             self.keyboard.close()
         finally:
+            self._close_watch()
             self._release_quietly()
             if self._grabber is not None:
                 try:

@@ -5,7 +5,9 @@ extension on the display the game is on, in this process, no subprocess per key)
 (Windows and macOS through pynput; untested here). Key names are X keysym names, as ``xdotool``
 spells them: ``Left``, ``Right``, ``Up``, ``Down``, ``space``, ``Return``, ``Escape``, ``Shift_L``,
 ``a`` ... Only changes are sent: :meth:`Keyboard.hold` releases the keys no longer wanted and
-presses the new ones, so a key held over several steps is one press.
+presses the new ones, so a key held over several steps is one press. :meth:`Keyboard.press` is
+the other way to act (``key_mode = "tap"``): each key down and up at once, a key-down event every
+step, for games that act on key events rather than on the keys held.
 """
 
 from __future__ import annotations
@@ -56,6 +58,20 @@ class Keyboard:
         self.hold(keys)
         time.sleep(hold_s)
         self.hold(())
+
+    def press(self, keys: Iterable[str]) -> None:
+        """Each of ``keys`` down, then up, at once and in one flush: a key-down event for a game that
+        fires on it (a shot, a jump, a menu), again at every call; nothing stays held. A game that
+        only polls which keys are down once a frame may miss it: :meth:`hold` is for that."""
+        wanted = sorted(set(keys))
+        for k in sorted(self.held):
+            self._send(k, False)
+        self.held = frozenset()
+        for k in wanted:
+            self._send(k, True)
+        for k in reversed(wanted):
+            self._send(k, False)
+        self._flush()
 
     def release_all(self) -> None:
         self.hold(())

@@ -28,6 +28,9 @@ class ScreenOptions:
     #: the window's title (a case-insensitive part of it unless ``window_exact``)
     window: str = ""
     window_exact: bool = False
+    #: seconds making the env (or a reset) waits for a window that is not there yet (the game is
+    #: starting, or being started again after a crash); 0: a missing window fails at once
+    window_wait_s: float = 30.0
     #: or a fixed screen region ``[left, top, width, height]`` instead of a window
     region: list = field(default_factory=list)
     #: X display (``":99"``); default ``$DISPLAY``. Or a list of displays, one copy of the game on
@@ -40,6 +43,14 @@ class ScreenOptions:
     frame_stack: int = 4
     #: time from one frame to the next (0: capture at once, when another clock paces the steps)
     step_s: float = 0.05
+    #: the run's ``[env] control_hz``: a step that the worker's clock does not pace (``mqttrl
+    #: enjoy``, an evaluator) lasts ``1 / control_hz`` s, as in training; instead of ``step_s``
+    control_hz: float = 0.0
+    #: ``"hold"``: an action's keys are held down for the step; ``"tap"``: pressed and released at
+    #: the step's start (a key-down event every step, for games that act on key events)
+    key_mode: str = "hold"
+    #: seconds of pixel-equal frames after which a step raises (a game that hangs); 0: not checked
+    frozen_s: float = 0.0
     #: keys tapped at reset (a game's "restart"); the reset then waits until the game is not over
     reset_keys: list = field(default_factory=list)
     reset_timeout_s: float = 10.0
@@ -72,6 +83,11 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_number(v: Any) -> bool:
+    """A non-negative int or float (not a bool: TOML's ``true`` is no number of seconds)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
 def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
     """``kwargs`` as :class:`ScreenOptions`; an unknown key or a bad value is a :class:`ScreenEnvError`."""
     allowed = [f.name for f in fields(ScreenOptions)]
@@ -96,10 +112,15 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
         _fail("size", o.size, "a positive int or [width, height]")
     if not _is_int(o.frame_stack) or o.frame_stack < 1:
         _fail("frame_stack", o.frame_stack, "an int >= 1")
-    for key in ("step_s", "reset_timeout_s"):
-        v = getattr(o, key)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-            _fail(key, v, "seconds, >= 0")
+    for key in ("step_s", "reset_timeout_s", "window_wait_s", "frozen_s"):
+        if not _is_number(getattr(o, key)):
+            _fail(key, getattr(o, key), "seconds, >= 0")
+    if not _is_number(o.control_hz):
+        _fail("control_hz", o.control_hz, "steps a second, > 0 (0: step_s paces the steps)")
+    if o.control_hz and "step_s" in kwargs:
+        _fail("step_s", o.step_s, f"give step_s or control_hz (here {o.control_hz:g}), not both")
+    if o.key_mode not in ("hold", "tap"):
+        _fail("key_mode", o.key_mode, '"hold" (keys held for the step) or "tap" (pressed and released at its start)')
     if not _is_int(o.max_episode_steps) or o.max_episode_steps < 0:
         _fail("max_episode_steps", o.max_episode_steps, "an int >= 0")
     for key in ("window_exact", "gray", "focus"):

@@ -8,17 +8,36 @@ Windows: ``FindWindowW`` and ``GetClientRect``/``ClientToScreen`` through ctypes
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from dataclasses import dataclass
 
 import gymnasium as gym
 
 from mqttrl.config import ConfigError
 
+log = logging.getLogger("mqttrl.screen")
+
+#: seconds between two looks for a window that is not there yet
+WAIT_POLL_S = 0.1
+
 
 class ScreenEnvError(ConfigError):
     """A screen-kit setting or a game that cannot be used: one line that says what to do (the
     commands print it as a config error, exit code 2)."""
+
+
+class WindowMissing(ScreenEnvError):
+    """No window has the title (yet): the one lookup failure that waiting may cure (a game that is
+    starting, or being started again after a crash)."""
+
+    def __init__(self, title: str, there: str, waited_s: float = 0.0):
+        self.title, self.there = title, there
+        after = f" after {waited_s:g} s" if waited_s else ""
+        super().__init__(
+            f"screen env: no window titled {title!r}{after} (windows with a title: {there}); is the game running?"
+        )
 
 
 def missing(what: str, package: str) -> gym.error.DependencyNotInstalled:
@@ -58,6 +77,72 @@ def find_window(title: str, display: str | None = None, exact: bool = False) -> 
     if sys.platform == "win32":
         return _find_window_win32(title, exact)
     return _find_window_x11(title, display, exact)
+
+
+class Finder:
+    """:func:`find_window` again and again (a wait for a game), on one X connection per display
+    kept open until :meth:`close`. An X server whose last client leaves resets itself (Xvfb
+    does), and a game connecting meanwhile fails to start: a connection per look would do that
+    to the very game being waited for, on a display of its own."""
+
+    def __init__(self) -> None:
+        self.connections: dict[str | None, object] = {}
+
+    def find(self, title: str, display: str | None = None, exact: bool = False) -> Window:
+        if sys.platform == "win32":  # pragma: no cover (Windows: untested here)
+            return _find_window_win32(title, exact)
+        from Xlib import error as xerror
+
+        if display not in self.connections:
+            self.connections[display] = _open_display(display)
+        try:
+            return _x11_find(self.connections[display], title, exact)
+        except xerror.ConnectionClosedError as e:  # the X server went away (or was restarted)
+            del self.connections[display]
+            raise ScreenEnvError(f"screen env: X display {display or '$DISPLAY'!r} closed: {e}") from None
+
+    def close(self) -> None:
+        for d in self.connections.values():
+            try:
+                d.close()  # type: ignore[attr-defined]
+            except Exception:  # a connection the X server already closed
+                pass
+        self.connections.clear()
+
+    def __enter__(self) -> Finder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def wait_for_window(
+    title: str, display: str | None = None, exact: bool = False, wait_s: float = 0.0, finder: Finder | None = None
+) -> Window:
+    """:func:`find_window`, waiting up to ``wait_s`` for a window that is not there yet (one log line
+    when the wait starts), then the missing-window line. A display that does not open or a title
+    that matches several windows fails at once: waiting cures neither. ``finder``: the caller's
+    connections (else one of its own for the wait)."""
+    if finder is None:
+        with Finder() as own:
+            return wait_for_window(title, display, exact, wait_s, own)
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
+        try:
+            return finder.find(title, display, exact)
+        except WindowMissing as e:
+            if time.monotonic() >= deadline:
+                raise WindowMissing(e.title, e.there, wait_s if announced else 0.0) from None
+            if not announced:
+                announced = True
+                log.info(
+                    "screen env: no window titled %r on %s yet; waiting up to %g s for it (window_wait_s)",
+                    title,
+                    display or "$DISPLAY",
+                    wait_s,
+                )
+        time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
 def _open_display(display: str | None):
@@ -105,31 +190,43 @@ def _x11_windows(d, root) -> list[tuple[object, str]]:
 def _find_window_x11(title: str, display: str | None, exact: bool) -> Window:
     d = _open_display(display)
     try:
-        root = d.screen().root
-        windows = _x11_windows(d, root)
-        hits = [(w, t) for w, t in windows if matches(t, title, exact)]
-        _check_one(title, hits, [t for _, t in windows])
-        win, name = hits[0]
-        geom = win.get_geometry()
-        origin = win.translate_coords(root, 0, 0)  # the window's (0, 0) in root coordinates
-        region = Region(-origin.x, -origin.y, geom.width, geom.height)
-        return Window(win.id, name, region)
+        return _x11_find(d, title, exact)
     finally:
         d.close()
+
+
+def _x11_find(d, title: str, exact: bool) -> Window:
+    """:func:`find_window` on the open X connection ``d``."""
+    from Xlib import error as xerror
+
+    root = d.screen().root
+    windows = _x11_windows(d, root)
+    titles = [t for _, t in windows]
+    hits = [(w, t) for w, t in windows if matches(t, title, exact)]
+    _check_one(title, hits, titles)
+    win, name = hits[0]
+    try:
+        geom = win.get_geometry()
+        origin = win.translate_coords(root, 0, 0)  # the window's (0, 0) in root coordinates
+    except xerror.XError:  # it closed while we looked (a game starting, or restarting)
+        raise WindowMissing(title, _there(titles)) from None
+    return Window(win.id, name, Region(-origin.x, -origin.y, geom.width, geom.height))
 
 
 def _check_one(title: str, hits: list, titles: list[str]) -> None:
     if len(hits) == 1:
         return
     if not hits:
-        there = ", ".join(repr(t) for t in sorted(set(titles))[:10]) or "none"
-        raise ScreenEnvError(
-            f"screen env: no window titled {title!r} (windows with a title: {there}); is the game running?"
-        )
+        raise WindowMissing(title, _there(titles))
     names = ", ".join(repr(t) for _, t in hits[:5])
     raise ScreenEnvError(
         f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true"
     )
+
+
+def _there(titles: list[str]) -> str:
+    """The titles there are, for a line that says the wanted one is not among them."""
+    return ", ".join(repr(t) for t in sorted(set(titles))[:10]) or "none"
 
 
 def _find_window_win32(title: str, exact: bool) -> Window:  # pragma: no cover (Windows: untested here)
@@ -160,6 +257,52 @@ def _find_window_win32(title: str, exact: bool) -> Window:  # pragma: no cover (
     user32.GetClientRect(hwnd, ctypes.byref(rect))
     user32.ClientToScreen(hwnd, ctypes.byref(origin))
     return Window(hwnd, name, Region(origin.x, origin.y, rect.right - rect.left, rect.bottom - rect.top))
+
+
+# ---- a window that closes: noticed at the next frame ------------------------------------------
+class WindowWatch:
+    """Whether a found window is still shown, asked once a frame (X11: one round trip on a
+    connection of its own). A game that exited or crashed took its window with it, and a grab of
+    its screen area would go on returning whatever is under it (black on Xvfb) as frames."""
+
+    def __init__(self, window: Window, display: str | None):
+        self.window, self.display = window, display
+        self.d = None if sys.platform == "win32" else _open_display(display)
+        if self.d is not None:
+            self.win = self.d.create_resource_object("window", window.handle)
+
+    def lost(self) -> str | None:
+        """None while the window is shown; else what became of it (the end of a sentence)."""
+        if self.d is None:  # pragma: no cover (Windows: untested here)
+            return _lost_win32(self.window.handle)
+        from Xlib import X
+        from Xlib import error as xerror
+
+        try:
+            state = self.win.get_attributes().map_state
+        except xerror.XError:  # BadWindow: destroyed
+            return "closed: did the game exit or crash?"
+        except xerror.ConnectionClosedError:
+            return f"is gone: its X display {self.display or '$DISPLAY'!r} closed"
+        return None if state == X.IsViewable else "is no longer shown (minimised or unmapped)"
+
+    def close(self) -> None:
+        if self.d is not None:
+            try:
+                self.d.close()
+            except Exception:  # a connection the X server already closed
+                pass
+
+
+def _lost_win32(hwnd: int) -> str | None:  # pragma: no cover (Windows: untested here)
+    import ctypes
+
+    user32 = ctypes.windll.user32  # type: ignore[attr-defined]
+    if not user32.IsWindow(hwnd):
+        return "closed: did the game exit or crash?"
+    if user32.IsIconic(hwnd) or not user32.IsWindowVisible(hwnd):
+        return "is no longer shown (minimised or hidden)"
+    return None
 
 
 # ---- claims: one env per window, across processes ---------------------------------------------

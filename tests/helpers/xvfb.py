@@ -24,7 +24,9 @@ class Xvfb:
         self.log = open(workdir / "xvfb.log", "ab")
         read, write = os.pipe()
         self.proc = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp", "-ac"],
+            # -noreset: the server does not reset when its last client goes (a look for a window that
+            # connects and disconnects would otherwise reset it under a game that is starting)
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp", "-ac", "-noreset"],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             pass_fds=(write,),

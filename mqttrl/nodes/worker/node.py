@@ -682,8 +682,8 @@ class WorkerNode:
             return make, None
         self.game = game = GameProcess(settings)
 
-        def relaunch(i: int, error: Exception | None) -> None:
-            game.relaunch(f"env {i} failed: {type(error).__name__}: {error}" if error else f"env {i} failed")
+        def relaunch(i: int, error: str) -> None:
+            game.relaunch(f"env {i} failed: {error}" if error else f"env {i} failed")
 
         return (lambda: game.make_env(make)), relaunch
 
