@@ -238,7 +238,8 @@ def train(
         init_from=Path(init_from) if init_from is not None else None,
         quiet=not progress,
     )
-    return Result.from_summary(summary, cfg)
+    # the config the run ran with, as its config.json holds it (with the env spec the run made)
+    return Result.from_summary(summary, _resolve(read_config_data(Path(summary["run_dir"]) / "config.json")))
 
 
 def _broker_of(

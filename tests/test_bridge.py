@@ -54,6 +54,7 @@ DIRECTIONS = {
     Kind.INFER_REPLY: None,
     Kind.INFERENCE_STATE: None,
     Kind.INFERENCE_METRICS: None,
+    Kind.ENV_SPEC: "out",
 }
 
 

@@ -188,7 +188,7 @@ def test_a_missing_package_is_one_line_naming_the_extra(runs, tmp_path, blocked,
         env=node_env(PYTHONPATH=str(REPO / "tests")),
     )
     err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert proc.returncode == 5 and len(err) == 1, proc.stderr
     assert err[0].startswith("mqttrl export: ") and says in err[0] and "pip install 'mqttrl[" in err[0]
     assert not out.exists()
 

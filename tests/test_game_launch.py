@@ -113,7 +113,9 @@ def test_a_game_that_quits_at_game_over_is_started_again(tmp_path):
 
 def test_starts_are_bounded_per_hour(tmp_path):
     """A game that dies at once is started at most launch_max_per_hour times, then given up in one line."""
-    game = GameProcess(LaunchSettings((sys.executable, "-c", "pass"), ready_s=5.0, max_per_hour=3))
+    game = GameProcess(
+        LaunchSettings((sys.executable, "-c", "pass"), ready_s=5.0, max_per_hour=3), sleep=lambda s: None
+    )
 
     def never_ready():
         raise RuntimeError("no window")

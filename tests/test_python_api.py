@@ -166,10 +166,20 @@ def test_bad_settings_fail_before_anything_starts(tmp_path, monkeypatch, setting
 
 
 def test_a_run_that_cannot_start_leaves_nothing_running(tmp_path):
-    """The evaluator's env cannot be made after the broker started: the broker is stopped again."""
+    """A start that fails after the broker started (per-node logins without the workers' and the
+    others'): the broker is stopped again. (An env that cannot be made now fails before any broker.)"""
+    from mqttrl.api import make_config
+    from mqttrl.trainer.run import train
+
     before = child_processes()
-    with pytest.raises(Exception, match="NoSuchGame"):
-        mqttrl.train(env="NoSuchGame-v0", run_dir=tmp_path / "run", progress=False, embedded_broker="mosquitto")
+    with pytest.raises(ValueError, match="credentials for worker"):
+        train(
+            make_config(None, {}),
+            run_dir=tmp_path / "run",
+            progress=False,
+            embedded="mosquitto",
+            credentials={"learner": ("learner", "pw")},
+        )
     assert (tmp_path / "run" / "broker").exists()  # it did start one
     deadline = time.monotonic() + 10
     while child_processes() - before and time.monotonic() < deadline:

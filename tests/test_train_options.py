@@ -35,6 +35,7 @@ def config(**train):
 
 def a_finished_run(run_dir: Path) -> Path:
     (run_dir / "checkpoints" / "ckpt-00000010").mkdir(parents=True)
+    (run_dir / "checkpoints" / "ckpt-00000010" / "meta.json").write_text("{}")  # a checkpoint, as --resume needs
     (run_dir / "episodes.csv").write_text("wall_s,worker\n1,w0\n")
     return run_dir
 

@@ -38,6 +38,8 @@ log = logging.getLogger("mqttrl.envs")
 READY_POLL_S = 0.5
 #: SIGTERM, then this long, then SIGKILL
 STOP_GRACE_S = 5.0
+#: a game that dies while it starts is started again after 0.5 s, 1 s, 2 s ... at most this long
+MAX_BACKOFF_S = 30.0
 
 
 class GameKeepsFailing(EnvFailing):
@@ -165,12 +167,14 @@ class GameProcess:
             else:
                 self.start()
         deadline = self.clock() + self.settings.ready_s
-        said = False
+        said, early_deaths = False, 0
         while True:
             try:
                 return make()
             except Exception as e:
-                if not self.running():  # the game died while coming up: start it again (bounded)
+                if not self.running():  # the game died while coming up: start it again, backing off
+                    early_deaths += 1
+                    self.sleep(min(MAX_BACKOFF_S, 0.5 * 2 ** (early_deaths - 1)))
                     self.relaunch(f"it exited with {self.proc.returncode if self.proc else None} while starting")
                     deadline = self.clock() + self.settings.ready_s
                 elif self.clock() > deadline:

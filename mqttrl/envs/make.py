@@ -23,6 +23,14 @@ class UnknownEnvError(UnknownPluginError, ConfigError):
         self.anywhere = anywhere
 
 
+class UnknownGameName(UnknownEnvError, gym.error.NameNotFound):
+    """An installed env plugin refuses the name (``atari/Pnog``); a gymnasium NameNotFound still."""
+
+
+class UnknownGameVersion(UnknownEnvError, gym.error.VersionNotFound):
+    """An installed env plugin has no such version (``atari/Pong-v3``); a gymnasium VersionNotFound still."""
+
+
 #: words in gymnasium's "not installed" message -> the mqttrl extra that installs the package
 EXTRA_HINTS = {"box2d": "box2d", "minatar": "minatar", "ale-py": "atari", "ale_py": "atari"}
 
@@ -55,8 +63,10 @@ def _make(env_id: str, kwargs: dict | None, registry: Registry | None) -> gym.En
         for name, reg in registry.envs.items():
             if name.endswith("/") and env_id.startswith(name):
                 return reg.obj(env_id[len(name) :], **kwargs)
-    except (gym.error.NameNotFound, gym.error.VersionNotFound) as exc:  # a plugin's own "no such game"
-        raise UnknownEnvError(str(exc)) from None
+    except gym.error.NameNotFound as exc:  # a plugin's own "no such game": a config mistake (exit 2)
+        raise UnknownGameName(str(exc)) from None
+    except gym.error.VersionNotFound as exc:
+        raise UnknownGameVersion(str(exc)) from None
     if ":" in env_id:
         module, _, inner = env_id.partition(":")
         try:
