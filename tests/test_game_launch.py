@@ -220,3 +220,18 @@ def test_a_worker_launches_its_game_and_relaunches_it_when_killed(mosquitto, tmp
             time.sleep(0.1)
     learner_text = (tmp_path / "learner.log").read_text()
     assert "its workers launch the game (env.launch)" in learner_text
+
+
+def test_telemetry_counts_each_workers_game_relaunches_for_the_summary(mosquitto):
+    """The worker's heartbeat carries ``game`` (launches, relaunches); telemetry's view, which
+    summary.json reads, keeps the relaunches per worker that launched its game."""
+    from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire import encode_json
+
+    node = TelemetryNode(BrokerSettings(url=mosquitto.url), "r", [], TelemetrySettings())
+    beat = {"env_steps": 10, "model_version": 1}
+    node.on_heartbeat("pc1", encode_json({**beat, "game": {"launches": 3, "relaunches": 2}}))
+    node.on_heartbeat("pc2", encode_json(beat))  # its game is started by hand
+    node.on_heartbeat("pc3", encode_json({**beat, "game": {"launches": "x", "relaunches": -1}}))  # nonsense: 0
+    assert node.view()["game_relaunches"] == {"pc1": 2}

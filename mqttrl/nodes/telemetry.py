@@ -70,6 +70,14 @@ class WorkerView:
     outbox: int = 0
     dropped: int = 0
     last_seen: float = 0.0
+    #: the game the worker launched (``[env] launch``): its starts and those after the first (heartbeats)
+    game_launches: int = 0
+    game_relaunches: int = 0
+
+
+def _count(value: Any) -> int:
+    """A count from a heartbeat, 0 for anything else (a bad field is not worth a refusal)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _mean(xs, n: int) -> float | None:
@@ -223,6 +231,10 @@ class TelemetryNode:
         w.model_version = hb["model_version"]
         w.outbox = int(hb.get("outbox", 0))
         w.dropped = int(sum((hb.get("dropped") or {}).values()))
+        game = hb.get("game")
+        if isinstance(game, dict):
+            w.game_launches = _count(game.get("launches"))
+            w.game_relaunches = _count(game.get("relaunches"))
         w.last_seen = now
         w.online = True
 
@@ -399,6 +411,8 @@ class TelemetryNode:
                 "learner_status": self.learner_status,
                 "workers": len(self.workers),
                 "workers_online": sum(w.online for w in self.workers.values()),
+                # per worker that launched its game: how often it started it again (summary.json)
+                "game_relaunches": {n: w.game_relaunches for n, w in self.workers.items() if w.game_launches},
             }
 
     def stop(self, *_: Any) -> None:

@@ -204,6 +204,8 @@ class RunRecord:
             "updates": view["learner"].get("updates"),
             "model_version": model_version,
             "workers": view["workers"],  # workers that announced themselves during the run
+            # per worker that launched its game (env.launch): the game's relaunches
+            "game_relaunches": view.get("game_relaunches", {}),
             "rejected": view["learner"].get("rejected", {}),
             # real-time workers' control periods (None: no worker stepped in real time), and where the
             # learner's and the workers' time went, per block (seconds over the run)
