@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real servers the integration tests start on free ports: binary -> Debian package
+# Real servers the integration tests start on free ports, and iproute2 for hosts as network
+# namespaces (tests/test_hosts.py): binary -> Debian package
 missing=()
-for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server prometheus:prometheus Xvfb:xvfb xdotool:xdotool; do
+for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server prometheus:prometheus Xvfb:xvfb xdotool:xdotool ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
