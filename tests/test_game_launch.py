@@ -235,3 +235,41 @@ def test_telemetry_counts_each_workers_game_relaunches_for_the_summary(mosquitto
     node.on_heartbeat("pc2", encode_json(beat))  # its game is started by hand
     node.on_heartbeat("pc3", encode_json({**beat, "game": {"launches": "x", "relaunches": -1}}))  # nonsense: 0
     assert node.view()["game_relaunches"] == {"pc1": 2}
+
+
+def test_check_plugin_checks_the_runs_env_as_the_run_makes_it(tmp_path, capsys):
+    """``mqttrl check-plugin --config``: the game launched first ([env] launch), made with the run's
+    kwargs, stepped, and held against the config's env.spec (a wrong one fails, exit 1)."""
+    from mqttrl import cli
+
+    state = tmp_path / "state"
+    settings = tick_settings(state, ready_s=30.0)
+    config = tmp_path / "tick.toml"
+    base = (
+        'run = "tick-check"\n[env]\nid = "helpers.tick_game:Tick-v0"\nnum_envs = 1\n'
+        f"launch = {json.dumps(list(settings.command))}\n"
+        f"launch_env = {{ PYTHONPATH = {json.dumps(settings.env['PYTHONPATH'])} }}\n"
+        f'kwargs = {{ state = "{state}" }}\n'
+    )
+    config.write_text(base)
+    sys.path.insert(0, str(TESTS))  # the env's module, as the worker's PYTHONPATH would have it
+    try:
+        cli.main(["check-plugin", "--config", str(config)])  # returns: every check passed
+        assert "ok    env helpers.tick_game:Tick-v0 (the run's [env])" in capsys.readouterr().out
+        wrong = '[env.spec]\nobservation = {type = "Box", shape = [3], dtype = "float32", low = 0, high = 1}\n'
+        config.write_text(base + wrong + 'action = {type = "Discrete", n = 2}\n')
+        with pytest.raises(SystemExit) as e:
+            cli.main(["check-plugin", "--config", str(config)])
+        assert e.value.code == 1
+        assert "FAIL  env spec: observation shape (1,) here, (3,) in the run's spec" in capsys.readouterr().out
+    finally:
+        sys.path.remove(str(TESTS))
+    assert not state.exists() or not _alive_pid(game_pid(state))  # the check stopped the game it started
+
+
+def _alive_pid(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"

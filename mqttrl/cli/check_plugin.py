@@ -9,13 +9,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mqttrl.cli.common import Command, setup_logging, verbose_arg
+from mqttrl.cli.common import Command, load, overrides_arg, setup_logging, verbose_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "name", metavar="NAME", help="what a plugin registers: an algorithm or storage name (see `mqttrl plugins`)"
+        "name",
+        metavar="NAME",
+        nargs="?",
+        help="what a plugin registers: an algorithm or storage name (see `mqttrl plugins`), or a plugin "
+        "(everything it registers), or an env as module:Env-v0",
     )
+    p.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help="check the env of this run config as the run makes it: its [env] kwargs (a game's window and "
+        "keys), the game launched first with [env] launch, its env.spec (default: none)",
+    )
+    overrides_arg(p, "override a value of --config (repeatable)")
     p.add_argument(
         "--opt",
         dest="settings",
@@ -43,8 +54,16 @@ def run(args: argparse.Namespace) -> None:
             )
             raise SystemExit(2)
         settings[key] = value
+    if not args.name and not args.config:
+        print("mqttrl check-plugin: give NAME, --config CONFIG, or both", file=sys.stderr)
+        raise SystemExit(2)
+    results = []
+    if args.config:
+        from mqttrl.plugin.check import check_run_env
+
+        results += check_run_env(load(args.config, args.overrides))
     try:
-        results = run_checks(args.name, settings)
+        results += run_checks(args.name, settings) if args.name else []
     except UnknownPluginError as e:
         print(f"mqttrl check-plugin: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -61,6 +80,8 @@ COMMAND = Command(
     help="run a plugin's conformance checks (exit 1 if one fails, 2 for an unknown name)",
     description="Run the conformance checks of what a plugin registers under NAME: for an algorithm, "
     "actor -> batch -> spec -> learner -> weights -> actor round trip; for a storage, write and close. "
+    "With --config, the run's env as the run makes it (a game with its window and keys: it must be "
+    "running, or [env] launch starts it). "
     "Prints one line per check; exits 0 if all pass, 1 if any fails, 2 if NAME is unknown.",
     add_arguments=add_arguments,
     run=run,

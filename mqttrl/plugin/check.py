@@ -578,6 +578,53 @@ def run_checks(name: str, settings: dict | None = None) -> list[CheckResult]:
     return results
 
 
+def check_run_env(config: Any) -> list[CheckResult]:
+    """The env of a run config, made as the run makes it (its ``[env]`` kwargs; the game started
+    first when ``[env] launch`` says so): reset and three steps inside its spaces, the real-time
+    protocol where it speaks it, and its spaces against the config's ``env.spec`` when it declares one.
+    What an env plugin's own check skips (a game needs a run's options: a window, keys) is checked here."""
+    from mqttrl.envs.launch import GameProcess, LaunchSettings
+    from mqttrl.envs.realtime import make_run_env
+    from mqttrl.envs.spec import EnvSpec, spec_of_config
+    from mqttrl.plugin.manager import get_registry
+
+    reg, name = get_registry(), f"env {config.env.id} (the run's [env])"
+    settings = LaunchSettings.of(config.env, 1)
+    game = GameProcess(settings) if settings is not None else None
+    make = (
+        (lambda: game.make_env(lambda: make_run_env(config.env, reg)))
+        if game
+        else (lambda: make_run_env(config.env, reg))
+    )
+    try:
+        try:
+            env = make()
+            obs, _ = env.reset(seed=0)
+            bad = None if env.observation_space.contains(obs) else "reset()"
+            for _ in range(3):
+                obs, _, term, trunc, _ = env.step(env.action_space.sample())
+                bad = bad or (None if env.observation_space.contains(obs) else "step()")
+                if term or trunc:
+                    env.reset()
+            spaces = env.observation_space, env.action_space
+            env.close()
+        except Exception as exc:
+            return [CheckResult(name, False, f"{type(exc).__name__}: {exc}")]
+        if bad:
+            return [CheckResult(name, False, f"{bad} returned an observation outside observation_space")]
+        results = [CheckResult(name, True, f"obs {spaces[0]}, actions {spaces[1]}")]
+        declared = spec_of_config(config)
+        if declared is not None:
+            diffs = EnvSpec(*spaces, config.env.id).differences(declared)
+            results.append(
+                CheckResult("env spec", not diffs, "; ".join(diffs) or "the env matches the config's env.spec")
+            )
+        return results + check_realtime_game(make, name)
+    finally:
+        if game is not None:
+            game.close()
+
+
 def _storage_in_tmp(factory: Callable[[dict], Any], settings: dict | None = None) -> list[CheckResult]:
     with tempfile.TemporaryDirectory(prefix="mqttrl-check-") as tmp, contextlib.chdir(tmp):
         return check_storage(factory, dict(settings or {}))
