@@ -166,6 +166,7 @@ def train(displays: list[str], args, run_dir: Path):
         max_seconds=args.train_seconds,
         overrides={
             "env.kwargs.display": displays,  # the worker's game first, then the evaluator's
+            "train.eval_on": "evaluator",  # the evaluator's own windows, not the worker's
             "train.eval_episodes": args.eval_windows,
             "train.eval_every_s": args.eval_every,
             "train.target_return": args.target,

@@ -380,6 +380,14 @@ class TrainConfig:
     )
     eval_episodes: int = setting(20, doc="episodes per greedy evaluation", validator=positive)
     eval_every_s: float = setting(10.0, unit="s", doc="time between greedy evaluations", validator=positive)
+    eval_on: str = setting(
+        "evaluator",
+        doc='where greedy evaluations are played: `"evaluator"`, a node with a copy of the env of its own (a '
+        'simulator; `mqttrl train` runs one), or `"workers"`: each worker plays them on its own game between '
+        "training episodes, every `eval_every_s` for a model it has not judged (a real game: one window a PC; "
+        "async algorithms: DQN, SAC)",
+        validator=one_of("evaluator", "workers"),
+    )
     max_seconds: float = setting(600.0, unit="s", doc="time budget (0: none)", validator=non_negative)
     max_env_steps: int = setting(0, doc="step budget in env steps (0: none)", validator=non_negative)
     final_eval: bool = setting(

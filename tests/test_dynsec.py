@@ -302,6 +302,7 @@ def test_worker_names_from_a_count_or_a_list():
         "mqttrl/A/state/workers/w0",
         "mqttrl/A/infer/w0/request",
         "mqttrl/A/env_spec",  # the run's one spec topic: the first worker's game is the run's (a learner waits)
+        "mqttrl/A/eval/w0",  # its greedy evaluations (train.eval_on = "workers"), under its own name
     }
 
 

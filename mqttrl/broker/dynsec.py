@@ -46,9 +46,10 @@ RIGHTS: dict[str, tuple[frozenset[Kind], frozenset[Kind]]] = {
         frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.LEARNER_METRICS, K.REPLY, K.ENV_SPEC}),
         frozenset({K.SAMPLES, K.HEARTBEAT, K.WORKER_STATE, K.COMMAND, K.WEIGHTS, K.ENV_SPEC}),
     ),
-    # remote inference: requests to the servers, replies and server states back; the env spec of its game
+    # remote inference: requests to the servers, replies and server states back; the env spec of its game;
+    # greedy evaluations it plays on its game (train.eval_on = "workers")
     "worker": (
-        frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.ENV_SPEC}),
+        frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.ENV_SPEC, K.EVAL}),
         frozenset({K.CONFIG, K.WEIGHTS, K.FLOW, K.LEARNER_STATE, K.INFER_REPLY, K.INFERENCE_STATE, K.ENV_SPEC}),
     ),
     "inference": (
@@ -137,7 +138,7 @@ def name(run: str, kind: str) -> str:
 #: the worker topics whose ``{name}`` is the worker's own name: a worker with an identity of its
 #: own publishes (its inference requests included) and reads its inference replies only under its
 #: name; servers answer on the requesting topic's worker, so no worker gets another's answers
-OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.INFER_REPLY})
+OWN_NAME_KINDS = frozenset({K.SAMPLES, K.EPISODES, K.HEARTBEAT, K.WORKER_STATE, K.INFER_REQUEST, K.INFER_REPLY, K.EVAL})
 
 
 def _own_prefix(run: str) -> str:

@@ -435,6 +435,13 @@ class RealTimeEnvSet(EnvSet):
         for env in self.envs:
             env.clock.start()
 
+    def reset_all(self) -> None:
+        """As :meth:`EnvSet.reset_all`, then the schedules start now. Called when no reset runs on a
+        thread (a worker evaluates only then)."""
+        super().reset_all()
+        self.resetting_rows = []
+        self.restart_clocks()
+
     def pause(self) -> None:
         for env in self.envs:
             env.pause()

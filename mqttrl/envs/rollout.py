@@ -253,6 +253,23 @@ class EnvSet:
             self._note_failure(i, "reset", e)
             return self._restart(i)
 
+    def reset_all(self) -> None:
+        """Every env reset for a new episode, its return and length from zero (after a worker's greedy
+        evaluation played on them, or one that an env's failure cut short); an env whose reset raises
+        is made afresh (:meth:`_restart`). The base class's plain reset, also for subclasses that
+        reset on threads: nothing runs meanwhile."""
+        obs = []
+        for i in range(self.num_envs):
+            try:
+                obs.append(np.asarray(self.envs[i].reset()[0], dtype=self.dtype))
+            except Exception as e:
+                self._note_failure(i, "reset", e)
+                obs.append(self._restart(i))
+        self.obs = np.stack(obs).astype(self.dtype, copy=False).reshape(self.obs.shape)
+        self.returns[:] = 0.0
+        self.lengths[:] = 0
+        self._in_demo.clear()
+
     def step_env(self, i: int, action) -> tuple | None:
         """Step env ``i`` alone (after a failure, to get a real transition for its row).
 

@@ -12,6 +12,7 @@ through ``on_result`` and asks for a last evaluation of the newest model with :m
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -25,7 +26,7 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import WeightsMessage, decode_json, decode_weights, encode_json
+from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.evaluate")
 
@@ -40,10 +41,14 @@ def model_env_steps(weights: WeightsMessage) -> int | None:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else None
 
 
+#: the models a listening evaluator keeps by version, for the results of workers that evaluated them
+RECENT_MODELS = 16
+
+
 class _Latest:
     """What the evaluator has read from the run's retained topics: its handler table."""
 
-    def __init__(self, topics: Topics, episodes: int, config: RunConfig | None = None):
+    def __init__(self, topics: Topics, episodes: int, config: RunConfig | None = None, listen: bool = False):
         self.episodes = episodes
         self.registry = get_registry()
         self.config = self.actor = self.make = None
@@ -54,7 +59,13 @@ class _Latest:
         self.first_published_at: float | None = None
         #: why the run's config cannot be evaluated here (unknown algorithm, bad value): raised by the loop
         self.error: Exception | None = None
-        self.dispatch = Dispatcher(topics, {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}, log)
+        #: with ``listen``: the recent models by version, and the workers' results not handed on yet
+        self.recent: dict[int, tuple[WeightsMessage, bytes]] = {}
+        self.results: list[dict] = []
+        handlers = {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}
+        if listen:
+            handlers[Kind.EVAL] = self.on_eval
+        self.dispatch = Dispatcher(topics, handlers, log)
         self.rejections = self.dispatch.rejections
         if config is not None:  # handed over: an env that cannot be made raises here, before anything runs
             self.actor, self.make = greedy_actor(config, episodes)
@@ -82,6 +93,20 @@ class _Latest:
             self.first_published_at = w.published_at
         if self.weights is None or w.version > self.weights.version:
             self.weights, self.payload = w, payload
+        self.recent[w.version] = (w, payload)
+        while len(self.recent) > RECENT_MODELS:
+            del self.recent[min(self.recent)]
+
+    def on_eval(self, name: str, payload: bytes) -> None:
+        """A worker's greedy evaluation (``eval_on = "workers"``): kept for the loop to hand on."""
+        result = decode_json(payload, {"model_version": int, "mean": (int, float), "episodes": int})
+        for key in ("mean", "std", "min", "max", "eval_s"):
+            value = result.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise Rejected("missing_field", f"eval result without a number {key!r}")
+            if not math.isfinite(value):
+                raise Rejected("non_finite", f"eval result {key}={value!r}")
+        self.results.append({**result, "evaluator": name})
 
 
 class EvaluatorNode:
@@ -98,12 +123,16 @@ class EvaluatorNode:
         config: RunConfig | None = None,
         first_after_s: float = 0.0,
         on_result: ResultCallback | None = None,
+        play: bool = True,
     ):
+        """``play=False``: the workers play the evaluations on their games (``[train] eval_on =
+        "workers"``); this node hands their results on (``on_result``) with the model each judged."""
         self.topics = Topics(run)
         self.name = name or f"eval-{uuid.uuid4().hex[:6]}"
         self.episodes, self.every_s, self.first_after_s = episodes, every_s, first_after_s
         self.on_result = on_result
-        self.seen = _Latest(self.topics, episodes, config)
+        self.play = play
+        self.seen = _Latest(self.topics, episodes, config, listen=not play)
         self.rejections = self.seen.rejections
         #: every result, in order
         self.results: list[dict] = []
@@ -137,6 +166,11 @@ class EvaluatorNode:
                 self._pump(0.2)
                 if self.seen.error is not None:
                     raise self.seen.error
+                if not self.play:  # the workers evaluate: hand their results on; no final one here
+                    self._hand_on_workers_results(t0)
+                    if self._final.is_set():
+                        return None
+                    continue
                 if self._final.is_set():
                     self._evaluate_newest(t0)
                     return None
@@ -188,6 +222,21 @@ class EvaluatorNode:
         if self.on_result is not None:
             self.on_result(result, w, payload)
         return result
+
+    def _hand_on_workers_results(self, t0: float) -> None:
+        """The workers' results received since the last call, each with the model it judged (one too
+        old to be kept is handed on without it: it counts, but cannot become ``best/``)."""
+        seen = self.seen
+        while seen.results:
+            result = seen.results.pop(0)
+            w, payload = seen.recent.get(result["model_version"], (None, None))
+            result["wall_s"] = round(time.monotonic() - t0, 2)
+            if w is not None and seen.first_published_at is not None:
+                result["training_s"] = round(w.published_at - seen.first_published_at, 2)
+            self.results.append(result)
+            self.evaluated = max(self.evaluated, result["model_version"])
+            if self.on_result is not None:
+                self.on_result(result, w, payload)
 
     def final(self, timeout: float, cancel: threading.Event | None = None) -> bool:
         """Evaluate the newest model unless an evaluation has seen it (after the one under way),

@@ -86,7 +86,7 @@ class RunRecord:
             row = [wall, worker, e.get("env"), e["return"], e["length"], e.get("terminated"), e.get("model_version")]
             self._episodes.writerow(row + [steps])
 
-    def on_evaluation(self, result: dict, weights, payload: bytes) -> None:
+    def on_evaluation(self, result: dict, weights, payload: bytes | None) -> None:
         """A result of the evaluator node: a row of evaluations.csv, ``best/`` when it is the best
         so far, and the solve when it reached the target."""
         with self._lock:
@@ -106,7 +106,9 @@ class RunRecord:
             if self.best_eval is None or row["mean"] > self.best_eval:
                 self.best_eval = row["mean"]
             score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]))
-            if score.beats(self.best_score):
+            if payload is not None and score.beats(
+                self.best_score
+            ):  # a worker's result of a model no longer held: no best/
                 self._save_best(row, payload, score)
             target = self.config.train.target_return
             if target is not None and row["mean"] >= target and self.solved_at is None:

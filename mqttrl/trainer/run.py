@@ -222,6 +222,7 @@ def _start_nodes(run: LocalRun, brokers: Mapping[str, BrokerSettings]) -> None:
         config=config,
         first_after_s=tc.eval_every_s,
         on_result=record.on_evaluation,
+        play=tc.eval_on != "workers",  # else the workers play them on their games; it hands their results on
     )
     names = list(tc.telemetry_storages) if tc.telemetry else []
     storages = make_storages(names, storage_options(names, run.run_dir))
@@ -277,6 +278,9 @@ def _final_evaluation(run: LocalRun, display: Progress, t_start: float, cancel: 
     (after one under way). The workers go on meanwhile. Ctrl-C (``cancel``) ends the wait."""
     assert run.evaluator is not None and run.record is not None
     if run.evaluator.latest_version < 0:
+        return
+    if not run.evaluator.play:
+        log.info('train.eval_on = "workers": no final evaluation (the workers evaluate on their own schedule)')
         return
     timeout = 60.0 + 4 * max((e["eval_s"] for e in list(run.record.evals)), default=60.0)
     log.info("budget reached: the final model (version %d) is evaluated", run.evaluator.latest_version)

@@ -87,7 +87,7 @@ TABLE: tuple[TopicSpec, ...] = (
         "JSON birth message; the last will sets it offline",
         "worker",
     ),
-    TopicSpec(Kind.EVAL, "eval/{name}", 1, False, "evaluator", "JSON", "evaluator"),
+    TopicSpec(Kind.EVAL, "eval/{name}", 1, False, "evaluator, worker", "JSON", "evaluator"),
     TopicSpec(Kind.COMMAND, "cmd/learner/{name}", 1, False, "telemetry, operators", "JSON", "command"),
     TopicSpec(Kind.REPLY, "reply/{name}", 1, False, "learner", "JSON", "request id"),
     TopicSpec(

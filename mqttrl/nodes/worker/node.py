@@ -45,6 +45,7 @@ from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
+from mqttrl.nodes.worker.evaluation import WorkerEvaluation
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
@@ -159,6 +160,10 @@ class WorkerNode:
         self.period_stats: PeriodStats | None = None
         #: the game this worker launched and relaunches (``[env] launch``), else None
         self.game: GameProcess | None = None
+        #: greedy evaluations this worker plays on its own game (``[train] eval_on = "workers"``), else None
+        self.evaluation: WorkerEvaluation | None = None
+        #: the info of the model loaded last (what an evaluation of it reports, e.g. its env steps)
+        self.model_info: dict = {}
         self.games_paused = False
         self.idle_reason: str | None = None
         #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
@@ -227,6 +232,7 @@ class WorkerNode:
             if not self._wait_for("weights", lambda: self.core.has_model):
                 return
             self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
+            self.evaluation = self._make_evaluation(cfg)
             self._load_new_weights()
             log.info(
                 "worker %s stepping %d envs from model version %d (inference: %s)",
@@ -269,6 +275,7 @@ class WorkerNode:
         self._drain()
         self._load_new_weights()
         self._heartbeat_if_due()
+        self._evaluate_if_due(envs)
         idle = self._idle_now()
         if idle:
             # idle in small slices: messages, weights and heartbeats go on; behind a link that
@@ -277,6 +284,54 @@ class WorkerNode:
             return
         if self._step(envs):
             self._send_when_due()
+
+    # ---- greedy evaluation on this game ---------------------------------------------------
+    def _make_evaluation(self, cfg: RunConfig) -> WorkerEvaluation | None:
+        if cfg.train.eval_on != "workers":
+            return None
+        if self.info.mode == "sync":
+            log.warning(
+                'train.eval_on = "workers": %s runs in synchronous rounds, which an evaluation would cut; this '
+                "worker does not evaluate",
+                self.info.name,
+            )
+            return None
+        return WorkerEvaluation(cfg.train.eval_episodes, cfg.train.eval_every_s, self.clock)
+
+    def _evaluate_if_due(self, envs: EnvSet) -> None:
+        """Between steps, when due: the greedy episodes on this worker's own envs, nothing recorded,
+        the result on ``eval/<worker>``; messages and heartbeats go on meanwhile. A game that fails
+        during it ends the evaluation (no result); the env set makes it afresh as after any failure."""
+        ev = self.evaluation
+        if ev is None or not ev.due(self.core.version) or getattr(envs, "resetting_rows", None) or self.games_paused:
+            return
+        if self.actor.pending():  # what was recorded goes out first (a batch never spans the gap)
+            self._send_batch()
+        version = self.core.version
+        try:
+            result = ev.play(envs, self.actor, version, self.model_info, during=self._evaluation_chores)
+        except EnvFailing:
+            raise
+        except Exception as e:
+            log.warning(
+                "worker %s: the evaluation of model %d stopped: %s: %s", self.name, version, type(e).__name__, e
+            )
+            envs.reset_all()
+            return
+        self.node.publish(self.topics.evaluation(self.name), encode_json(result), qos=1, kind="eval")
+        log.info(
+            "worker %s evaluated model %d: mean %.1f over %d episodes (%.1f s)",
+            self.name,
+            version,
+            result["mean"],
+            result["episodes"],
+            result["eval_s"],
+        )
+
+    def _evaluation_chores(self) -> None:
+        """While an evaluation plays: messages (a new model waits until it ends) and heartbeats."""
+        self._drain()
+        self._heartbeat_if_due()
 
     def _idle_now(self) -> str | None:
         """Why the worker idles now (the core's :meth:`~WorkerCore.should_idle` over this turn's
@@ -302,6 +357,7 @@ class WorkerNode:
         A worker with nothing useful to do pauses games that can pause (resumed at once when
         there is); a game that cannot pause plays on with the newest model, its steps not
         recorded meanwhile (they would be lost or refused as stale)."""
+        self._evaluate_if_due(envs)
         idle = self.idle_reason = self._idle()
         if idle and envs.pausable:
             self.priority.low()  # nothing runs against a deadline while the games are paused
@@ -482,6 +538,7 @@ class WorkerNode:
         with self.blocks.timed("load"):
             self.actor.load_weights(w.tensors, w.info)
         self.core.loaded(w)
+        self.model_info = dict(w.info)
         if self.remote is not None:
             self.remote.require_version(w.version, w.epoch)
 

@@ -1,0 +1,108 @@
+"""Greedy evaluation played by a worker on its own game, between its training episodes.
+
+A real game has one window per PC, so no evaluator elsewhere can have a copy of it. With
+``[train] eval_on = "workers"`` each worker, every ``eval_every_s`` and only for a model it has not
+evaluated yet, stops recording, ends its open episodes for the actor (no n-step window spans the
+evaluation), plays ``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator
+seeds a model version: :func:`mqttrl.envs.rollout.evaluation_seed`), resets its envs and trains on.
+The result is published on ``eval/<worker>`` with the fields of the evaluator's, so it feeds what
+those feed: ``mqttrl train``'s record (``evaluations.csv``, the target, ``best/``), telemetry and the
+learner's best-model save.
+
+Async algorithms only (a PPO round's share would be cut by it); a sync-mode worker says so once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mqttrl.envs.rollout import EnvSet, evaluation_seed
+from mqttrl.plugin.algorithm import INGESTED_KEY
+
+
+class WorkerEvaluation:
+    """When this worker evaluates, and the playing of it (pure scheduling plus the env loop)."""
+
+    def __init__(self, episodes: int, every_s: float, clock: Callable[[], float] = time.monotonic):
+        self.episodes, self.every_s, self.clock = episodes, every_s, clock
+        #: the newest model version this worker evaluated (-1: none)
+        self.evaluated = -1
+        self._next_at = clock() + every_s  # the first after one period: a model worth judging
+
+    def due(self, version: int) -> bool:
+        """An evaluation is due: the period has passed and the model is one not evaluated yet."""
+        return version >= 0 and version > self.evaluated and self.clock() >= self._next_at
+
+    def play(
+        self,
+        envs: EnvSet,
+        actor: Any,
+        version: int,
+        info: dict,
+        during: Callable[[], None] | None = None,
+        max_steps: int = 100_000,
+    ) -> dict:
+        """Play the greedy episodes on ``envs`` (their open episodes are ended for ``actor`` first, and
+        every env is reset after), calling ``during`` after each step; the result as an evaluator
+        publishes it."""
+        self.evaluated = version
+        self._next_at = self.clock() + self.every_s  # also when it fails: not again at once
+        started = time.monotonic()
+        for i in range(envs.num_envs):  # the open training episodes end here (as a truncation)
+            actor.truncate(i, envs.obs[i])
+        seed = evaluation_seed(version, self.episodes)
+        returns = greedy_returns(envs, actor, self.episodes, seed, max_steps, during)
+        envs.reset_all()
+        self._next_at = self.clock() + self.every_s
+        r = np.asarray(returns, dtype=np.float64)
+        result = {
+            "model_version": version,
+            "episodes": len(returns),
+            "mean": float(r.mean()),
+            "std": float(r.std()),
+            "min": float(r.min()),
+            "max": float(r.max()),
+            "eval_s": round(time.monotonic() - started, 3),
+        }
+        ingested = info.get(INGESTED_KEY)
+        if isinstance(ingested, int) and not isinstance(ingested, bool):
+            result["env_steps"] = ingested  # the data the model was trained on: curves by env step
+        return result
+
+
+def greedy_returns(
+    envs: EnvSet, actor: Any, episodes: int, seed: int, max_steps: int, during: Callable[[], None] | None = None
+) -> list[float]:
+    """``episodes`` greedy episodes on the envs of ``envs`` (several side by side when it has several),
+    episode k reset with ``seed + k``; a policy call per step over the envs still playing."""
+    returns: list[float] = []
+    started = 0
+    live: dict[int, tuple[np.ndarray, float]] = {}  # env index -> (obs, return so far)
+    for i in range(min(envs.num_envs, episodes)):
+        live[i] = (np.asarray(envs.envs[i].reset(seed=seed + started)[0]), 0.0)
+        started += 1
+    steps = 0
+    while live and steps < max_steps:
+        idx = sorted(live)
+        obs = np.stack([live[i][0] for i in idx]).astype(envs.dtype, copy=False)
+        actions, _ = actor.act(obs, greedy=True)
+        for j, i in enumerate(idx):
+            a = actions[j]
+            o, r, term, trunc, _ = envs.envs[i].step(a.item() if np.ndim(a) == 0 else a)
+            total = live[i][1] + float(r)
+            if term or trunc:
+                returns.append(total)
+                del live[i]
+                if started < episodes:
+                    live[i] = (np.asarray(envs.envs[i].reset(seed=seed + started)[0]), 0.0)
+                    started += 1
+            else:
+                live[i] = (np.asarray(o), total)
+        steps += 1
+        if during is not None:
+            during()
+    return returns or [0.0]

@@ -1,0 +1,123 @@
+"""Greedy evaluation played by the workers on their own games (issue 34: one window a PC, so no
+evaluator elsewhere can have a copy): the schedule and the play with plain objects, then a real
+``mqttrl.train`` run whose every evaluation comes from its workers."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from mqttrl.envs.rollout import EnvSet, evaluation_seed
+from mqttrl.nodes.worker.evaluation import WorkerEvaluation, greedy_returns
+
+
+class Counter(gym.Env):
+    """Reward 1 a step; an episode lasts ``seed % 7 + 3`` steps (so the seeds it was reset with show)."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.length = (seed if seed is not None else 0) % 7 + 3
+        self.t = 0
+        self.resets = getattr(self, "resets", 0) + 1
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([float(self.t)], np.float32), 1.0, self.t >= self.length, False, {}
+
+
+class GreedyActor:
+    """What the worker's actor is asked for: greedy actions and the truncation of open episodes."""
+
+    def __init__(self):
+        self.truncated: list[int] = []
+        self.greedy_calls = 0
+
+    def act(self, obs, greedy=False):
+        assert greedy, "an evaluation acts greedily"
+        self.greedy_calls += 1
+        return np.zeros(len(obs), dtype=np.int64), {}
+
+    def truncate(self, i, final_obs):
+        self.truncated.append(i)
+
+
+def test_an_evaluation_is_due_after_its_period_and_for_a_model_not_judged_yet():
+    now = [100.0]
+    ev = WorkerEvaluation(episodes=3, every_s=10.0, clock=lambda: now[0])
+    assert not ev.due(5)  # the first after one period
+    now[0] = 110.0
+    assert ev.due(5) and not ev.due(-1)  # no model yet: nothing to judge
+    ev.evaluated = 5
+    assert not ev.due(5) and ev.due(6)
+
+
+def test_the_play_ends_open_episodes_plays_greedily_with_the_versions_seeds_and_resets():
+    envs = EnvSet(lambda: Counter(), 2, seed=0)
+    for _ in range(2):
+        envs.step(np.zeros(2, dtype=np.int64))  # episodes open on both envs
+    actor = GreedyActor()
+    ev = WorkerEvaluation(episodes=5, every_s=1.0, clock=lambda: 0.0)
+    result = ev.play(envs, actor, version=4, info={"env_steps_ingested": 1234})
+    seed = evaluation_seed(4, 5)
+    expected = sorted(float((seed + k) % 7 + 3) for k in range(5))
+    assert actor.truncated == [0, 1]  # no n-step window spans the evaluation
+    assert result["model_version"] == 4 and result["episodes"] == 5 and result["env_steps"] == 1234
+    assert result["mean"] == pytest.approx(np.mean(expected)) and result["min"] == min(expected)
+    assert ev.evaluated == 4
+    assert envs.lengths.tolist() == [0, 0] and envs.returns.tolist() == [0.0, 0.0]  # training starts afresh
+    assert envs.obs.tolist() == [[0.0], [0.0]]
+
+
+def test_greedy_returns_calls_the_chores_between_steps():
+    envs = EnvSet(lambda: Counter(), 1, seed=0)
+    calls = []
+    returns = greedy_returns(envs, GreedyActor(), 2, seed=7, max_steps=1000, during=lambda: calls.append(1))
+    assert returns == [7 % 7 + 3.0, 8 % 7 + 3.0] and len(calls) == sum(returns)
+
+
+@pytest.mark.e2e
+def test_train_with_workers_evaluating_records_their_results(tmp_path):
+    import mqttrl
+
+    result = mqttrl.train(
+        str(Path(__file__).parent.parent / "configs" / "cartpole_dqn.toml"),
+        eval_on="workers",
+        eval_episodes=3,
+        eval_every_s=2.0,
+        target_return=None,
+        max_seconds=25,
+        telemetry_storages=[],
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    rows = list(csv.DictReader((tmp_path / "run" / "evaluations.csv").open()))
+    assert len(rows) >= 2 and all(int(r["episodes"]) == 3 for r in rows), rows
+    assert result.best_eval_mean is not None and result.best_weights is not None  # best/ from a worker's result
+    logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()
+    assert "worker w0 evaluated model" in logs
+
+
+def test_a_listening_evaluator_refuses_a_bad_result_and_keeps_a_good_one():
+    """Results published by workers are input like any: a NaN mean or a missing field is refused and
+    counted, never handed on; a good one is kept with the worker that played it."""
+    import json
+
+    from mqttrl.nodes.evaluator import _Latest
+    from mqttrl.transport.topics import Topics
+
+    topics = Topics("r")
+    seen = _Latest(topics, 3, listen=True)
+    good = {"model_version": 2, "episodes": 3, "mean": 5.0, "std": 0.0, "min": 5.0, "max": 5.0, "eval_s": 0.1}
+    seen.dispatch(topics.evaluation("pc1"), json.dumps({**good, "mean": float("nan")}).encode())
+    seen.dispatch(topics.evaluation("pc1"), json.dumps({k: v for k, v in good.items() if k != "std"}).encode())
+    seen.dispatch(topics.evaluation("pc1"), json.dumps(good).encode())
+    assert seen.results == [{**good, "evaluator": "pc1"}]
+    assert sum(seen.rejections.snapshot().values()) == 2
