@@ -273,3 +273,59 @@ def _alive_pid(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+# ---- a real game in a real window ---------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_killed_or_hung_catch_window_is_relaunched_by_the_worker_s_env_set(fault, tmp_path):
+    """Catch under Xvfb, started by the launcher as a worker starts it: SIGKILL (its window closes)
+    or SIGSTOP (its frames stop changing: ``frozen_s``) is noticed by the screen env, and the game is
+    stopped and started again; playing on the new window within the stated time."""
+    from helpers.xvfb import Xvfb
+
+    from mqttrl_plugins.screen import make_screen_env
+
+    x = Xvfb(tmp_path)
+    title = f"catch relaunch {fault}"
+    game_argv = [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title]
+    settings = LaunchSettings(
+        (*game_argv, "--lives", "3", "--ball-speed", "150"),
+        env={"DISPLAY": x.display, "SDL_VIDEODRIVER": "x11", "SDL_AUDIODRIVER": "dummy"},
+        ready_s=60.0,
+    )
+    game = GameProcess(settings)
+    kwargs = {
+        "window": title,
+        "window_exact": True,
+        "display": x.display,
+        "keys": [[], ["Left"], ["Right"]],
+        "reward": "mqttrl_plugins.screen.demo_game:CatchScore",
+        "reset_keys": ["Return"],
+        "size": 16,
+        "step_s": 0.02,
+        "frozen_s": 1.5,
+    }
+    envs = EnvSet(
+        lambda: game.make_env(lambda: make_screen_env(**kwargs)),
+        1,
+        0,
+        env_id="screen",
+        on_restart=lambda i, e: game.relaunch(f"env {i} failed: {e}"),
+    )
+    try:
+        for _ in range(10):
+            envs.step(np.array([1]))
+        first = game.proc.pid
+        os.kill(first, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+        took = step_until_restarted(envs, 0, 30.0)
+        for _ in range(10):  # playing again on the new window
+            envs.step(np.array([2]))
+        assert game.relaunches == 1 and game.proc.pid != first and envs.failed == []
+    finally:
+        envs.close()
+        game.close()
+        x.stop()
+    # the stated times (2 cores): a killed game's window is gone at the next step, then the game
+    # starts again and its window comes up (~1-3 s); a hung one is noticed after frozen_s (1.5 s)
+    print(f"{fault}: playing again after {took:.2f} s")
+    assert took < (15.0 if fault == "killed" else 20.0), took
