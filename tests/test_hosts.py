@@ -35,22 +35,6 @@ BLOCK_SCREEN = (
 )
 
 
-def xvfb(host: netns.Host, workdir: Path) -> str:
-    """An X display of the host's own. Its number is chosen here, high and free: namespaces share the
-    file system, so two Xvfb that each pick the lowest free number (``-displayfd``) both take :0 and
-    the second's /tmp/.X11-unix/X0 takes the first's clients."""
-    for number in range(300 + os.getpid() % 300, 1000):
-        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
-            break
-    argv = ["Xvfb", f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp", "-ac", "-noreset"]
-    host.start(argv, workdir / f"xvfb-{host.name}.log")
-    deadline = time.monotonic() + 30
-    while not Path(f"/tmp/.X11-unix/X{number}").exists():
-        assert time.monotonic() < deadline, f"Xvfb :{number} on {host.name} did not start"
-        time.sleep(0.1)
-    return f":{number}"
-
-
 def node_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
@@ -126,7 +110,7 @@ def test_catch_trains_across_five_hosts_and_a_game_pc_survives_a_pulled_cable(tm
             node_env(),
         )
         for pc in (pc1, pc2):
-            display = xvfb(pc, tmp_path)
+            display = pc.xvfb(tmp_path)
             worker = [str(BIN / "mqttrl-worker"), "--run", "screen-catch", "--broker", url, "--name", pc.name]
             pc.start(worker, tmp_path / f"worker-{pc.name}.log", node_env(DISPLAY=display))
         logs = sorted(tmp_path.glob("*.log"))

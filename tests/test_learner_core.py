@@ -9,6 +9,7 @@ random interleavings against a small model of the rules.
 from __future__ import annotations
 
 import logging
+import types
 from collections import Counter, defaultdict
 
 import attrs
@@ -941,3 +942,16 @@ def test_workers_restored_from_a_checkpoint_are_forgotten_if_they_never_come_bac
     birth(core, "back", 1050.0, incarnation="b")
     core.check_liveness(1101.0)
     assert set(core.workers) == {"back"} and core.last_seqs() == {"back": {"b": 3}}
+
+
+def test_a_version_replaced_beyond_memory_is_refused_in_words_not_infinity():
+    """A batch of a version whose successor came so long ago that its time is no longer held (a
+    game PC back after a pulled cable) is stale, and the line says so rather than "infs ago"."""
+    mode = AsyncAdmission(FakeAsync(), max_staleness_s=60.0, publish_every=1, weights_every_s=1.0)
+    for version, at in ((1, 0.0), (2, 10.0), (3, 200.0)):
+        mode.opened(version, set(), at)
+    old_batch = types.SimpleNamespace(model_version=1)  # only its model version is read
+    with pytest.raises(Rejected) as e:
+        mode.check(old_batch, 3, 300.0)
+    assert e.value.reason == "stale_version" and "inf" not in str(e.value)
+    assert "replaced so long ago that it is no longer held" in str(e.value)

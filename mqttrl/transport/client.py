@@ -546,6 +546,9 @@ class MqttNode:
             self._outbox.discard_retained({m.topic for m in birth if m.retain})
         for m in birth:
             self._paho_publish(m)
+        # a new connection gets ack_timeout_s to acknowledge what it sends again: the messages' age counts
+        # from their first send, across the outage, and would recycle the fresh link at once
+        self._last_recycle = time.monotonic()
         self._connected.set()
         log.info("%s: connected to %s", self.client_id, self.broker)
 

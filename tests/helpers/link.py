@@ -228,7 +228,8 @@ class Pipe:
 
 
 class Link:
-    """The proxy: listens on ``port`` (a free one) and connects each client to ``target_port``."""
+    """The proxy: listens on ``port`` (a free one) and connects each client to ``target_port`` of
+    ``target_host`` (this host by default; a broker host's address in a namespace harness)."""
 
     def __init__(
         self,
@@ -238,8 +239,9 @@ class Link:
         rate: float | None = None,
         seed: int = 0,
         start: bool = True,
+        target_host: str = "127.0.0.1",
     ):
-        self.target_port = target_port
+        self.target_port, self.target_host = target_port, target_host
         self.shapes = {"up": Shape(latency_s, jitter_s, rate), "down": Shape(latency_s, jitter_s, rate)}
         self.rng = random.Random(seed)
         self.port = _free_port()
@@ -375,7 +377,7 @@ class Link:
                     up = socket.socket()
                     up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
                     up.settimeout(2)
-                    up.connect(("127.0.0.1", self.target_port))
+                    up.connect((self.target_host, self.target_port))
                 except OSError:
                     down.close()
                     continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 
@@ -92,6 +93,23 @@ class Host:
         out.close()  # the child keeps its own descriptor
         self.procs.append(proc)
         return proc
+
+    def xvfb(self, workdir: Path) -> str:
+        """An X display of this host's own (its Xvfb's output in ``workdir``). Its number is chosen
+        here, high and free: hosts share the file system, so two Xvfb that each take the lowest free
+        number (``-displayfd``) both take :0, and the second's /tmp/.X11-unix/X0 takes the first's clients."""
+        for number in range(300 + os.getpid() % 300, 1000):
+            if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
+                break
+        # -noreset: the server does not reset when its last client goes (a game relaunched, an env remade)
+        argv = ["Xvfb", f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp", "-ac", "-noreset"]
+        self.start(argv, workdir / f"xvfb-{self.name}.log")
+        deadline = time.monotonic() + 30
+        while not Path(f"/tmp/.X11-unix/X{number}").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Xvfb :{number} on {self.name} did not start (see {workdir})")
+            time.sleep(0.1)
+        return f":{number}"
 
     def link(self, up: bool) -> None:
         """Pull or plug this host's cable: its ``eth0`` down or up."""

@@ -221,9 +221,9 @@ class AsyncAdmission:
             )
         replaced = self.replaced_at(v, now)
         if replaced is not None and now - replaced > self.max_staleness_s:
+            ago = f"{now - replaced:.2f}s ago" if replaced != float("-inf") else "so long ago that it is no longer held"
             raise Rejected(
-                "stale_version",
-                f"version {v} was replaced {now - replaced:.2f}s ago, max_staleness_s is {self.max_staleness_s:g}",
+                "stale_version", f"version {v} was replaced {ago}, max_staleness_s is {self.max_staleness_s:g}"
             )
 
     def replaced_at(self, version: int, now: float) -> float | None:
