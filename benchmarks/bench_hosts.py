@@ -30,6 +30,12 @@ namespaces (issue 34)".
 Needs root (``ip netns``), iproute2, mosquitto and Xvfb. Commands (the repository root):
 
     sudo .venv/bin/python benchmarks/bench_hosts.py --minutes 10 --json /tmp/bench_hosts.json
+    sudo .venv/bin/python benchmarks/bench_hosts.py --target 10 --no-faults --minutes 15   # to a greedy target
+
+With ``--target R`` the learner trains as ``configs/screen_catch_dqn.toml`` ships (its DQN settings;
+Catch with 3 lives, as ``benchmarks/bench_screen.py``), the workers evaluate on their own games every
+``--eval-every`` s (``--eval-episodes`` each), and the run stops at the first evaluation whose mean
+reaches R (telemetry's ``eval.csv``), reporting the env steps its model was trained on and the time.
     sudo .venv/bin/python benchmarks/bench_hosts.py --minutes 2 --cable-s 15 --rate-s 15 --workdir /tmp/hosts-dry
     .venv/bin/python benchmarks/bench_hosts.py --report-only /tmp/hosts-dry    # the report again, from the files
 
@@ -62,6 +68,8 @@ sys.path.insert(0, str(REPO / "tests"))  # helpers.netns, helpers.link: test too
 from helpers import netns  # noqa: E402
 
 RUN = "screen-catch"
+#: Catch as benchmarks/bench_screen.py trains it to a greedy target (3 lives)
+TARGET_GAME_ARGS = ("--lives", "3", "--ball-speed", "300", "--paddle-speed", "400")
 BLOCK_SCREEN = (
     "import sys\n"
     "for name in ('mss', 'Xlib', 'cv2', 'pynput', 'pygame'):\n"
@@ -170,6 +178,8 @@ class Bench:
         self.run_dir, self.telemetry_dir = work / "learner-run", work / "telemetry"
         self.faults: list[dict] = []
         self.events: list[tuple[float, str]] = []  # (time, what): the schedule as it ran
+        #: with --target: the first worker evaluation that reached it (telemetry's eval.csv row)
+        self.solved: dict | None = None
 
     def note(self, what: str) -> None:
         t = time.time()
@@ -187,22 +197,33 @@ class Bench:
         self.broker.start(["mosquitto", "-c", str(conf)], self.logs / "broker.log")
         self.url = f"mqtt://{self.broker.address}:1883"
         title = "catch on this pc"
-        game = [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title, "--lives", "1"]
-        self.sets = [
-            f"env.launch={json.dumps([*game, '--ball-speed', '300'])}",
+        game = [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title]
+        common = [
             'env.launch_env={SDL_VIDEODRIVER = "x11", SDL_AUDIODRIVER = "dummy"}',
             f"env.kwargs.window={json.dumps(title)}",
-            "env.kwargs.step_s=0.03",
             f"env.kwargs.frozen_s={a.frozen_s}",
-            "algorithm.learning_starts=60",
-            "algorithm.batch_size=16",
-            "algorithm.buffer_size=4000",
-            "algorithm.replay_ratio=1.0",
-            "worker.batch_size=16",
-            "learner.publish_every=5",
             "learner.metrics_interval_s=0.5",
             f"learner.checkpoint_every={a.checkpoint_every}",
         ]
+        if a.target is not None:  # training to a greedy target: the config's DQN, bench_screen.py's Catch
+            self.sets = [
+                f"env.launch={json.dumps([*game, *TARGET_GAME_ARGS])}",
+                *common,
+                f"train.eval_every_s={a.eval_every}",
+                f"train.eval_episodes={a.eval_episodes}",
+            ]
+        else:  # faults: a short learner (small replay, one update a step) that trains from the first batches
+            self.sets = [
+                f"env.launch={json.dumps([*game, '--lives', '1', '--ball-speed', '300'])}",
+                "env.kwargs.step_s=0.03",
+                *common,
+                "algorithm.learning_starts=60",
+                "algorithm.batch_size=16",
+                "algorithm.buffer_size=4000",
+                "algorithm.replay_ratio=1.0",
+                "worker.batch_size=16",
+                "learner.publish_every=5",
+            ]
         hook = self.work / "hook"
         hook.mkdir(exist_ok=True)
         (hook / "sitecustomize.py").write_text(BLOCK_SCREEN)
@@ -330,13 +351,29 @@ class Bench:
             }
         )
 
+    def target_reached(self) -> dict | None:
+        """The first greedy evaluation a worker played that reached ``--target`` (telemetry's eval.csv)."""
+        path = self.telemetry_dir / "eval.csv"
+        if self.args.target is None or not path.exists():
+            return None
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("mean") and float(row["mean"]) >= self.args.target:
+                    return row
+        return None
+
     def run_faults(self, duration: float) -> None:
         self.t0 = time.time()
-        plan = self.schedule(duration)
+        plan = [] if self.args.no_faults else self.schedule(duration)
         print("schedule (s after both PCs played):", ", ".join(f"{t:.0f} {what}" for t, what, _ in plan), flush=True)
         end = self.t0 + duration
         while time.time() < end:
             now = time.time()
+            solved = self.target_reached()
+            if solved is not None:
+                self.solved = {**solved, "wall_s_since_both_played": round(now - self.t0, 1)}
+                self.note(f"target {self.args.target:g} reached: {solved.get('evaluator')} mean {solved['mean']}")
+                break
             while plan and now >= self.t0 + plan[0][0]:
                 _, what, action = plan.pop(0)
                 try:
@@ -530,6 +567,9 @@ def report(bench: Bench, times: dict) -> dict:
         "unexplained": joined["unexplained"],
         "accepted_then_lost_with_a_killed_learner": joined["accepted_then_lost_with_a_killed_learner"],
         "faults": faults,
+        "target": bench.args.target,
+        # the first greedy evaluation (a worker's, on its own game) that reached --target: env steps of its model
+        "solved": bench.solved,
         "timeline": [(round(t - bench.t0, 1), what) for t, what in bench.events],
         "workdir": str(bench.work),
     }
@@ -547,6 +587,17 @@ def print_report(r: dict) -> None:
         f"pc1 through the proxy at {r['latency_ms_each_way_pc1']} ms each way for the whole run"
     )
     print(f"env steps: {r['env_steps']}")
+    if r.get("target") is not None:
+        s = r.get("solved")
+        print(
+            f"target {r['target']:g}: "
+            + (
+                f"reached by {s.get('evaluator')} (mean {s['mean']}, model {s.get('model_version')}, trained on "
+                f"{s.get('env_steps')} env steps) {s['wall_s_since_both_played']} s after both PCs played"
+                if s
+                else "not reached"
+            )
+        )
     ln = r["learner"]
     print(
         f"learner: {ln['updates']} updates at the end (max per epoch {ln['updates_per_epoch']}), "
@@ -599,6 +650,15 @@ def main() -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--minutes", type=float, default=10.0, help="length of the faulty run (after both PCs played)")
+    p.add_argument(
+        "--target",
+        type=float,
+        help="train to this greedy mean instead (the workers' evaluations on their own games; the config's DQN, "
+        "Catch with 3 lives as benchmarks/bench_screen.py): stops when reached, or after --minutes",
+    )
+    p.add_argument("--no-faults", action="store_true", help="no fault (with --target: the clean run)")
+    p.add_argument("--eval-every", type=float, default=20.0, help="with --target: train.eval_every_s")
+    p.add_argument("--eval-episodes", type=int, default=5, help="with --target: train.eval_episodes")
     p.add_argument("--latency-ms", type=float, default=150.0, help="pc1's latency through the proxy, each way")
     p.add_argument("--rate-bytes", type=int, default=200_000, help="pc1's eth0 cap during its window (bytes/s)")
     p.add_argument("--rate-s", type=float, help="how long pc1's cap lasts (default 0.15 of the run)")
@@ -657,10 +717,18 @@ def write_report(args, bench: Bench, times: dict | None) -> int:
     if times is None:  # --report-only: the schedule and times as the run saved them
         raw = json.loads(raw_path.read_text())
         bench.t0, bench.t_end, bench.faults = raw["t0"], raw["t_end"], raw["faults"]
+        bench.solved = raw.get("solved")
         bench.events = [tuple(e) for e in raw["events"]]
         times = raw.get("times") or {"t_start": raw["t0"], "t_started": raw["t0"], "t_done": raw["t_end"]}
     else:
-        raw = {"t0": bench.t0, "t_end": bench.t_end, "times": times, "faults": bench.faults, "events": bench.events}
+        raw = {
+            "t0": bench.t0,
+            "t_end": bench.t_end,
+            "times": times,
+            "faults": bench.faults,
+            "events": bench.events,
+            "solved": bench.solved,
+        }
         raw_path.write_text(json.dumps(raw, indent=1))
     r = report(bench, times)
     (bench.work / "bench_hosts.json").write_text(json.dumps(r, indent=1))
