@@ -142,7 +142,7 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
         (T.episodes("w2"), False),
         (T.heartbeat("w2"), False),
         (T.worker_state("w2"), True),
-        (T.evaluation("w1"), False),
+        (T.evaluation("w2"), False),  # another worker's evaluation (its own, eval/w1, it may publish: below)
         ("mqttrl/other-run/weights", True),
         ("elsewhere/topic", False),
     ]
@@ -166,6 +166,7 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
         (T.worker_state("w1"), True),
         (T.episodes("w1"), False),
         (T.heartbeat("w1"), False),
+        (T.evaluation("w1"), False),  # its greedy evaluation on its own game (train.eval_on = "workers")
         (T.samples("w1"), False),
     ]:
         assert ok(w1.pub(topic, b"genuine " + topic.encode(), retain)), topic
@@ -175,7 +176,13 @@ def test_worker_cannot_publish_learner_or_other_workers_topics(broker):
     for who, msgs in (("telemetry", seen), ("learner", seen_by_learner)):
         assert not [t for t, p in msgs if p.startswith(b"forged")], f"forged messages reached {who}: {msgs}"
     assert seen[0] == (T.worker_state("w1"), b"genuine will")
-    assert [t for t, _ in seen[1:]] == [T.worker_state("w1"), T.episodes("w1"), T.heartbeat("w1"), T.samples("w1")]
+    assert [t for t, _ in seen[1:]] == [
+        T.worker_state("w1"),
+        T.episodes("w1"),
+        T.heartbeat("w1"),
+        T.evaluation("w1"),
+        T.samples("w1"),
+    ]
     assert seen_by_learner[:2] == [(T.weights, genuine_weights), (T.worker_state("w1"), b"genuine will")]
     assert [t for t, _ in seen_by_learner[2:]] == [T.worker_state("w1"), T.heartbeat("w1"), T.samples("w1")]
 
