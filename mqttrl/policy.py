@@ -513,23 +513,16 @@ def _spaces_of_env(
 ) -> tuple[gym.Space, gym.Space]:
     """The spaces not given: the run's env spec (``env.spec``: no env is made, no game or display
     needed), else read from the run's env (made once and closed); one line if it cannot be made."""
-    from mqttrl.envs.realtime import make_run_env
-    from mqttrl.envs.spec import SpecError, spec_of_config
+    from mqttrl.envs.fit import spaces_of_run
+    from mqttrl.envs.spec import SpecError
 
     try:
-        spec = spec_of_config(config)
+        obs_space, act_space = spaces_of_run(config, registry)
     except SpecError as e:
         raise PolicyLoadError(f"the run's config holds a damaged env spec ({e})") from None
-    if spec is not None:
-        return observation_space or spec.observation_space, action_space or spec.action_space
-    try:
-        env = make_run_env(config.env, registry)
     except Exception as e:
         raise PolicyLoadError(
             f"cannot make the run's env {config.env.id!r} to read its spaces ({type(e).__name__}: {e}); "
             f"install what it needs, or pass observation_space= and action_space="
         ) from None
-    observation_space = observation_space or env.observation_space
-    action_space = action_space or env.action_space
-    env.close()
-    return observation_space, action_space
+    return observation_space or obs_space, action_space or act_space

@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from mqttrl.envs.rollout import EnvSet, evaluation_seed
-from mqttrl.nodes.worker.evaluation import WorkerEvaluation, greedy_returns
+from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
+from mqttrl.nodes.worker.evaluation import WorkerEvaluation
 
 
 class Counter(gym.Env):
@@ -79,7 +79,7 @@ def test_the_play_ends_open_episodes_plays_greedily_with_the_versions_seeds_and_
 def test_greedy_returns_calls_the_chores_between_steps():
     envs = EnvSet(lambda: Counter(), 1, seed=0)
     calls = []
-    returns = greedy_returns(envs, GreedyActor(), 2, seed=7, max_steps=1000, during=lambda: calls.append(1))
+    returns = greedy_returns(envs.envs, envs.dtype, GreedyActor(), 2, seed=7, during=lambda: calls.append(1))
     assert returns == [7 % 7 + 3.0, 8 % 7 + 3.0] and len(calls) == sum(returns)
 
 

@@ -24,20 +24,23 @@ def run_spaces(env_config: Any, registry: Any, launch: bool = True) -> tuple[gym
     """The run env's (observation, action) spaces, as every node sees them: made once and closed.
     An unknown id is an UnknownEnvError (exit 2), a missing package a MissingDependency (exit 5).
     With ``[env] launch`` (and ``launch``) the game is started for it and stopped after."""
-    from mqttrl.envs.launch import GameProcess, LaunchSettings
-    from mqttrl.envs.realtime import make_run_env
+    from mqttrl.envs.launch import run_env_factory
 
-    settings = LaunchSettings.of(env_config, 1) if launch else None
-    game = GameProcess(settings) if settings is not None else None
-    try:
-        env = game.make_env(lambda: make_run_env(env_config, registry)) if game else make_run_env(env_config, registry)
+    with run_env_factory(env_config, registry, launch) as make:
+        env = make()
         try:
             return env.observation_space, env.action_space
         finally:
             env.close()
-    finally:
-        if game is not None:
-            game.close()
+
+
+def spaces_of_run(config: Any, registry: Any) -> tuple[gym.Space, gym.Space]:
+    """The run's spaces for a node that needs only them: its env spec (``env.spec``: no env is made,
+    no game or display needed), else its env made here once (never a game launched here)."""
+    from mqttrl.envs.spec import spec_of_config
+
+    spec = spec_of_config(config)
+    return spec.spaces if spec is not None else run_spaces(config.env, registry, launch=False)
 
 
 def _refusal(info: Any, params: Any, obs_space: gym.Space, act_space: gym.Space) -> str | None:

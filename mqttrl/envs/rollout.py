@@ -321,20 +321,14 @@ EVAL_SEED_BASE = 10**6
 def greedy_actor(config, episodes: int, seed: int = EVAL_SEED_BASE):
     """An actor and an env factory for greedy evaluation of ``episodes`` episodes side by side
     (``seed`` seeds the actor's own generators; the episodes' seeds are :func:`evaluation_seed`'s)."""
+    from mqttrl.envs.fit import spaces_of_run
     from mqttrl.envs.realtime import make_run_env
-    from mqttrl.envs.spec import spec_of_config
     from mqttrl.plugin.algorithm import ActorContext
     from mqttrl.plugin.manager import get_registry
 
     registry = get_registry()
     make = lambda: make_run_env(config.env, registry)  # noqa: E731
-    spec = spec_of_config(config)  # the run's spaces without the game: it is needed only to evaluate
-    if spec is not None:
-        obs_space, act_space = spec.spaces
-    else:
-        env = make()
-        obs_space, act_space = env.observation_space, env.action_space
-        env.close()
+    obs_space, act_space = spaces_of_run(config, registry)  # the spec: the game is needed only to evaluate
     info = registry.algorithm(config.algorithm.name)
     params = config.algorithm.params
     # the backend a worker prefers ("numpy" for the built-ins: no torch needed, fast for small MLPs)
@@ -381,23 +375,52 @@ def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_s
     i is reset with ``seed + i``. Evaluators call it through :func:`evaluate_model`, which picks the
     seed; a caller with a seed of its own (a benchmark, a test) calls it directly."""
     envs = [make() for _ in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(
-        obs_dtype(envs[0].observation_space)
-    )
-    returns = np.zeros(episodes)
-    active = np.ones(episodes, dtype=bool)
+    try:
+        return greedy_returns(envs, obs_dtype(envs[0].observation_space), actor, episodes, seed, max_steps)
+    finally:
+        for env in envs:
+            env.close()
+
+
+def greedy_returns(
+    envs: list[gym.Env],
+    dtype: np.dtype,
+    actor,
+    episodes: int,
+    seed: int,
+    max_steps: int = 100_000,
+    during: Callable[[], None] | None = None,
+) -> list[float]:
+    """The greedy returns of ``episodes`` episodes played on ``envs`` side by side (a policy call per
+    step over the envs still playing), episode k reset with ``seed + k``; with fewer envs than
+    episodes, an env that ends starts the next episode. Returns in episode order; an episode still
+    open after ``max_steps`` steps counts with its return so far. ``during`` runs after each step
+    (a worker's messages and heartbeats while it evaluates on its own game)."""
+    returns: dict[int, float] = {}
+    live: dict[int, tuple[int, np.ndarray]] = {}  # env index -> (episode, its observation)
+    started = 0
+    for i in range(min(len(envs), episodes)):
+        live[i] = (started, np.asarray(envs[i].reset(seed=seed + started)[0]))
+        returns[started] = 0.0
+        started += 1
     steps = 0
-    while active.any() and steps < max_steps:
-        idx = np.flatnonzero(active)
-        actions, _ = actor.act(obs[idx], greedy=True)
+    while live and steps < max_steps:
+        idx = sorted(live)
+        actions, _ = actor.act(np.stack([live[i][1] for i in idx]).astype(dtype, copy=False), greedy=True)
         for j, i in enumerate(idx):
             a = actions[j]
-            o, r, term, trunc, _ = envs[i].step(a.item() if a.ndim == 0 else a)
-            returns[i] += r
-            obs[i] = o
-            if term or trunc:
-                active[i] = False
+            episode = live[i][0]
+            o, r, term, trunc, _ = envs[i].step(a.item() if np.ndim(a) == 0 else a)
+            returns[episode] += float(r)
+            if not (term or trunc):
+                live[i] = (episode, np.asarray(o))
+            elif started < episodes:
+                live[i] = (started, np.asarray(envs[i].reset(seed=seed + started)[0]))
+                returns[started] = 0.0
+                started += 1
+            else:
+                del live[i]
         steps += 1
-    for env in envs:
-        env.close()
-    return returns.tolist()
+        if during is not None:
+            during()
+    return [returns[k] for k in sorted(returns)]

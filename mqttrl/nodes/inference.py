@@ -45,9 +45,8 @@ import paho.mqtt.client as mqtt
 
 from mqttrl.config import ConfigError, from_dict
 from mqttrl.devices import describe_device, resolve_device
-from mqttrl.envs.realtime import make_run_env
+from mqttrl.envs.fit import spaces_of_run
 from mqttrl.envs.rollout import obs_dtype
-from mqttrl.envs.spec import spec_of_config
 from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
@@ -215,11 +214,8 @@ class InferenceServer:
     def _spaces(self, cfg: Any, registry: Any) -> tuple[gym.Space, gym.Space] | None:
         """The run's spaces from its env spec, else from its env made here; None (said once) when
         neither is there yet: the config with the spec comes once a worker has published it."""
-        spec = spec_of_config(cfg)
-        if spec is not None:
-            return spec.spaces
         try:
-            env = make_run_env(cfg.env, registry)
+            return spaces_of_run(cfg, registry)
         except Exception as e:  # the game lives on the game PCs: wait for the spec
             log.warning(
                 "inference server %s: env %r cannot be made here (%s: %s); waiting for the run's env spec",
@@ -229,10 +225,6 @@ class InferenceServer:
                 e,
             )
             return None
-        try:
-            return env.observation_space, env.action_space
-        finally:
-            env.close()
 
     def _place_forward(self, backend: str, configured: str) -> None:
         """Move a torch forward to ``inference.device`` (checked: one clear line if torch cannot use it).

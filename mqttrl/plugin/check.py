@@ -583,20 +583,12 @@ def check_run_env(config: Any) -> list[CheckResult]:
     first when ``[env] launch`` says so): reset and three steps inside its spaces, the real-time
     protocol where it speaks it, and its spaces against the config's ``env.spec`` when it declares one.
     What an env plugin's own check skips (a game needs a run's options: a window, keys) is checked here."""
-    from mqttrl.envs.launch import GameProcess, LaunchSettings
-    from mqttrl.envs.realtime import make_run_env
+    from mqttrl.envs.launch import run_env_factory
     from mqttrl.envs.spec import EnvSpec, spec_of_config
     from mqttrl.plugin.manager import get_registry
 
-    reg, name = get_registry(), f"env {config.env.id} (the run's [env])"
-    settings = LaunchSettings.of(config.env, 1)
-    game = GameProcess(settings) if settings is not None else None
-    make = (
-        (lambda: game.make_env(lambda: make_run_env(config.env, reg)))
-        if game
-        else (lambda: make_run_env(config.env, reg))
-    )
-    try:
+    name = f"env {config.env.id} (the run's [env])"
+    with run_env_factory(config.env, get_registry()) as make:
         try:
             env = make()
             obs, _ = env.reset(seed=0)
@@ -620,9 +612,6 @@ def check_run_env(config: Any) -> list[CheckResult]:
                 CheckResult("env spec", not diffs, "; ".join(diffs) or "the env matches the config's env.spec")
             )
         return results + check_realtime_game(make, name)
-    finally:
-        if game is not None:
-            game.close()
 
 
 def _storage_in_tmp(factory: Callable[[dict], Any], settings: dict | None = None) -> list[CheckResult]:

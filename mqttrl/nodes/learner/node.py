@@ -28,8 +28,7 @@ import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import ConfigError, RunConfig, write_resolved
-from mqttrl.envs.fit import check_fit, run_spaces
-from mqttrl.envs.spec import spec_of_config
+from mqttrl.envs.fit import check_fit, spaces_of_run
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
@@ -643,8 +642,7 @@ def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]
     """The run's env's spaces: its spec (``env.spec``; :mod:`.env_spec` sets it) or, without one, the env
     made once and closed; checked against the algorithm. An unknown env id or an algorithm that cannot
     act in it is a ConfigError (exit 2), a missing package a MissingDependency (exit 5), each one line."""
-    spec = spec_of_config(config)
-    spaces = spec.spaces if spec is not None else run_spaces(config.env, registry)
+    spaces = spaces_of_run(config, registry)
     check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
     return spaces
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mqttrl.envs.rollout import EnvSet, evaluation_seed
+from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
 from mqttrl.plugin.algorithm import INGESTED_KEY
 
 
@@ -55,7 +55,7 @@ class WorkerEvaluation:
         for i in range(envs.num_envs):  # the open training episodes end here (as a truncation)
             actor.truncate(i, envs.obs[i])
         seed = evaluation_seed(version, self.episodes)
-        returns = greedy_returns(envs, actor, self.episodes, seed, max_steps, during)
+        returns = greedy_returns(envs.envs, envs.dtype, actor, self.episodes, seed, max_steps, during)
         envs.reset_all()
         self._next_at = self.clock() + self.every_s
         r = np.asarray(returns, dtype=np.float64)
@@ -72,37 +72,3 @@ class WorkerEvaluation:
         if isinstance(ingested, int) and not isinstance(ingested, bool):
             result["env_steps"] = ingested  # the data the model was trained on: curves by env step
         return result
-
-
-def greedy_returns(
-    envs: EnvSet, actor: Any, episodes: int, seed: int, max_steps: int, during: Callable[[], None] | None = None
-) -> list[float]:
-    """``episodes`` greedy episodes on the envs of ``envs`` (several side by side when it has several),
-    episode k reset with ``seed + k``; a policy call per step over the envs still playing."""
-    returns: list[float] = []
-    started = 0
-    live: dict[int, tuple[np.ndarray, float]] = {}  # env index -> (obs, return so far)
-    for i in range(min(envs.num_envs, episodes)):
-        live[i] = (np.asarray(envs.envs[i].reset(seed=seed + started)[0]), 0.0)
-        started += 1
-    steps = 0
-    while live and steps < max_steps:
-        idx = sorted(live)
-        obs = np.stack([live[i][0] for i in idx]).astype(envs.dtype, copy=False)
-        actions, _ = actor.act(obs, greedy=True)
-        for j, i in enumerate(idx):
-            a = actions[j]
-            o, r, term, trunc, _ = envs.envs[i].step(a.item() if np.ndim(a) == 0 else a)
-            total = live[i][1] + float(r)
-            if term or trunc:
-                returns.append(total)
-                del live[i]
-                if started < episodes:
-                    live[i] = (np.asarray(envs.envs[i].reset(seed=seed + started)[0]), 0.0)
-                    started += 1
-            else:
-                live[i] = (np.asarray(o), total)
-        steps += 1
-        if during is not None:
-            during()
-    return returns or [0.0]
