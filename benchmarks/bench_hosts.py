@@ -66,15 +66,11 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "tests"))  # helpers.netns, helpers.link: test tools, not shipped
 
 from helpers import netns  # noqa: E402
+from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env  # noqa: E402
 
 RUN = "screen-catch"
 #: Catch as benchmarks/bench_screen.py trains it to a greedy target (3 lives)
 TARGET_GAME_ARGS = ("--lives", "3", "--ball-speed", "300", "--paddle-speed", "400")
-BLOCK_SCREEN = (
-    "import sys\n"
-    "for name in ('mss', 'Xlib', 'cv2', 'pynput', 'pygame'):\n"
-    "    sys.modules[name] = None  # the learner host has no screen extra\n"
-)
 
 
 # ---- the latency proxy, run in pc1's namespace -----------------------------------------------
@@ -102,11 +98,6 @@ def proxy_main(target: str, latency_s: float, port_file: Path) -> int:
 
 
 # ---- set-up (as tests/test_hosts.py) -------------------------------------------------------------
-def node_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
 # ---- what the files say ----------------------------------------------------------------------------
 def episodes(telemetry_dir: Path) -> list[dict]:
     path = telemetry_dir / "episode.csv"
@@ -217,18 +208,9 @@ class Bench:
                 f"env.launch={json.dumps([*game, '--lives', '1', '--ball-speed', '300'])}",
                 "env.kwargs.step_s=0.03",
                 *common,
-                "algorithm.learning_starts=60",
-                "algorithm.batch_size=16",
-                "algorithm.buffer_size=4000",
-                "algorithm.replay_ratio=1.0",
-                "worker.batch_size=16",
-                "learner.publish_every=5",
+                *QUICK_LEARNER_SETS,
             ]
-        hook = self.work / "hook"
-        hook.mkdir(exist_ok=True)
-        (hook / "sitecustomize.py").write_text(BLOCK_SCREEN)
-        pythonpath = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH", "")]))
-        self.headless = node_env(PYTHONPATH=pythonpath, MQTTRL_LEDGER_DIR=str(self.ledgers))
+        self.headless = headless_env(self.work, MQTTRL_LEDGER_DIR=str(self.ledgers))
         config = str(REPO / "configs" / "screen_catch_dqn.toml")
         self.learner_argv = [
             *(str(BIN / "mqttrl-learner"), "--config", config, "--broker", self.url, "--run-dir", str(self.run_dir)),

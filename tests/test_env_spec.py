@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
+from helpers import learner_host
 
 from mqttrl.config import ConfigError, from_dict
 from mqttrl.envs.spec import EnvSpec, SpecError, SpecMismatch, check_env_against, spec_of, spec_of_config, with_spec
@@ -129,8 +130,7 @@ def test_a_worker_whose_env_differs_from_the_runs_spec_is_refused_in_one_line(mo
 
 
 def node_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-    return {**env, "MQTTRL_TRACEBACK": "1", "PYTHONUNBUFFERED": "1", **extra}
+    return learner_host.node_env(MQTTRL_TRACEBACK="1", **extra)
 
 
 def wait_for(what: str, ready, timeout: float, *procs: subprocess.Popen, logs: tuple[Path, ...] = ()) -> None:
@@ -225,14 +225,6 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
     assert spec["made_by"].startswith("worker gamepc@") and spec["observation"]["shape"] == [4]
 
 
-BLOCK_SCREEN = (
-    "import sys\n"
-    "# the learner host: no screen extra (mss, python-xlib, OpenCV, pynput, pygame) and no display\n"
-    "for name in ('mss', 'Xlib', 'cv2', 'pynput', 'pygame'):\n"
-    "    sys.modules[name] = None\n"
-)
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquitto, tmp_path):
@@ -243,10 +235,7 @@ def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquit
 
     x = Xvfb(tmp_path)
     game = Game(x.display, tmp_path, "catch-spec", "--lives", "1", "--ball-speed", "300", "--seed", "2")
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(BLOCK_SCREEN)
-    headless = node_env(PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH", "")])))
+    headless = learner_host.headless_env(tmp_path, MQTTRL_TRACEBACK="1")
     config = str(ROOT / "configs" / "screen_catch_dqn.toml")
     sets = [
         "--set",

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from helpers import netns
+from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
@@ -27,17 +27,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(why_not), reason=f"no hosts as network namespaces here: {why_not}"),
 ]
-
-BLOCK_SCREEN = (
-    "import sys\n"
-    "for name in ('mss', 'Xlib', 'cv2', 'pynput', 'pygame'):\n"
-    "    sys.modules[name] = None  # the learner host has no screen extra\n"
-)
-
-
-def node_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
 def episodes_by_worker(telemetry_dir: Path) -> dict[str, int]:
@@ -83,19 +72,11 @@ def test_catch_trains_across_five_hosts_and_a_game_pc_survives_a_pulled_cable(tm
             'env.launch_env={SDL_VIDEODRIVER = "x11", SDL_AUDIODRIVER = "dummy"}',
             f"env.kwargs.window={json.dumps(title)}",
             "env.kwargs.step_s=0.03",
-            "algorithm.learning_starts=60",
-            "algorithm.batch_size=16",
-            "algorithm.buffer_size=4000",
-            "algorithm.replay_ratio=1.0",
-            "worker.batch_size=16",
-            "learner.publish_every=5",
+            *QUICK_LEARNER_SETS,
             "learner.metrics_interval_s=0.5",
         ]
         config = str(ROOT / "configs" / "screen_catch_dqn.toml")
-        hook = tmp_path / "hook"
-        hook.mkdir()
-        (hook / "sitecustomize.py").write_text(BLOCK_SCREEN)
-        headless = node_env(PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH", "")])))
+        headless = headless_env(tmp_path)
         run_dir, telemetry_dir = tmp_path / "learner-run", tmp_path / "telemetry"
         learner_argv = [str(BIN / "mqttrl-learner"), "--config", config, "--broker", url, "--run-dir", str(run_dir)]
         learner_host.start(
