@@ -177,6 +177,65 @@ class PeriodStats:
         }
 
 
+class LatencyStats:
+    """How old each observation was when the action that answers it went out (capture to action):
+    a histogram over :data:`ERROR_BUCKETS_MS` of the whole run, its count, sum and max. What a
+    worker's heartbeat carries (:meth:`report`, cumulative) and the learner combines per run."""
+
+    def __init__(self):
+        self.hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
+        self._edges = np.asarray(ERROR_BUCKETS_MS) / 1000.0
+        self.n = 0
+        self.sum_s = 0.0
+        self.max_s = 0.0
+
+    def record(self, seconds: float) -> None:
+        self.hist[int(np.searchsorted(self._edges, seconds, side="left"))] += 1
+        self.n += 1
+        self.sum_s += seconds
+        if seconds > self.max_s:
+            self.max_s = seconds
+
+    def report(self) -> dict:
+        """``{"n", "mean_ms", "max_ms", "hist"}`` of the run so far."""
+        return {
+            "n": self.n,
+            "mean_ms": round(1000.0 * self.sum_s / self.n, 3) if self.n else None,
+            "max_ms": round(1000.0 * self.max_s, 3) if self.n else None,
+            "hist": list(self.hist),
+        }
+
+
+def combine_latency(reports: Mapping[str, Mapping]) -> dict | None:
+    """The run's capture-to-action latency from each worker's newest :meth:`LatencyStats.report`:
+    p50/p99 from the summed histograms (bucket upper edges, ms), the mean over all steps, the worst
+    max, and the p99 of each worker (a slow game PC stands out). None before any worker reported."""
+    hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
+    n, total_ms, maxes, by_worker = 0, 0.0, [], {}
+    for worker, r in reports.items():
+        h = r.get("hist")
+        if not (isinstance(h, list) and len(h) == len(hist) and all(isinstance(c, int) and c >= 0 for c in h)):
+            continue
+        hist = [a + b for a, b in zip(hist, h)]
+        count = sum(h)
+        n += count
+        mean = r.get("mean_ms")
+        if isinstance(mean, int | float) and count:
+            total_ms += float(mean) * count
+        maxes += _numbers([r.get("max_ms")])
+        by_worker[worker] = percentile_from_histogram(h, 0.99)
+    if not n:
+        return None
+    return {
+        "steps": n,
+        "p50_ms": percentile_from_histogram(hist, 0.5),
+        "p99_ms": percentile_from_histogram(hist, 0.99),
+        "mean_ms": round(total_ms / n, 3),
+        "max_ms": max(maxes, default=None),
+        "p99_ms_by_worker": by_worker,
+    }
+
+
 class FleetTiming:
     """The learner's view of its workers' timing, from their heartbeats: the blocks summed over
     the fleet (window and run), and the control periods of the real-time workers combined."""
@@ -186,6 +245,8 @@ class FleetTiming:
         self.total: dict[str, dict[str, float]] = {}
         #: per worker, its newest real-time report (``PeriodStats.take`` plus the pause state)
         self.realtime: dict[str, dict] = {}
+        #: per worker, its newest capture-to-action report (``LatencyStats.report``)
+        self.latency: dict[str, dict] = {}
 
     def on_heartbeat(self, worker: str, hb: Mapping) -> None:
         timing = hb.get("timing")
@@ -195,15 +256,24 @@ class FleetTiming:
         rt = hb.get("realtime")
         if isinstance(rt, Mapping):
             self.realtime[worker] = dict(rt)
+        latency = hb.get("act_latency")
+        if isinstance(latency, Mapping):
+            self.latency[worker] = dict(latency)
 
     def forget(self, worker: str) -> None:
         self.realtime.pop(worker, None)
 
     def take(self) -> dict:
-        """``worker_timing`` (the window since the last take), ``worker_timing_total`` and ``realtime``
-        (None when no worker steps in real time) for the learner's metrics message."""
+        """``worker_timing`` (the window since the last take), ``worker_timing_total``, ``realtime``
+        (None when no worker steps in real time) and ``act_latency`` (capture to action, the run's;
+        None before a worker reported it) for the learner's metrics message."""
         window, self.window = self.window, {}
-        return {"worker_timing": window, "worker_timing_total": self.total, "realtime": combine_realtime(self.realtime)}
+        return {
+            "worker_timing": window,
+            "worker_timing_total": self.total,
+            "realtime": combine_realtime(self.realtime),
+            "act_latency": combine_latency(self.latency),
+        }
 
 
 def _numbers(values: Iterable) -> list[float]:
@@ -268,4 +338,9 @@ def timing_fields(metrics: Mapping) -> dict[str, float]:
         for key in ("periods", "overruns", "skipped", "lost_s", "reset_s", "paused_s", "games_paused"):
             if isinstance(rt.get(key), int | float):
                 fields[f"rt_{key}"] = float(rt[key])
+    latency = metrics.get("act_latency")
+    if isinstance(latency, Mapping):
+        for key in ("p50_ms", "p99_ms", "mean_ms", "max_ms"):
+            if isinstance(latency.get(key), int | float):
+                fields[f"act_latency_{key}"] = float(latency[key])
     return fields

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,6 +19,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 from helpers import learner_host
+from helpers.run_files import learner_updates, wait_for
 
 from mqttrl.config import ConfigError, from_dict
 from mqttrl.envs.spec import EnvSpec, SpecError, SpecMismatch, check_env_against, spec_of, spec_of_config, with_spec
@@ -133,24 +133,6 @@ def node_env(**extra: str) -> dict:
     return learner_host.node_env(MQTTRL_TRACEBACK="1", **extra)
 
 
-def wait_for(what: str, ready, timeout: float, *procs: subprocess.Popen, logs: tuple[Path, ...] = ()) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        dead = [p for p in procs if p.poll() is not None]
-        if dead or time.monotonic() > deadline:
-            text = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
-            pytest.fail(f"{what}: not within {timeout:.0f} s (exited: {[p.args[0] for p in dead]})\n{text}")
-        time.sleep(0.3)
-
-
-def learner_updates(run_dir: Path) -> int:
-    path = run_dir / "learner_metrics.jsonl"
-    if not path.exists():
-        return 0
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return max((r.get("updates") or 0 for r in rows), default=0)
-
-
 class Procs:
     """Console scripts started for one test, each with its log; all stopped (SIGTERM, then kill) at the end."""
 
@@ -209,7 +191,13 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
         node_env(),
     )
     try:
-        wait_for("the learner's wait line", lambda: "cannot be made on this host" in procs.text("learner"), 60, learner)
+        wait_for(
+            "the learner's wait line",
+            lambda: "cannot be made on this host" in procs.text("learner"),
+            60,
+            procs.logs.values(),
+            [learner],
+        )
         assert "No module named 'mygame'" in procs.text("learner")
         worker = procs.start(
             "worker",
@@ -217,7 +205,7 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
             node_env(PYTHONPATH=os.pathsep.join(filter(None, [str(game), os.environ.get("PYTHONPATH", "")]))),
         )
         logs = tuple(procs.logs.values())
-        wait_for("learner updates", lambda: learner_updates(run_dir) > 0, 120, learner, worker, logs=logs)
+        wait_for("learner updates", lambda: learner_updates(run_dir) > 0, 120, logs, [learner, worker])
     finally:
         codes = procs.stop()
     assert codes[0] == 0, procs.text("learner")
@@ -282,9 +270,19 @@ def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquit
             [str(BIN / "mqttrl"), "inference", "--run", "screen-catch", "--broker", mosquitto.url, "--name", "gpu0"],
             headless,
         )
-        wait_for("the learner's wait line", lambda: "cannot be made on this host" in procs.text("learner"), 60, learner)
         wait_for(
-            "the server's wait line", lambda: "waiting for the run's env spec" in procs.text("inference"), 60, server
+            "the learner's wait line",
+            lambda: "cannot be made on this host" in procs.text("learner"),
+            60,
+            procs.logs.values(),
+            [learner],
+        )
+        wait_for(
+            "the server's wait line",
+            lambda: "waiting for the run's env spec" in procs.text("inference"),
+            60,
+            procs.logs.values(),
+            [server],
         )
         worker = procs.start(
             "worker",
@@ -292,7 +290,7 @@ def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquit
             node_env(DISPLAY=x.display, SDL_AUDIODRIVER="dummy"),
         )
         logs = tuple(procs.logs.values())
-        wait_for("learner updates", lambda: learner_updates(run_dir) > 0, 180, learner, server, worker, logs=logs)
+        wait_for("learner updates", lambda: learner_updates(run_dir) > 0, 180, logs, [learner, server, worker])
     finally:
         codes = procs.stop()
         game.stop()

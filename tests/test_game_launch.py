@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings
+from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings, StopWhileLaunching
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.settings import ConfigError
 
@@ -138,6 +138,31 @@ def test_a_game_that_never_comes_up_is_one_line(tmp_path):
     finally:
         game.close()
     assert not game.running()
+
+
+def test_a_stop_while_the_game_comes_up_ends_the_wait_at_once():
+    """A worker asked to stop (Ctrl-C, its supervisor) while its game comes up stops at once, not
+    after launch_ready_s: its stop event is the launcher's sleep and ``stopping``."""
+    import threading
+
+    stop = threading.Event()
+    game = GameProcess(
+        LaunchSettings((sys.executable, "-c", "import time; time.sleep(30)"), ready_s=60.0),
+        sleep=stop.wait,
+        stopping=stop.is_set,
+    )
+
+    def not_yet():
+        threading.Timer(0.3, stop.set).start()  # the stop comes while the game is still coming up
+        raise RuntimeError("no window titled 'x'")
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(StopWhileLaunching):
+            game.make_env(not_yet)
+    finally:
+        game.close()
+    assert time.monotonic() - started < 5.0 and not game.running()
 
 
 def test_launch_mistakes_are_one_line(tmp_path):

@@ -9,7 +9,6 @@ more faults is ``benchmarks/bench_hosts.py``.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import netns
 from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
+from helpers.run_files import episodes_by_worker, learner_updates, wait_for
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
@@ -27,32 +27,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(why_not), reason=f"no hosts as network namespaces here: {why_not}"),
 ]
-
-
-def episodes_by_worker(telemetry_dir: Path) -> dict[str, int]:
-    path = telemetry_dir / "episode.csv"
-    if not path.exists():
-        return {}
-    counts: dict[str, int] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            counts[row["worker"]] = counts.get(row["worker"], 0) + 1
-    return counts
-
-
-def learner_updates(run_dir: Path) -> int:
-    path = run_dir / "learner_metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return max((r.get("updates") or 0 for r in rows), default=0)
-
-
-def wait_for(what: str, ready, timeout: float, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
-            pytest.fail(f"{what}: not within {timeout:.0f} s\n{tails}")
-        time.sleep(0.5)
 
 
 def test_catch_trains_across_five_hosts_and_a_game_pc_survives_a_pulled_cable(tmp_path):

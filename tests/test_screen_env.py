@@ -325,7 +325,7 @@ def test_dqn_trains_on_the_window_end_to_end(display, tmp_path):
                 "buffer_size": 2000,
                 "replay_ratio": 1.0,
             },
-            worker={"batch_size": 16, "max_batch_delay_s": 0.2},
+            worker={"batch_size": 16, "max_batch_delay_s": 0.2, "heartbeat_interval_s": 0.5},
             learner={"publish_every": 5, "metrics_interval_s": 0.5},
             workers=1,
             max_env_steps=80,  # ~3 s of play at 0.03 s a step, after the nodes start
@@ -341,6 +341,10 @@ def test_dqn_trains_on_the_window_end_to_end(display, tmp_path):
         g.stop()
     assert result.stop_reason == "env step budget" and result.env_steps >= 80, result.summary
     assert result.updates > 0
+    # capture to action, from the screen kit's frame_at to the next step's keys: reported for the run
+    latency = result.summary["capture_to_action_ms"]
+    assert latency is not None and latency["steps"] >= 20 and 0 < latency["p50_ms"] <= latency["p99_ms"], latency
+    assert latency["p50_ms"] < 100 and set(latency["p99_ms_by_worker"]) == {"w0"}, latency
     rows = list(csv.DictReader((tmp_path / "run" / "episodes.csv").open()))
     assert len(rows) >= 2, rows
     # every episode ended at the game over the HUD showed: its last reward was the lost life (-1)

@@ -201,7 +201,8 @@ def test_summary_keys_are_those_of_summary_json(tmp_path):
         "run", "algorithm", "env", "seed", "stop_reason", "wall_s", "solved", "target_return", "time_to_solve_s",
         "training_time_to_solve_s", "env_steps_at_solve", "solve_eval_mean", "solve_model_version",
         "best_eval_mean", "final_eval_mean", "final_model_version", "evaluations", "curve", "env_steps", "episodes",
-        "updates", "model_version", "workers", "game_relaunches", "rejected", "realtime", "timing",
+        "updates", "model_version", "workers", "game_relaunches", "rejected", "realtime", "capture_to_action_ms",
+        "timing",
     ]  # fmt: skip
     assert (s["wall_s"], s["episodes"], s["updates"], s["model_version"], s["rejected"]) == (
         12.35,

@@ -11,7 +11,8 @@ started again, one log line each, counted. More than ``launch_max_per_hour`` sta
 game that cannot run: :class:`GameKeepsFailing` ends the worker (its supervisor says so).
 
 One launched game per worker process (``env.num_envs = 1``); several games on one PC are several
-workers (``mqttrl workers --processes N``).
+workers (``mqttrl workers --processes N``), each filling ``{index}`` and ``{worker}`` in the env's
+settings with its own (:func:`for_worker`): its own display, window title, port or save folder.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -43,8 +45,59 @@ STOP_GRACE_S = 5.0
 MAX_BACKOFF_S = 30.0
 
 
+#: what a worker fills in, in ``[env] launch*`` and the string values of ``[env.kwargs]``
+PLACEHOLDERS = ("{index}", "{worker}")
+_PLACEHOLDER = re.compile(r"\{(index|worker)\}")
+
+
+def for_worker(env_config: Any, worker: str, index: int | None) -> Any:
+    """``env_config`` as the worker ``worker`` (``--index index``) plays it: ``{index}`` and
+    ``{worker}`` replaced by its own in ``launch``, ``launch_cwd``, ``launch_env`` and the string values
+    of ``kwargs`` (nested lists and tables too), so that one config runs several games on one PC
+    (``mqttrl workers --processes N``), each with its own display, window or port. Other braces are
+    left as they are. ``{index}`` in a worker started without ``--index`` is one line (ConfigError)."""
+    used: set[str] = set()
+
+    def replace(match: re.Match) -> str:
+        used.add(match.group(1))
+        return _value_of(match.group(1))
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return _PLACEHOLDER.sub(replace, value)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        return value
+
+    def _value_of(name: str) -> str:
+        if name == "worker":
+            return worker
+        if index is None:
+            raise ConfigError(
+                "the run's [env] settings use {index}: start each worker of this game PC with --index N "
+                "(mqttrl workers --processes N gives each its own)"
+            )
+        return str(index)
+
+    filled = attrs.evolve(
+        env_config,
+        kwargs=fill(env_config.kwargs),
+        launch=fill(list(env_config.launch)),
+        launch_cwd=fill(env_config.launch_cwd),
+        launch_env=fill(dict(env_config.launch_env)),
+    )
+    return filled if used else env_config
+
+
 class GameKeepsFailing(EnvFailing):
     """The game was started more than ``launch_max_per_hour`` times within an hour, or never came up."""
+
+
+class StopWhileLaunching(EnvFailing):
+    """The worker was asked to stop while it waited for its game to come up: not a failure, but it
+    ends the env set's remaking as a failing game would (the worker stops cleanly)."""
 
 
 @attrs.frozen
@@ -88,7 +141,9 @@ def _popen_kwargs() -> dict:
 class GameProcess:
     """The game's process: started, waited for, stopped and started again (see the module docstring).
 
-    ``clock`` and ``sleep`` are injectable for tests. Not thread-safe: the worker's env thread owns it.
+    ``clock`` and ``sleep`` are injectable for tests; a worker passes its stop event's wait as ``sleep``
+    and its ``is_set`` as ``stopping``, so that a stop is taken at once while the game comes up. Not
+    thread-safe: the worker's env thread owns it.
     """
 
     def __init__(
@@ -97,9 +152,12 @@ class GameProcess:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        stopping: Callable[[], bool] = lambda: False,
     ):
         self.settings = settings
         self.clock, self.sleep = clock, sleep
+        #: the worker's stop asked for: the wait for a game coming up ends (StopWhileLaunching)
+        self.stopping = stopping
         self.proc: subprocess.Popen | None = None
         #: every start of the game, and those after the first (what heartbeats and summary.json count)
         self.launches = 0
@@ -170,6 +228,8 @@ class GameProcess:
         deadline = self.clock() + self.settings.ready_s
         said, early_deaths = False, 0
         while True:
+            if self.stopping():
+                raise StopWhileLaunching("stopped while waiting for the game to come up")
             try:
                 return make()
             except Exception as e:
@@ -200,6 +260,7 @@ def run_env_factory(env_config: Any, registry: Any = None, launch: bool = True) 
     spec or checks the env on a game PC (``mqttrl train``, ``env-spec``, ``check-plugin --config``)."""
     from mqttrl.envs.realtime import make_run_env
 
+    env_config = for_worker(env_config, "w0", 0)  # as mqttrl train's first worker plays it
     settings = LaunchSettings.of(env_config, 1) if launch else None
     if settings is None:
         yield lambda: make_run_env(env_config, registry)

@@ -152,9 +152,12 @@ def make_run_env(env_config, registry=None, extra_kwargs: dict | None = None) ->
     """The run's env as every node sees its spaces: made from ``[env]`` (``extra_kwargs`` over
     its kwargs) and, with ``act_buf_len``, its observation carrying the last actions. Stepped
     freely (an evaluator, a learner reading spaces); a worker with ``control_hz`` wraps it in
-    :class:`RealTimeEnv`."""
+    :class:`RealTimeEnv`. ``{index}``/``{worker}`` in its settings are those of the run's first
+    worker (``w0``, index 0): a game PC's own process that is not a worker plays that game."""
+    from mqttrl.envs.launch import for_worker
     from mqttrl.envs.make import make_env
 
+    env_config = for_worker(env_config, "w0", 0)
     env = make_env(env_config.id, {**env_config.kwargs, **(extra_kwargs or {})}, registry)
     return with_action_history(with_control_hz(env, env_config), env_config)
 
@@ -390,6 +393,7 @@ class RealTimeEnvSet(EnvSet):
         listed in :attr:`resetting_rows` (no transition; a caller recording transitions must
         not record that step as it is); when every game is resetting the step waits a period
         for one of them instead of spinning."""
+        self.answered()  # the actions go out here, at the period's start
         acts = actions.tolist() if actions.ndim == 1 else list(actions)
         for env, a in zip(self.envs, acts):
             env.send(a)
@@ -443,6 +447,7 @@ class RealTimeEnvSet(EnvSet):
         self.restart_clocks()
 
     def pause(self) -> None:
+        self.obs_at = None  # the first actions after a pause answer no fresh capture: not counted
         for env in self.envs:
             env.pause()
 

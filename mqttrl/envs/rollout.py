@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.settings import ConfigError
+from mqttrl.timing import LatencyStats
 
 log = logging.getLogger("mqttrl.envs")
 
@@ -90,6 +91,10 @@ class EnvSet:
         self.dtype = obs_dtype(self.envs[0].observation_space)
         obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
         self.obs = np.stack(obs).astype(self.dtype, copy=False)
+        #: capture to action: how old each step's observations were when their actions went out
+        self.act_latency = LatencyStats()
+        #: when the observations in :attr:`obs` were captured (None: not to be counted, e.g. after a pause)
+        self.obs_at: float | None = time.monotonic()
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.lengths = np.zeros(num_envs, dtype=np.int64)
         self.total_steps = 0
@@ -115,6 +120,7 @@ class EnvSet:
         real one). Raises :class:`EnvFailing` when an env keeps failing.
         """
         obs = self.obs
+        self.answered()
         # python scalars for discrete actions (tolist is far cheaper than per-element .item())
         acts = actions.tolist() if actions.ndim == 1 else list(actions)
         results: list = []
@@ -155,8 +161,17 @@ class EnvSet:
         if self.failed:
             new_obs = self._restart_failed(new_obs, next_obs)
         self.obs = new_obs
+        # an env that says when it captured its observation (info["frame_at"], time.monotonic(): the
+        # screen kit) is held to that; else the observation counts from when its step returned
+        self.obs_at = min([r[4]["frame_at"] for r in results if "frame_at" in r[4]], default=time.monotonic())
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
+
+    def answered(self) -> None:
+        """The actions for :attr:`obs` go out now: their capture-to-action time is counted (once)."""
+        if self.obs_at is not None:
+            self.act_latency.record(max(0.0, time.monotonic() - self.obs_at))
+            self.obs_at = None
 
     def taken(self, actions: np.ndarray) -> np.ndarray:
         """The actions the envs really took in the last :meth:`step`: ``actions``, except where an env
@@ -266,6 +281,7 @@ class EnvSet:
                 self._note_failure(i, "reset", e)
                 obs.append(self._restart(i))
         self.obs = np.stack(obs).astype(self.dtype, copy=False).reshape(self.obs.shape)
+        self.obs_at = time.monotonic()
         self.returns[:] = 0.0
         self.lengths[:] = 0
         self._in_demo.clear()

@@ -212,6 +212,9 @@ class RunRecord:
             # real-time workers' control periods (None: no worker stepped in real time), and where the
             # learner's and the workers' time went, per block (seconds over the run)
             "realtime": view["learner"].get("realtime"),
+            # capture to action: how old an observation was when its action went out (p50/p99 over
+            # every worker's steps, ms; None before a worker reported one)
+            "capture_to_action_ms": view["learner"].get("act_latency"),
             "timing": {
                 "learner": view["learner"].get("timing_total"),
                 "workers": view["learner"].get("worker_timing_total"),

@@ -309,7 +309,8 @@ class ScreenEnv(gym.Env):
         truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
         if done or truncated:
             self.keyboard.release_all()
-        return self.observe(), reward, done, truncated, {}
+        # when the frame was grabbed (time.monotonic()): the worker counts capture to action from it
+        return self.observe(), reward, done, truncated, {"frame_at": self.last_frame_at}
 
     def step(self, action):
         """The action's keys, a wait until :attr:`period` after the last frame, the frame then."""

@@ -26,12 +26,13 @@ import zlib
 from collections.abc import Callable
 from typing import Any, cast
 
+import attrs
 import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.demos.live import live_recorder
-from mqttrl.envs.launch import GameProcess, LaunchSettings
+from mqttrl.envs.launch import GameProcess, LaunchSettings, StopWhileLaunching, for_worker
 from mqttrl.envs.make import make_env
 from mqttrl.envs.realtime import (
     RealTimeEnvSet,
@@ -52,7 +53,7 @@ from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward,
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
-from mqttrl.timing import BlockTimes, PeriodStats
+from mqttrl.timing import BlockTimes, LatencyStats, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
@@ -158,6 +159,8 @@ class WorkerNode:
         #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
         #: worker paused its games (they can pause) because it had nothing useful to do
         self.period_stats: PeriodStats | None = None
+        #: capture to action of this worker's envs (its env set's), reported in heartbeats
+        self.act_latency: LatencyStats | None = None
         #: the game this worker launched and relaunches (``[env] launch``), else None
         self.game: GameProcess | None = None
         #: greedy evaluations this worker plays on its own game (``[train] eval_on = "workers"``), else None
@@ -200,6 +203,8 @@ class WorkerNode:
         try:
             if self._wait_for("config", lambda: self.core.config is not None):
                 self._play(max_env_steps)
+        except StopWhileLaunching:
+            pass  # asked to stop while the game came up again: a clean stop
         except EnvFailing as e:
             reason = f"env failing: {e}"
             raise
@@ -209,9 +214,22 @@ class WorkerNode:
     def _play(self, max_env_steps: int | None) -> None:
         """Build envs and policy, wait for a model, then step until stopped or done."""
         cfg = self.core.config
+        # this worker's own game: {index} and {worker} in [env] filled in (several games on one PC)
+        own_env = for_worker(cfg.env, self.name, self.index)
+        if own_env is not cfg.env:
+            cfg = attrs.evolve(cfg, env=own_env)
         self.node.ack_timeout_s = cfg.worker.ack_timeout_s
         self.info = get_registry().algorithm(cfg.algorithm.name)
-        envs, ctx = self._make_envs(cfg)
+        try:
+            envs, ctx = self._make_envs(cfg)
+        except StopWhileLaunching:
+            self.game.close()
+            return
+        except BaseException:
+            if self.game is not None:  # the game it launched does not outlive a worker that failed to start
+                self.game.close()
+            raise
+        self.act_latency = envs.act_latency
         try:
             self._check_env_spec(cfg, envs.envs[0])
         except Exception:
@@ -637,6 +655,8 @@ class WorkerNode:
             hb["game"] = {"launches": self.game.launches, "relaunches": self.game.relaunches}
         if self.period_stats is not None:
             hb["realtime"] = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
+        if self.act_latency is not None and self.act_latency.n:
+            hb["act_latency"] = self.act_latency.report()
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
     def _offline_state(self, reason: str) -> Outgoing:
@@ -737,7 +757,7 @@ class WorkerNode:
         settings = LaunchSettings.of(cfg.env, num_envs)
         if settings is None:
             return make, None
-        self.game = game = GameProcess(settings)
+        self.game = game = GameProcess(settings, sleep=self._stop.wait, stopping=self._stop.is_set)
 
         def relaunch(i: int, error: str) -> None:
             game.relaunch(f"env {i} failed: {error}" if error else f"env {i} failed")
