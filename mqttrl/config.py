@@ -118,7 +118,9 @@ class EnvConfig:
         factory=list,
         doc="the game's command line, a list (program, arguments): a worker starts the game before making its env "
         "and starts it again when it exits, crashes or hangs (the env's step or reset raises; docs/deployment.md). "
-        "Needs `num_envs = 1`. Empty: the game is started by hand",
+        "Needs `num_envs = 1`. `{index}` and `{worker}` here, in `launch_cwd`, `launch_env` and the string values of "
+        "`kwargs` are each worker's own `--index` and name (several games on one PC: `mqttrl workers --processes N`). "
+        "Empty: the game is started by hand",
         validator=lambda _inst, attr, value: _check_command(attr.name, value),
     )
     launch_cwd: str = setting("", doc="the launched game's working directory (empty: the worker's)")
