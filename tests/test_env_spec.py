@@ -163,16 +163,45 @@ class Procs:
         return codes
 
 
+#: CartPole as a game package only the game PC has; each env writes its resets and first steps
+#: (time.monotonic()) to $MYGAME_STAMPS
+STAMPED_CARTPOLE = """
+import os, time
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+
+class StampedCartPole(CartPoleEnv):
+    steps = 0
+
+    def _stamp(self, what):
+        with open(os.environ["MYGAME_STAMPS"], "a") as f:
+            f.write(f"{id(self)} {what} {time.monotonic()}\\n")
+
+    def reset(self, **kwargs):
+        self._stamp("reset")
+        return super().reset(**kwargs)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps <= 2:
+            self._stamp("step")
+        return super().step(action)
+
+gym.register("MyCartPole-v0", entry_point=StampedCartPole, max_episode_steps=200)
+"""
+
+
 @pytest.mark.e2e
 def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(mosquitto, tmp_path):
     """The learner host has no copy of the game's package (``mygame`` is on the worker's PYTHONPATH
-    only): the learner says so once, waits, takes the first worker's spec and trains."""
+    only): the learner says so once, waits, takes the first worker's spec and trains. The worker
+    made its envs before the learner had a model: once the first model is in, each env is reset
+    again, so that the first episode is played by the model from a fresh observation, not from one
+    that waited (a real game runs on meanwhile)."""
     game = tmp_path / "game"
     game.mkdir()
-    (game / "mygame.py").write_text(
-        "import gymnasium as gym\n"
-        "gym.register('MyCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv', max_episode_steps=200)\n"
-    )
+    stamps = tmp_path / "stamps.txt"
+    (game / "mygame.py").write_text(STAMPED_CARTPOLE)
     sets = ["--set", 'env.id="mygame:MyCartPole-v0"', "--set", "algorithm.learning_starts=100"]
     procs = Procs(tmp_path)
     run_dir = tmp_path / "learner-run"
@@ -202,7 +231,10 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
         worker = procs.start(
             "worker",
             [str(BIN / "mqttrl-worker"), "--run", "cartpole-dqn", "--broker", mosquitto.url, "--name", "gamepc"],
-            node_env(PYTHONPATH=os.pathsep.join(filter(None, [str(game), os.environ.get("PYTHONPATH", "")]))),
+            node_env(
+                PYTHONPATH=os.pathsep.join(filter(None, [str(game), os.environ.get("PYTHONPATH", "")])),
+                MYGAME_STAMPS=str(stamps),
+            ),
         )
         logs = tuple(procs.logs.values())
         wait_for("learner updates", lambda: learner_updates(run_dir) > 0, 120, logs, [learner, worker])
@@ -211,6 +243,19 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
     assert codes[0] == 0, procs.text("learner")
     spec = json.loads((run_dir / "config.json").read_text())["env"]["spec"]
     assert spec["made_by"].startswith("worker gamepc@") and spec["observation"]["shape"] == [4]
+    first: dict[str, list] = {}  # per env: its resets before its first step, and that step's time
+    for line in stamps.read_text().split("\n"):
+        if line:
+            env, what, at = line.split()
+            resets, stepped = first.setdefault(env, [[], None])
+            if what == "reset" and stepped is None:
+                resets.append(float(at))
+            elif what == "step" and stepped is None:
+                first[env][1] = float(at)
+    played = {env: v for env, v in first.items() if v[1] is not None}
+    assert len(played) == 4, first  # the config's 4 envs
+    for resets, stepped in played.values():
+        assert len(resets) == 2 and stepped - resets[-1] < 1.0, (resets, stepped)
 
 
 @pytest.mark.e2e

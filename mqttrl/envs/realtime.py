@@ -439,10 +439,10 @@ class RealTimeEnvSet(EnvSet):
         for env in self.envs:
             env.clock.start()
 
-    def reset_all(self) -> None:
+    def reset_all(self, seed: int | None = None) -> None:
         """As :meth:`EnvSet.reset_all`, then the schedules start now. Called when no reset runs on a
         thread (a worker evaluates only then)."""
-        super().reset_all()
+        super().reset_all(seed)
         self.resetting_rows = []
         self.restart_clocks()
 

@@ -268,15 +268,17 @@ class EnvSet:
             self._note_failure(i, "reset", e)
             return self._restart(i)
 
-    def reset_all(self) -> None:
+    def reset_all(self, seed: int | None = None) -> None:
         """Every env reset for a new episode, its return and length from zero (after a worker's greedy
         evaluation played on them, or one that an env's failure cut short); an env whose reset raises
-        is made afresh (:meth:`_restart`). The base class's plain reset, also for subclasses that
-        reset on threads: nothing runs meanwhile."""
+        is made afresh (:meth:`_restart`). With ``seed``, env ``i`` is reset with ``seed + i`` (as the
+        first reset was: a simulator replays its first episode). The base class's plain reset, also
+        for subclasses that reset on threads: nothing runs meanwhile."""
         obs = []
         for i in range(self.num_envs):
             try:
-                obs.append(np.asarray(self.envs[i].reset()[0], dtype=self.dtype))
+                kwargs = {} if seed is None else {"seed": seed + i}
+                obs.append(np.asarray(self.envs[i].reset(**kwargs)[0], dtype=self.dtype))
             except Exception as e:
                 self._note_failure(i, "reset", e)
                 obs.append(self._restart(i))

@@ -252,6 +252,9 @@ class WorkerNode:
             self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
             self.evaluation = self._make_evaluation(cfg)
             self._load_new_weights()
+            # the games ran on while the worker waited for its first model: each starts its first
+            # episode now, seeded as before (a simulator replays it), the model playing it from the start
+            envs.reset_all(seed=envs.seed)
             log.info(
                 "worker %s stepping %d envs from model version %d (inference: %s)",
                 self.name,
