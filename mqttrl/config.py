@@ -396,7 +396,8 @@ class TrainConfig:
         True,
         doc="when a budget ends the run, evaluate the newest model if no evaluation has seen it yet (after one "
         "under way; `final_eval_mean` and `final_model_version` in `summary.json`; it counts like any evaluation "
-        "for `best/` and the target)",
+        'for `best/` and the target). With `eval_on = "workers"`: the workers\' next evaluation, of that model or a '
+        "newer one, waited for up to `eval_every_s` and the evaluation's time)",
     )
     telemetry: bool = setting(
         True,

@@ -103,6 +103,10 @@ def test_train_with_workers_evaluating_records_their_results(tmp_path):
     assert result.best_eval_mean is not None and result.best_weights is not None  # best/ from a worker's result
     logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()
     assert "worker w0 evaluated model" in logs
+    # the final evaluation: the workers' next one, of the model at the budget's end or a newer one
+    s = result.summary
+    assert s["stop_reason"] == "time budget" and s["final_eval_mean"] is not None, s
+    assert s["final_model_version"] == max(int(r["model_version"]) for r in rows)
 
 
 def test_a_listening_evaluator_refuses_a_bad_result_and_keeps_a_good_one():

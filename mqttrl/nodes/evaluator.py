@@ -139,6 +139,9 @@ class EvaluatorNode:
         self.evaluated = -1
         self._stop = threading.Event()
         self._final = threading.Event()
+        #: with ``play=False``: the newest model when the final evaluation was asked for (the workers'
+        #: first evaluation of it or a newer one ends the loop)
+        self.final_version: int | None = None
         self._done = threading.Event()
         self.node = MqttNode(broker, client_id=f"mqttrl-{self.name}", subscriptions=self.seen.subscriptions())
 
@@ -166,10 +169,13 @@ class EvaluatorNode:
                 self._pump(0.2)
                 if self.seen.error is not None:
                     raise self.seen.error
-                if not self.play:  # the workers evaluate: hand their results on; no final one here
+                if not self.play:  # the workers evaluate: hand their results on
                     self._hand_on_workers_results(t0)
-                    if self._final.is_set():
-                        return None
+                    if self._final.is_set():  # the final one: theirs of the newest model, or a newer one
+                        if self.final_version is None:
+                            self.final_version = self.latest_version
+                        if self.evaluated >= self.final_version:
+                            return None
                     continue
                 if self._final.is_set():
                     self._evaluate_newest(t0)
@@ -240,7 +246,8 @@ class EvaluatorNode:
 
     def final(self, timeout: float, cancel: threading.Event | None = None) -> bool:
         """Evaluate the newest model unless an evaluation has seen it (after the one under way),
-        then end the loop. True once it ended; False when that took over ``timeout`` s or
+        then end the loop (``play=False``: wait for the workers' evaluation of it or of a newer one,
+        which they play on their schedule). True once it ended; False when that took over ``timeout`` s or
         ``cancel`` (Ctrl-C) was set first: the loop then ends after what it is doing."""
         self._final.set()
         deadline = time.monotonic() + timeout

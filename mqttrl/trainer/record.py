@@ -146,6 +146,12 @@ class RunRecord:
         with self._lock:
             return next((e for e in reversed(self.evals) if e["model_version"] == version), None)
 
+    def newest_evaluation(self, at_least: int) -> dict | None:
+        """The evaluation of the newest model at least as new as ``at_least``, if any."""
+        with self._lock:
+            fit = [e for e in self.evals if e["model_version"] >= at_least]
+        return max(fit, key=lambda e: e["model_version"], default=None)
+
     def snapshot(self, elapsed: float, view: dict, model_version: int) -> dict:
         """The progress display's figures; ``view`` is the telemetry node's."""
         m = view["learner"]

@@ -279,15 +279,25 @@ def _final_evaluation(run: LocalRun, display: Progress, t_start: float, cancel: 
     assert run.evaluator is not None and run.record is not None
     if run.evaluator.latest_version < 0:
         return
-    if not run.evaluator.play:
-        log.info('train.eval_on = "workers": no final evaluation (the workers evaluate on their own schedule)')
-        return
     timeout = 60.0 + 4 * max((e["eval_s"] for e in list(run.record.evals)), default=60.0)
-    log.info("budget reached: the final model (version %d) is evaluated", run.evaluator.latest_version)
+    version = run.evaluator.latest_version
+    if run.evaluator.play:
+        log.info("budget reached: the final model (version %d) is evaluated", version)
+    else:  # the workers evaluate on their games, every eval_every_s: the next of theirs is the final one
+        timeout += run.config.train.eval_every_s
+        log.info(
+            "budget reached: waiting for the workers' evaluation of model %d or a newer one (train.eval_on = "
+            '"workers", every %.0f s)',
+            version,
+            run.config.train.eval_every_s,
+        )
     if not run.evaluator.final(timeout, cancel):
         why = "was interrupted" if cancel.is_set() else f"did not end within {timeout:.0f}s"
         log.warning("the final evaluation %s; summary.json has the earlier ones", why)
-    run.record.final_eval = run.record.evaluation_of(run.evaluator.latest_version)
+    if run.evaluator.play:
+        run.record.final_eval = run.record.evaluation_of(version)
+    else:
+        run.record.final_eval = run.record.newest_evaluation(at_least=version)
     display.update(run.snapshot(time.monotonic() - t_start))
 
 
