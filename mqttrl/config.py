@@ -390,6 +390,12 @@ class TrainConfig:
         "async algorithms: DQN, SAC)",
         validator=one_of("evaluator", "workers"),
     )
+    eval_workers: int = setting(
+        0,
+        doc='with `eval_on = "workers"`: how many workers evaluate, those started with `--index` below it (`mqttrl '
+        "train`'s w0, w1, ...); the others train all the time. 0: every worker",
+        validator=non_negative,
+    )
     max_seconds: float = setting(600.0, unit="s", doc="time budget (0: none)", validator=non_negative)
     max_env_steps: int = setting(0, doc="step budget in env steps (0: none)", validator=non_negative)
     final_eval: bool = setting(

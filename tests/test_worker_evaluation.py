@@ -76,6 +76,19 @@ def test_the_play_ends_open_episodes_plays_greedily_with_the_versions_seeds_and_
     assert envs.obs.tolist() == [[0.0], [0.0]]
 
 
+def test_which_workers_evaluate():
+    from mqttrl.config import from_dict
+    from mqttrl.nodes.worker.evaluation import why_not_evaluating
+
+    train = lambda **kw: from_dict({"train": {"eval_on": "workers", **kw}}).train  # noqa: E731
+    assert why_not_evaluating(train(), "async", None) is None  # every worker, by default
+    assert why_not_evaluating(train(eval_workers=2), "async", 1) is None
+    assert why_not_evaluating(train(eval_workers=2), "async", 2) == "train.eval_workers = 2 and its --index is 2"
+    assert "has no --index" in why_not_evaluating(train(eval_workers=1), "async", None)
+    assert "synchronous rounds" in why_not_evaluating(train(), "sync", 0)
+    assert why_not_evaluating(from_dict({}).train, "async", 0) == "the evaluator node plays them"
+
+
 def test_greedy_returns_calls_the_chores_between_steps():
     envs = EnvSet(lambda: Counter(), 1, seed=0)
     calls = []
@@ -92,6 +105,7 @@ def test_train_with_workers_evaluating_records_their_results(tmp_path):
         eval_on="workers",
         eval_episodes=3,
         eval_every_s=2.0,
+        eval_workers=1,  # w0 evaluates, w1 trains all the time
         target_return=None,
         max_seconds=25,
         telemetry_storages=[],
@@ -103,6 +117,8 @@ def test_train_with_workers_evaluating_records_their_results(tmp_path):
     assert result.best_eval_mean is not None and result.best_weights is not None  # best/ from a worker's result
     logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()
     assert "worker w0 evaluated model" in logs
+    other = (tmp_path / "run" / "logs" / "worker-w1.log").read_text()
+    assert "worker w1 evaluated model" not in other and "eval_workers = 1 and its --index is 1" in other
     # the final evaluation: the workers' next one, of the model at the budget's end or a newer one
     s = result.summary
     assert s["stop_reason"] == "time budget" and s["final_eval_mean"] is not None, s

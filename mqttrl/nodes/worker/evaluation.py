@@ -24,6 +24,19 @@ from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
 from mqttrl.plugin.algorithm import INGESTED_KEY
 
 
+def why_not_evaluating(train: Any, mode: str, index: int | None) -> str | None:
+    """Why this worker plays no greedy evaluations (None: it does): the evaluator node plays them,
+    a sync-mode algorithm (a round's share would be cut), or ``train.eval_workers`` leaves it out."""
+    if train.eval_on != "workers":
+        return "the evaluator node plays them"
+    if mode == "sync":
+        return "its algorithm runs in synchronous rounds, which an evaluation would cut"
+    if train.eval_workers and (index is None or index >= train.eval_workers):
+        where = "it has no --index" if index is None else f"its --index is {index}"
+        return f"train.eval_workers = {train.eval_workers} and {where}"
+    return None
+
+
 class WorkerEvaluation:
     """When this worker evaluates, and the playing of it (pure scheduling plus the env loop)."""
 

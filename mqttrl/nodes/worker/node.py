@@ -46,7 +46,7 @@ from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
-from mqttrl.nodes.worker.evaluation import WorkerEvaluation
+from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
@@ -308,14 +308,11 @@ class WorkerNode:
 
     # ---- greedy evaluation on this game ---------------------------------------------------
     def _make_evaluation(self, cfg: RunConfig) -> WorkerEvaluation | None:
-        if cfg.train.eval_on != "workers":
-            return None
-        if self.info.mode == "sync":
-            log.warning(
-                'train.eval_on = "workers": %s runs in synchronous rounds, which an evaluation would cut; this '
-                "worker does not evaluate",
-                self.info.name,
-            )
+        why_not = why_not_evaluating(cfg.train, self.info.mode, self.index)
+        if why_not is not None:
+            if cfg.train.eval_on == "workers":  # said once: the run asked workers to evaluate
+                say = log.warning if self.info.mode == "sync" else log.info
+                say('train.eval_on = "workers": worker %s does not evaluate (%s)', self.name, why_not)
             return None
         return WorkerEvaluation(cfg.train.eval_episodes, cfg.train.eval_every_s, self.clock)
 
