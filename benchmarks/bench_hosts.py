@@ -210,10 +210,16 @@ class Bench:
                 *common,
                 *QUICK_LEARNER_SETS,
             ]
-        self.headless = headless_env(self.work, MQTTRL_LEDGER_DIR=str(self.ledgers))
+        if a.learner_venv:  # a venv of its own without the screen extra (learner_venv() made it)
+            learner_bin = Path(a.learner_venv) / "bin"
+            self.headless = node_env(MQTTRL_LEDGER_DIR=str(self.ledgers))
+        else:  # this venv, the screen extra's modules blocked by a sitecustomize
+            learner_bin = BIN
+            self.headless = headless_env(self.work, MQTTRL_LEDGER_DIR=str(self.ledgers))
         config = str(REPO / "configs" / "screen_catch_dqn.toml")
         self.learner_argv = [
-            *(str(BIN / "mqttrl-learner"), "--config", config, "--broker", self.url, "--run-dir", str(self.run_dir)),
+            *(str(learner_bin / "mqttrl-learner"), "--config", config, "--broker", self.url),
+            *("--run-dir", str(self.run_dir)),
             *(x for s in self.sets for x in ("--set", s)),
         ]
         self.learner = self.learner_host.start(self.learner_argv, self.logs / "learner.log", self.headless)
@@ -627,6 +633,28 @@ def print_report(r: dict) -> None:
         )
 
 
+#: the screen extra's modules (and the game's): none may be importable on the learner host
+SCREEN_MODULES = ("mss", "Xlib", "cv2", "pynput", "pygame")
+
+
+def learner_venv(path: Path) -> str:
+    """A learner host's venv at ``path`` as a GPU box has it: mqttrl with the learner extra only
+    (torch pinned, as the README installs it), made if missing; checked to lack the screen extra.
+    Returns the line the report prints."""
+    python = path / "bin" / "python"
+    if not python.exists():
+        print(f"making the learner host's venv (mqttrl[learner], no screen extra) in {path}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "torch==2.13.0"], check=True)
+        subprocess.run([*pip, "-e", f"{REPO}[learner]"], check=True)
+    probe = f"import importlib.util as u; print(' '.join(m for m in {SCREEN_MODULES!r} if u.find_spec(m)))"
+    found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    if found:
+        raise SystemExit(f"--learner-venv {path} has the screen extra's {', '.join(found)}: make it afresh")
+    return f"learner host: its own venv {path} (mqttrl[learner]; none of {', '.join(SCREEN_MODULES)} importable)"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -649,6 +677,12 @@ def main() -> int:
     p.add_argument("--checkpoint-every", type=int, default=200, help="learner.checkpoint_every (updates)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for both PCs to play")
     p.add_argument("--drain-s", type=float, default=10.0, help="seconds the learner drains after the workers stop")
+    p.add_argument(
+        "--learner-venv",
+        type=Path,
+        help="the learner runs from this venv (made if missing: mqttrl[learner] only, no screen extra) instead of "
+        "this one with the screen extra's modules blocked",
+    )
     p.add_argument("--workdir", help="logs, ledgers, telemetry (default: a new temp dir)")
     p.add_argument("--json", type=Path, help="write the report here too")
     p.add_argument("--report-only", type=Path, metavar="WORKDIR", help="print the report of an earlier run again")
@@ -668,6 +702,9 @@ def main() -> int:
         if shutil.which(tool) is None:
             print(f"bench_hosts.py needs {tool} on PATH", file=sys.stderr)
             return 2
+    if args.learner_venv:
+        print(learner_venv(args.learner_venv.absolute()), flush=True)
+        args.learner_venv = args.learner_venv.absolute()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mqttrl-hosts-"))
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, work)
