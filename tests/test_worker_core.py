@@ -20,11 +20,12 @@ from helpers.fake_node import FakeNode
 from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.nodes.worker import node as node_mod
-from mqttrl.nodes.worker.core import Move, Rules, WorkerCore, newer
+from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.plugin.algorithm import AlgorithmInfo, SyncActor
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_batch, decode_json, encode_json, encode_weights
+from mqttrl.wire.weights import newer
 
 RUN = "r1"
 

@@ -141,3 +141,23 @@ def test_a_listening_evaluator_refuses_a_bad_result_and_keeps_a_good_one():
     seen.dispatch(topics.evaluation("pc1"), json.dumps(good).encode())
     assert seen.results == [{**good, "evaluator": "pc1"}]
     assert sum(seen.rejections.snapshot().values()) == 2
+
+
+def test_the_evaluator_takes_a_restarted_learners_weights_at_a_lower_version():
+    """The one "newest weights win" rule (``WeightsMessage.newer_than``: epoch, then version): a
+    learner restarted from an older checkpoint opens a new epoch at a lower version; the evaluator
+    judges its model, not the dead learner's (it compared versions alone before: issue 35)."""
+    import numpy as np
+
+    from mqttrl.nodes.evaluator import _Latest
+    from mqttrl.transport.topics import Topics
+    from mqttrl.wire import encode_weights
+
+    topics = Topics("r")
+    seen = _Latest(topics, 3)
+    tensors = {"w": np.zeros(2, np.float32)}
+    seen.dispatch(topics.weights, encode_weights(50, "dqn", "r", tensors, epoch=1))
+    seen.dispatch(topics.weights, encode_weights(3, "dqn", "r", tensors, epoch=2))  # the restarted learner
+    assert (seen.weights.epoch, seen.weights.version) == (2, 3)
+    seen.dispatch(topics.weights, encode_weights(60, "dqn", "r", tensors, epoch=1))  # a late copy of the old one
+    assert (seen.weights.epoch, seen.weights.version) == (2, 3)

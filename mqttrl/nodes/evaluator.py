@@ -91,7 +91,7 @@ class _Latest:
         w = decode_weights(payload)
         if self.first_published_at is None or w.published_at < self.first_published_at:
             self.first_published_at = w.published_at
-        if self.weights is None or w.version > self.weights.version:
+        if w.newer_than(self.weights):  # a restarted learner's new epoch wins at a lower version
             self.weights, self.payload = w, payload
         self.recent[w.version] = (w, payload)
         while len(self.recent) > RECENT_MODELS:

@@ -251,8 +251,7 @@ class InferenceServer:
     def _on_weights(self, _name: str, payload: bytes) -> None:
         """Newest (epoch, version) wins, so a restarted learner's lower versions are served; loaded between forwards."""
         w = decode_weights(payload)
-        best = self._pending_weights.order if self._pending_weights is not None else (self.epoch, self.version)
-        if w.order > best:
+        if w.newer_than(self._pending_weights if self._pending_weights is not None else (self.epoch, self.version)):
             self._pending_weights = w
 
     def _on_request(self, worker: str, payload: bytes) -> None:

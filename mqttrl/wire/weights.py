@@ -44,6 +44,23 @@ class WeightsMessage:
         """(epoch, version): newer weights compare greater, across learner restarts too."""
         return (self.epoch, self.version)
 
+    def newer_than(self, current: WeightsMessage | tuple[int, int] | None) -> bool:
+        """Whether these weights replace ``current`` (weights, an ``(epoch, version)`` order, or None:
+        nothing yet): the one "newest weights win" rule of every receiver (:func:`newer`)."""
+        if current is None:
+            return True
+        return newer(self.order, current.order if isinstance(current, WeightsMessage) else current)
+
+
+def newer(offered: tuple[int, int], current: tuple[int, int]) -> bool:
+    """Whether weights ordered ``(epoch, version)`` replace the model at ``current``.
+
+    A learner that restarts (from an older checkpoint, or with a fresh run directory) opens a new
+    epoch, so its weights win even when their version number went back; weights of an older epoch
+    (a retained copy a broker restored) never replace newer ones.
+    """
+    return offered > current
+
 
 def checksum(tensors: Mapping[str, np.ndarray]) -> str:
     """A digest of names, dtypes, shapes and bytes, in name order."""

@@ -29,16 +29,6 @@ from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights
 log = logging.getLogger("mqttrl.worker")
 
 
-def newer(offered: tuple[int, int], current: tuple[int, int]) -> bool:
-    """Whether weights ordered ``(epoch, version)`` replace the model at ``current``.
-
-    A learner that restarts (from an older checkpoint, or with a fresh run directory)
-    opens a new epoch, so its weights win even when their version number went back;
-    weights of an older epoch (a retained copy a broker restored) never replace newer ones.
-    """
-    return offered > current
-
-
 def new_incarnation() -> str:
     """A fresh id for this worker process: the learner counts sequence numbers per incarnation."""
     return os.urandom(6).hex()
@@ -183,8 +173,7 @@ class WorkerCore:
         """Decoded weights (the shell may decode big ones off the game loop): kept if newest."""
         if w.run != self.run:
             raise Rejected("wrong_run", f"weights for run {w.run!r}")
-        best = self.pending_weights.order if self.pending_weights is not None else (self.epoch, self.version)
-        if newer(w.order, best):
+        if w.newer_than(self.pending_weights if self.pending_weights is not None else (self.epoch, self.version)):
             self.pending_weights = w
 
     def on_flow(self, payload: bytes, now: float | None = None) -> None:
