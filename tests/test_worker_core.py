@@ -435,7 +435,7 @@ class FakeRegistry:
         return self.info
 
 
-def fake_worker(monkeypatch, mode: str) -> node_mod.WorkerNode:
+def fake_worker(monkeypatch, mode: str, **worker_settings) -> node_mod.WorkerNode:
     registry = FakeRegistry(mode)
     monkeypatch.setattr(node_mod, "get_registry", lambda: registry)
     monkeypatch.setattr(node_mod, "make_env", lambda env_id, kwargs, registry: gym.make("CartPole-v1"))
@@ -443,7 +443,7 @@ def fake_worker(monkeypatch, mode: str) -> node_mod.WorkerNode:
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1)
     worker.node = FakeNode(settings)
     topics = Topics(RUN)
-    worker.node.inbox.put(Message(topics.config, config_payload(heartbeat_interval_s=0.01), True))
+    worker.node.inbox.put(Message(topics.config, config_payload(heartbeat_interval_s=0.01, **worker_settings), True))
     worker.node.inbox.put(Message(topics.weights, weights(0), True))
     return worker
 
@@ -507,3 +507,20 @@ def test_workers_started_alike_differ_by_name_unless_pinned_by_index():
     assert made["pc-1"].seed != made["pc-2"].seed
     assert made["pc-1"].ladder_phase != made["pc-2"].ladder_phase
     assert made["pc-3"].ladder_phase is None and made["pc-3"].first_env_index == 3 * cfg.env.num_envs
+
+
+def test_the_worker_bounds_its_outbox_by_worker_outbox_limit(monkeypatch):
+    """``worker.outbox_limit`` is the run's (it was declared and documented, but a literal 2000 was used)."""
+    worker = fake_worker(monkeypatch, "async", outbox_limit=37)
+    run_briefly(worker, 20)
+    assert worker.node.outbox_limit == 37
+
+
+def test_an_mqtt_nodes_outbox_limit_can_be_set_once_the_config_is_in():
+    from mqttrl.transport.client import MqttNode
+
+    node = MqttNode(BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5"), client_id="t", outbox_limit=10)
+    node.outbox_limit = 3
+    assert node.outbox_limit == 3
+    with pytest.raises(ValueError, match="at least one message"):
+        node.outbox_limit = 0

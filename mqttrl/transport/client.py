@@ -330,6 +330,15 @@ class MqttNode:
         """How many messages the outbox holds before it drops the oldest of a kind."""
         return self._outbox.limit
 
+    @outbox_limit.setter
+    def outbox_limit(self, limit: int) -> None:
+        """A new bound (a worker's ``worker.outbox_limit``, known once the run's config arrived);
+        an outbox over it drops the oldest of a kind at its next message."""
+        if limit < 1:
+            raise ValueError(f"outbox limit {limit}: it must hold at least one message")
+        with self._cv:
+            self._outbox.limit = limit
+
     @property
     def outbox_size(self) -> int:
         with self._cv:

@@ -30,7 +30,7 @@ import attrs
 import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.config import RunConfig, from_dict
+from mqttrl.config import RunConfig, WorkerConfig, from_dict
 from mqttrl.demos.live import live_recorder
 from mqttrl.envs.launch import GameProcess, LaunchSettings, StopWhileLaunching, for_worker
 from mqttrl.envs.make import make_env
@@ -147,7 +147,7 @@ class WorkerNode:
             will=self._offline_state("connection lost"),
             birth=lambda: [Outgoing(self.topics.worker_state(self.name), self._state("online"), 1, True, "state")],
             inbox_limit=1000,
-            outbox_limit=2000,
+            outbox_limit=WorkerConfig().outbox_limit,  # the run's worker.outbox_limit once its config is in
         )
         #: the audit of every batch sent and acknowledged, when $MQTTRL_LEDGER_DIR is set
         self.ledger = Ledger.from_env(f"worker-{self.name}-{self.core.incarnation}.jsonl")
@@ -219,6 +219,7 @@ class WorkerNode:
         if own_env is not cfg.env:
             cfg = attrs.evolve(cfg, env=own_env)
         self.node.ack_timeout_s = cfg.worker.ack_timeout_s
+        self.node.outbox_limit = cfg.worker.outbox_limit
         self.info = get_registry().algorithm(cfg.algorithm.name)
         try:
             envs, ctx = self._make_envs(cfg)
