@@ -547,6 +547,8 @@ def report(bench: Bench, times: dict) -> dict:
             "resumed": resumed,
         },
         "episodes": episodes_by_worker(bench.telemetry_dir),
+        # capture to action over every worker's steps (the learner's newest combined report)
+        "capture_to_action_ms": next((r["act_latency"] for r in reversed(metrics) if r.get("act_latency")), None),
         "greedy_evaluations": {pc: worker_evaluations(logs / f"worker-{pc}.log") for pc in ("pc1", "pc2")},
         "games": launches,
         "ledger": {k: joined[k] for k in ("batches_sent", "batches_acked", "outcome_batches", "outcome_transitions")},
@@ -592,6 +594,12 @@ def print_report(r: dict) -> None:
         f"resumed: {ln['resumed'] or 'NO resume line'}"
     )
     print(f"episodes per game PC: {r['episodes']}")
+    cta = r.get("capture_to_action_ms")
+    if cta:
+        print(
+            f"capture to action over {cta['steps']} steps: p50 {cta['p50_ms']} ms, p99 {cta['p99_ms']} ms (bucket "
+            f"upper edges), mean {cta['mean_ms']} ms, max {cta['max_ms']} ms; p99 by game PC {cta['p99_ms_by_worker']}"
+        )
     for pc, evals in r["greedy_evaluations"].items():
         means = [e["mean"] for e in evals]
         secs = [e["s"] for e in evals]
