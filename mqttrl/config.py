@@ -386,8 +386,8 @@ class TrainConfig:
         "evaluator",
         doc='where greedy evaluations are played: `"evaluator"`, a node with a copy of the env of its own (a '
         'simulator; `mqttrl train` runs one), or `"workers"`: each worker plays them on its own game between '
-        "training episodes, every `eval_every_s` for a model it has not judged (a real game: one window a PC; "
-        "async algorithms: DQN, SAC)",
+        "training episodes, every `eval_every_s` for a model it has not judged (a real game: one window a PC; PPO "
+        "workers between rounds, after their share is sent)",
         validator=one_of("evaluator", "workers"),
     )
     eval_workers: int = setting(

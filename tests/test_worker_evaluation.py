@@ -85,7 +85,7 @@ def test_which_workers_evaluate():
     assert why_not_evaluating(train(eval_workers=2), "async", 1) is None
     assert why_not_evaluating(train(eval_workers=2), "async", 2) == "train.eval_workers = 2 and its --index is 2"
     assert "has no --index" in why_not_evaluating(train(eval_workers=1), "async", None)
-    assert "synchronous rounds" in why_not_evaluating(train(), "sync", 0)
+    assert why_not_evaluating(train(), "sync", 0) is None  # PPO too: between its rounds
     assert why_not_evaluating(from_dict({}).train, "async", 0) == "the evaluator node plays them"
 
 
@@ -123,6 +123,30 @@ def test_train_with_workers_evaluating_records_their_results(tmp_path):
     s = result.summary
     assert s["stop_reason"] == "time budget" and s["final_eval_mean"] is not None, s
     assert s["final_model_version"] == max(int(r["model_version"]) for r in rows)
+
+
+@pytest.mark.e2e
+def test_ppo_workers_evaluate_between_their_rounds(tmp_path):
+    """A sync-mode worker (PPO) evaluates in the gap of a round: after it sent its share, never
+    in the middle of one (its shares stay whole: the learner's rounds go on)."""
+    import mqttrl
+
+    result = mqttrl.train(
+        str(Path(__file__).parent.parent / "configs" / "cartpole_ppo.toml"),
+        eval_on="workers",
+        eval_episodes=2,
+        eval_every_s=2.0,
+        target_return=None,
+        max_seconds=25,
+        telemetry_storages=[],
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    rows = list(csv.DictReader((tmp_path / "run" / "evaluations.csv").open()))
+    assert len(rows) >= 2 and all(int(r["episodes"]) == 2 for r in rows), rows
+    assert result.updates > 0 and result.summary["rejected"] == {}, result.summary
+    logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()
+    assert "worker w0 evaluated model" in logs and "does not evaluate" not in logs
 
 
 def test_a_listening_evaluator_refuses_a_bad_result_and_keeps_a_good_one():

@@ -9,7 +9,8 @@ The result is published on ``eval/<worker>`` with the fields of the evaluator's,
 those feed: ``mqttrl train``'s record (``evaluations.csv``, the target, ``best/``), telemetry and the
 learner's best-model save.
 
-Async algorithms only (a PPO round's share would be cut by it); a sync-mode worker says so once.
+A sync-mode worker (PPO) evaluates between rounds only: after it sent its share, while the learner
+trains on the round (the next round waits for the evaluation's end when it takes longer).
 """
 
 from __future__ import annotations
@@ -25,12 +26,10 @@ from mqttrl.plugin.algorithm import INGESTED_KEY
 
 
 def why_not_evaluating(train: Any, mode: str, index: int | None) -> str | None:
-    """Why this worker plays no greedy evaluations (None: it does): the evaluator node plays them,
-    a sync-mode algorithm (a round's share would be cut), or ``train.eval_workers`` leaves it out."""
+    """Why this worker plays no greedy evaluations (None: it does): the evaluator node plays them, or
+    ``train.eval_workers`` leaves it out. (``mode``: a sync-mode worker evaluates too, between rounds.)"""
     if train.eval_on != "workers":
         return "the evaluator node plays them"
-    if mode == "sync":
-        return "its algorithm runs in synchronous rounds, which an evaluation would cut"
     if train.eval_workers and (index is None or index >= train.eval_workers):
         where = "it has no --index" if index is None else f"its --index is {index}"
         return f"train.eval_workers = {train.eval_workers} and {where}"

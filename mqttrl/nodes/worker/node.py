@@ -161,6 +161,8 @@ class WorkerNode:
         self.period_stats: PeriodStats | None = None
         #: capture to action of this worker's envs (its env set's), reported in heartbeats
         self.act_latency: LatencyStats | None = None
+        #: the envs this worker plays (None before they are made)
+        self.envs: EnvSet | None = None
         #: the game this worker launched and relaunches (``[env] launch``), else None
         self.game: GameProcess | None = None
         #: greedy evaluations this worker plays on its own game (``[train] eval_on = "workers"``), else None
@@ -230,7 +232,7 @@ class WorkerNode:
             if self.game is not None:  # the game it launched does not outlive a worker that failed to start
                 self.game.close()
             raise
-        self.act_latency = envs.act_latency
+        self.act_latency, self.envs = envs.act_latency, envs
         try:
             self._check_env_spec(cfg, envs.envs[0])
         except Exception:
@@ -312,8 +314,7 @@ class WorkerNode:
         why_not = why_not_evaluating(cfg.train, self.info.mode, self.index)
         if why_not is not None:
             if cfg.train.eval_on == "workers":  # said once: the run asked workers to evaluate
-                say = log.warning if self.info.mode == "sync" else log.info
-                say('train.eval_on = "workers": worker %s does not evaluate (%s)', self.name, why_not)
+                log.info('train.eval_on = "workers": worker %s does not evaluate (%s)', self.name, why_not)
             return None
         return WorkerEvaluation(cfg.train.eval_episodes, cfg.train.eval_every_s, self.clock)
 
@@ -324,6 +325,8 @@ class WorkerNode:
         ev = self.evaluation
         if ev is None or not ev.due(self.core.version) or getattr(envs, "resetting_rows", None) or self.games_paused:
             return
+        if self.core.rules.sync and not self.core.awaiting_model:
+            return  # a PPO round's share is being collected: its evaluation waits for the round's end
         if self.actor.pending():  # what was recorded goes out first (a batch never spans the gap)
             self._send_batch()
         version = self.core.version
@@ -532,6 +535,8 @@ class WorkerNode:
             return  # STEP on; or STOP, which the run loop reads from core.finished
         self._send_batch()
         if self.core.awaiting_model:
+            if self.envs is not None:  # the round's gap: a greedy evaluation on this game, when due
+                self._evaluate_if_due(self.envs)
             self._wait_for_newer_model()
 
     def _flush(self) -> None:
