@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mqttrl import hookimpl
-from mqttrl.plugin.storage import Point, Storage
+from mqttrl.plugin import Point, Storage
 
 log = logging.getLogger("mqttrl.storage.files")
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from mqttrl import hookimpl
-from mqttrl.plugin.storage import Point, Storage, to_line
+from mqttrl.plugin import Point, Storage, to_line
 
 log = logging.getLogger("mqttrl.storage.influxdb")
 

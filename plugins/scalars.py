@@ -45,7 +45,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from mqttrl.plugin.storage import Point
+from mqttrl.plugin import Point
 
 #: the step axes a storage may choose (option ``step``)
 STEPS = ("env_steps", "seconds")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mqttrl import hookimpl
-from mqttrl.plugin.storage import Storage
+from mqttrl.plugin import Storage
 from mqttrl_plugins.scalars import Scalars, ScalarStorage
 
 log = logging.getLogger("mqttrl.storage.tensorboard")

@@ -1,21 +1,32 @@
-"""Everything a plugin author needs, in one package.
+"""Everything a plugin author needs, in one package: the seams and the toolkit the built-ins use.
 
 - ``hookspecs.py``: the hooks a plugin module implements with ``@hookimpl``;
 - ``algorithm.py``: the algorithm seam (``Forward``, ``Actor``/``SyncActor``,
-  ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``);
-- ``storage.py``: the telemetry storage seam (``Point``, ``Storage``);
-- ``SampleSpec``/``FieldSpec`` (from :mod:`mqttrl.wire`): what a sample batch must hold;
-- ``NumpyTorso``, ``pick_network`` (from :mod:`mqttrl.nets`): network torsos shared by torch and numpy;
+  ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``);
+- ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``);
+- what a sample batch holds: ``SampleSpec``, ``FieldSpec``, ``SampleBatch``;
+- networks shared by torch and numpy: ``NETWORKS``, ``ObsSize``, ``pick_network``,
+  ``describe_torso``, ``validate_torso``, ``torso_out_size``, ``torso_weight_shapes``,
+  ``initial_torso_weights``, ``orthogonal_matrix``, ``NumpyTorso``, and (torch) ``TorchTorso``, ``orthogonal_init``;
+- checkpoints without pickle (torch): ``export_module``, ``load_module``, ``optimizer_state``,
+  ``load_optimizer_state``, ``adam_moments``, ``load_adam_moments``; numpy RNG state as JSON:
+  ``rng_to_json``, ``rng_from_json``, ``generator_to_json``, ``generator_from_json``;
+- settings: ``ConfigError`` (one line for the user) and the validators ``positive``,
+  ``non_negative``, ``unit_interval``, ``unit_positive``, ``layer_sizes``;
+- ``obs_dtype`` (the observations' dtype kept from the env to the network), ``Episode`` (a
+  demonstration episode), ``UPDATES_KEY`` and ``FLEET_PROGRESS_KEY`` (weights-info keys actors read);
 - ``manager.py`` loads plugins (entry points, ``MQTTRL_LOAD_PLUGINS``) and ``check.py`` is
   ``mqttrl check-plugin``.
 
-``from mqttrl.plugin import AlgorithmInfo, SampleSpec, Point`` and so on; the seams are
-imported on first use so that ``import mqttrl`` pulls in neither numpy nor gymnasium.
+``from mqttrl.plugin import AlgorithmInfo, SampleSpec, Point`` and so on; every name is imported on
+first use, so ``import mqttrl`` pulls in neither numpy nor gymnasium, and the torch helpers import
+torch only where they are used. The built-in plugins (``plugins/``) import nothing else of mqttrl
+(``tests/test_plugin_toolkit.py`` holds them to it).
 """
 
 from mqttrl.plugin.hookspecs import hookimpl, hookspec
 
-#: public name -> module that defines it (imported when first used)
+#: public name -> the module that defines it, or "module:name" where the toolkit's name differs
 _CONTRACT = {
     "ActorContext": "mqttrl.plugin.algorithm",
     "Forward": "mqttrl.plugin.algorithm",
@@ -26,25 +37,61 @@ _CONTRACT = {
     "AlgorithmInfo": "mqttrl.plugin.algorithm",
     "Mode": "mqttrl.plugin.algorithm",
     "Tensors": "mqttrl.plugin.algorithm",
+    "UPDATES_KEY": "mqttrl.plugin.algorithm",
+    "FLEET_PROGRESS_KEY": "mqttrl.plugin.algorithm",
     "Point": "mqttrl.plugin.storage",
     "Storage": "mqttrl.plugin.storage",
+    "to_line": "mqttrl.plugin.storage",
     "SampleSpec": "mqttrl.wire",
     "FieldSpec": "mqttrl.wire",
     "SampleBatch": "mqttrl.wire",
+    # networks
+    "NETWORKS": "mqttrl.nets",
+    "ObsSize": "mqttrl.nets",
     "NumpyTorso": "mqttrl.nets",
     "pick_network": "mqttrl.nets",
+    "describe_torso": "mqttrl.nets:describe",
+    "validate_torso": "mqttrl.nets:validate",
+    "torso_out_size": "mqttrl.nets:out_size",
+    "torso_weight_shapes": "mqttrl.nets:weight_shapes",
+    "initial_torso_weights": "mqttrl.nets:initial_weights",
+    "orthogonal_matrix": "mqttrl.nets.numpy_torso:orthogonal",
+    "TorchTorso": "mqttrl.nets.torch_torso:Torso",
+    "orthogonal_init": "mqttrl.nets.torch_torso",
+    # checkpoints (torch) and RNG state
+    "export_module": "mqttrl.state.torch_state",
+    "load_module": "mqttrl.state.torch_state",
+    "optimizer_state": "mqttrl.state.torch_state",
+    "load_optimizer_state": "mqttrl.state.torch_state",
+    "adam_moments": "mqttrl.state.torch_state",
+    "load_adam_moments": "mqttrl.state.torch_state",
+    "rng_to_json": "mqttrl.state.rng",
+    "rng_from_json": "mqttrl.state.rng",
+    "generator_to_json": "mqttrl.state.rng",
+    "generator_from_json": "mqttrl.state.rng",
+    # settings
+    "ConfigError": "mqttrl.config",
+    "positive": "mqttrl.config",
+    "non_negative": "mqttrl.config",
+    "unit_interval": "mqttrl.config",
+    "unit_positive": "mqttrl.config",
+    "layer_sizes": "mqttrl.config",
+    # envs and demonstrations
+    "obs_dtype": "mqttrl.envs.rollout",
+    "Episode": "mqttrl.demos",
 }
 
 __all__ = ["hookimpl", "hookspec", *_CONTRACT]
 
 
 def __getattr__(name: str):
-    module = _CONTRACT.get(name)
-    if module is None:
+    where = _CONTRACT.get(name)
+    if where is None:
         raise AttributeError(f"module 'mqttrl.plugin' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr or name)
 
 
 def __dir__() -> list[str]:

@@ -59,3 +59,13 @@ def rng_from_json(state: Any) -> Any:
     if isinstance(state, str) and state.lstrip("-").isdigit():
         return int(state)
     return state
+
+
+def generator_to_json(rng: np.random.Generator) -> dict[str, Any]:
+    """A numpy ``Generator``'s state, JSON-safe (:func:`rng_to_json`); :func:`generator_from_json` restores it."""
+    return rng_to_json(rng.bit_generator.state)
+
+
+def generator_from_json(rng: np.random.Generator, state: Any) -> None:
+    """Restore ``rng`` to a state :func:`generator_to_json` wrote."""
+    rng.bit_generator.state = rng_from_json(state)

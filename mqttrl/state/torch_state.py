@@ -76,3 +76,36 @@ def load_optimizer_state(
     for st in optimizer.state.values():
         if "step" in st and torch.is_tensor(st["step"]):
             st["step"] = st["step"].cpu()
+
+
+def adam_moments(opt: torch.optim.Optimizer, prefix: str) -> tuple[Tensors, list[float]]:
+    """Adam's moments by parameter index (``{prefix}{i}.exp_avg`` / ``.exp_avg_sq``) and its step
+    counts (-1: a parameter never stepped): a checkpoint form without the optimizer's JSON layout
+    (SAC's: one per network). :func:`load_adam_moments` is its inverse."""
+    tensors, steps = {}, []
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for i, p in enumerate(params):
+        state = opt.state.get(p, {})
+        if "step" in state:
+            tensors[f"{prefix}{i}.exp_avg"] = state["exp_avg"].detach().cpu().numpy().copy()
+            tensors[f"{prefix}{i}.exp_avg_sq"] = state["exp_avg_sq"].detach().cpu().numpy().copy()
+        steps.append(float(state["step"]) if "step" in state else -1.0)
+    return tensors, steps
+
+
+def load_adam_moments(
+    opt: torch.optim.Optimizer, tensors: Mapping[str, np.ndarray], prefix: str, steps: list[float]
+) -> None:
+    """Put :func:`adam_moments`'s arrays back into ``opt`` (a ValueError when the parameter count differs)."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    if len(steps) != len(params):
+        raise ValueError(f"checkpoint optimizer {prefix!r} has {len(steps)} parameters, this one {len(params)}")
+    fused = bool(opt.defaults.get("fused"))  # fused Adam keeps its step on the parameter's device
+    for i, (p, step) in enumerate(zip(params, steps)):
+        if step < 0:
+            continue
+        opt.state[p] = {
+            "step": torch.tensor(float(step), device=p.device if fused else "cpu"),
+            "exp_avg": torch.as_tensor(np.array(tensors[f"{prefix}{i}.exp_avg"]), device=p.device),
+            "exp_avg_sq": torch.as_tensor(np.array(tensors[f"{prefix}{i}.exp_avg_sq"]), device=p.device),
+        }

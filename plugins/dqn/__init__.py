@@ -18,7 +18,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin.algorithm import AlgorithmInfo, AsyncLearner, Forward
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import DQNActor
 from .common import DQNParams, sample_spec

@@ -19,8 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.envs.rollout import obs_dtype
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, UPDATES_KEY, ActorContext, Forward, Tensors
+from mqttrl.plugin import FLEET_PROGRESS_KEY, UPDATES_KEY, ActorContext, Forward, Tensors, obs_dtype
 
 from .common import DQNParams, actor_priorities, check_spaces
 from .frames import ArrayObs, FrameObs, frame_layout

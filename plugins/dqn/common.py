@@ -18,10 +18,20 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
-from mqttrl.envs.rollout import obs_dtype
-from mqttrl.nets import NETWORKS, ObsSize, describe
-from mqttrl.wire import FieldSpec, SampleSpec
+from mqttrl.plugin import (
+    NETWORKS,
+    ConfigError,
+    FieldSpec,
+    ObsSize,
+    SampleSpec,
+    describe_torso,
+    layer_sizes,
+    non_negative,
+    obs_dtype,
+    positive,
+    unit_interval,
+    unit_positive,
+)
 
 from .frames import FRAME_MODES, frame_layout
 
@@ -320,7 +330,7 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
         "dueling": bool(params.dueling),
     }
     shape, dtype = getattr(obs_dim, "shape", (int(obs_dim),)), getattr(obs_dim, "dtype", np.float32)
-    torso = describe(params.network, shape, dtype, params.hidden)
+    torso = describe_torso(params.network, shape, dtype, params.hidden)
     if torso["network"] != "mlp" or torso["obs_scale"] != 1.0:
         info["torso"] = torso
     if params.distributional == "c51":

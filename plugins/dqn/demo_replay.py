@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from mqttrl.demos import Episode
+from mqttrl.plugin import Episode
 
 
 def nstep_transitions(episodes: Iterable[Episode], gamma: float, n_step: int) -> dict[str, np.ndarray]:
@@ -242,7 +242,7 @@ def learn_from_demos(learner, dataset, settings, pretrain_now: bool) -> dict[str
     )
     if demos.by_priority:
         if not p.prioritized:
-            from mqttrl.config import ConfigError
+            from mqttrl.plugin import ConfigError
 
             raise ConfigError("demos.priority_bonus > 0 needs prioritized replay (algorithm.prioritized = true)")
         demos.replay_stats = lambda: replay_stats(learner)

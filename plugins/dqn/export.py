@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin.algorithm import Tensors
+from mqttrl.plugin import Tensors
 
 from .common import DQNParams
 

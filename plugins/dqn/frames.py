@@ -30,8 +30,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.envs.rollout import obs_dtype
-from mqttrl.plugin.algorithm import Tensors
+from mqttrl.plugin import Tensors, obs_dtype
 
 #: the ``frames`` choices of DQNParams
 FRAME_MODES = ("auto", "stack", "whole", "off")

@@ -36,12 +36,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from mqttrl.envs.rollout import obs_dtype
-from mqttrl.nets.torch_torso import Torso
-from mqttrl.plugin.algorithm import Tensors
-from mqttrl.state.rng import rng_from_json, rng_to_json
-from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
-from mqttrl.wire import SampleBatch
+from mqttrl.plugin import (
+    SampleBatch,
+    Tensors,
+    TorchTorso,
+    export_module,
+    load_module,
+    load_optimizer_state,
+    obs_dtype,
+    optimizer_state,
+    rng_from_json,
+    rng_to_json,
+)
 
 from .adam_stats import adam_below_eps
 from .common import DQNParams, actor_priorities, check_spaces, net_info, sample_spec
@@ -85,7 +91,7 @@ class QNetwork(nn.Module):
     def __init__(self, torso: Mapping[str, Any], head: HeadSpec, sigma0: float = 0.5, noisy_torso: bool = False):
         super().__init__()
         noisy_dense = (lambda n_in, n_out: NoisyLinear(n_in, n_out, sigma0)) if noisy_torso else None
-        self.trunk = Torso(torso, linear=noisy_dense)
+        self.trunk = TorchTorso(torso, linear=noisy_dense)
         width = self.trunk.out_size
         self.spec = head
         self.dueling = head.dueling

@@ -18,7 +18,14 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.nets import NumpyTorso, describe, initial_weights, out_size, validate, weight_shapes
+from mqttrl.plugin import (
+    NumpyTorso,
+    describe_torso,
+    initial_torso_weights,
+    torso_out_size,
+    torso_weight_shapes,
+    validate_torso,
+)
 
 from .common import DQNParams, check_spaces, net_info
 from .numpy_heads import HeadSpec, NumpyHead, initial_head_weights
@@ -32,8 +39,8 @@ def torso_of(info: Mapping[str, Any], obs_shape: tuple[int, ...] | None = None) 
     ``hidden`` over float observations. Given ``obs_shape`` (this side's observations), raises
     ValueError if the torso is made for observations of another shape; ValueError if it is malformed."""
     if "torso" not in info:
-        return describe("mlp", obs_shape or (int(info["obs_dim"]),), np.float32, [int(h) for h in info["hidden"]])
-    torso = validate(info["torso"])
+        return describe_torso("mlp", obs_shape or (int(info["obs_dim"]),), np.float32, [int(h) for h in info["hidden"]])
+    torso = validate_torso(info["torso"])
     if obs_shape is not None:
         if torso["layout"] == "flat":
             fits = math.prod(torso["obs_shape"]) == math.prod(obs_shape)
@@ -122,8 +129,8 @@ class NumpyQForward:
         rng = np.random.default_rng(seed)
         torso = torso_of(self.info, self.obs_shape)
         sigma0 = params.noisy_sigma0 if noisy_torso(self.info) else None
-        tensors = initial_weights(torso, rng, TORSO_PREFIX, noisy_sigma0=sigma0)
-        tensors.update(initial_head_weights(HeadSpec.of(self.info), out_size(torso), rng, params.noisy_sigma0))
+        tensors = initial_torso_weights(torso, rng, TORSO_PREFIX, noisy_sigma0=sigma0)
+        tensors.update(initial_head_weights(HeadSpec.of(self.info), torso_out_size(torso), rng, params.noisy_sigma0))
         #: noisy layers' noise (its own stream: the weights' draws above do not shift it)
         self.noise_rng = np.random.default_rng([seed, 0x401DE])
         #: the loaded network (torso and heads), replaced as a whole by load_weights
@@ -132,9 +139,9 @@ class NumpyQForward:
     def _build(self, tensors: Mapping[str, np.ndarray], full: Mapping[str, Any]) -> _QNet:
         torso = torso_of(full, self.obs_shape)
         spec = HeadSpec.of({**full, "n_actions": self.n_actions})
-        width = out_size(torso)
+        width = torso_out_size(torso)
         noisy = noisy_torso(full)
-        expected = set(weight_shapes(torso, TORSO_PREFIX, noisy)) | set(spec.tensor_shapes(width))
+        expected = set(torso_weight_shapes(torso, TORSO_PREFIX, noisy)) | set(spec.tensor_shapes(width))
         if set(tensors) != expected:
             raise ValueError(
                 f"weights do not fit the network: missing {sorted(expected - set(tensors))}, "

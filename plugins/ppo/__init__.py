@@ -19,7 +19,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin.algorithm import AlgorithmInfo, Forward, SyncLearner
+from mqttrl.plugin import AlgorithmInfo, Forward, SyncLearner
 
 from .actor import PPOActor
 from .common import PPOParams, sample_spec

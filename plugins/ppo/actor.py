@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin.algorithm import ActorContext, Forward, Tensors
+from mqttrl.plugin import ActorContext, Forward, Tensors
 
 from .common import LOG_SQRT_2PI, PPOParams, check_spaces, compute_gae, full_info, net_info
 

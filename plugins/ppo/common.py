@@ -40,11 +40,25 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl import nets
-from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_interval, unit_positive
-from mqttrl.nets import NETWORKS, ObsSize
-from mqttrl.plugin.algorithm import Tensors
-from mqttrl.wire import FieldSpec, SampleSpec
+from mqttrl.plugin import (
+    NETWORKS,
+    ConfigError,
+    FieldSpec,
+    ObsSize,
+    SampleSpec,
+    Tensors,
+    describe_torso,
+    initial_torso_weights,
+    layer_sizes,
+    non_negative,
+    orthogonal_matrix,
+    positive,
+    torso_out_size,
+    torso_weight_shapes,
+    unit_interval,
+    unit_positive,
+    validate_torso,
+)
 
 #: log(sqrt(2 pi)), in the Gaussian log-density of Box actions (actor and learner)
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -159,7 +173,7 @@ def net_info(obs_dim: int, continuous: bool, act_dim: int, params: PPOParams) ->
     or with integer or bool observations (a running mean of pixels or bits is no use).
     """
     shape, dtype = getattr(obs_dim, "shape", (int(obs_dim),)), getattr(obs_dim, "dtype", np.dtype(np.float32))
-    torso = nets.describe(params.network, shape, dtype, params.hidden)
+    torso = describe_torso(params.network, shape, dtype, params.hidden)
     if params.obs_norm and (torso["network"] != "mlp" or dtype.kind != "f"):
         raise ConfigError(
             f"obs_norm=true: normalisation is for float vector observations with the mlp; these are {dtype} "
@@ -205,7 +219,7 @@ def full_info(
     if full["activation"] not in ACTIVATIONS:
         raise ValueError(f"weights use activation {full['activation']!r}; known: {', '.join(ACTIVATIONS)}")
     if "torso" in full:
-        full["torso"] = torso = nets.validate(full["torso"])
+        full["torso"] = torso = validate_torso(full["torso"])
         if torso["layout"] == "flat":
             raise ValueError("a ppo torso is a CNN; an mlp is described by hidden and activation")
         if obs_shape is not None and tuple(torso["obs_shape"]) != tuple(obs_shape):
@@ -246,8 +260,8 @@ def weight_shapes(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     ``obs_norm.var`` (float64)."""
     shapes: dict[str, tuple[int, ...]] = {}
     if "torso" in info:
-        shapes.update(nets.weight_shapes(info["torso"], TORSO_PREFIX))
-        width = nets.out_size(info["torso"])
+        shapes.update(torso_weight_shapes(info["torso"], TORSO_PREFIX))
+        width = torso_out_size(info["torso"])
         for head, out in (("actor", int(info["act_dim"])), ("critic", 1)):
             shapes[f"{head}.weight"] = (out, width)
             shapes[f"{head}.bias"] = (out,)
@@ -269,9 +283,9 @@ def initial_weights(info: Mapping[str, Any], seed: int, ortho_init: bool = True,
     tensors: Tensors = {}
     if "torso" in info:
         torso = info["torso"]
-        tensors.update(nets.initial_weights(torso, rng, TORSO_PREFIX, math.sqrt(2) if ortho_init else None))
+        tensors.update(initial_torso_weights(torso, rng, TORSO_PREFIX, math.sqrt(2) if ortho_init else None))
         heads = [(head, out, 1) for head, out in (("actor", int(info["act_dim"])), ("critic", 1))]
-        width = nets.out_size(torso)
+        width = torso_out_size(torso)
         sizes = {h: [(out, width)] for h, out, _ in heads}
         names = {h: [h] for h, _, _ in heads}
     else:
@@ -281,7 +295,7 @@ def initial_weights(info: Mapping[str, Any], seed: int, ortho_init: bool = True,
         for i, (out, inp) in enumerate(sizes[head]):
             if ortho_init:
                 gain = math.sqrt(2) if i < len(sizes[head]) - 1 else (1.0 if head == "critic" else 0.01)
-                w, b = nets.orthogonal(rng, out, inp, gain), np.zeros(out)
+                w, b = orthogonal_matrix(rng, out, inp, gain), np.zeros(out)
             else:
                 bound = 1 / math.sqrt(inp)
                 w, b = rng.uniform(-bound, bound, (out, inp)), rng.uniform(-bound, bound, out)

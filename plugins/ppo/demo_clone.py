@@ -33,7 +33,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from mqttrl.demos import Episode
+from mqttrl.plugin import Episode
 
 from .common import normalize_obs
 

@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin.algorithm import Tensors
+from mqttrl.plugin import Tensors
 
 from .common import PPOParams, full_info, net_info, obs_stats, obs_std
 
@@ -48,7 +48,7 @@ def export_module(
     import torch
     from torch import nn
 
-    from mqttrl.state.torch_state import load_module
+    from mqttrl.plugin import load_module
 
     from .common import check_spaces
     from .learner import Agent

@@ -28,11 +28,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from mqttrl.nets.torch_torso import Torso, orthogonal_init
-from mqttrl.plugin.algorithm import Tensors
-from mqttrl.state.rng import rng_from_json, rng_to_json
-from mqttrl.state.torch_state import export_module, load_module, load_optimizer_state, optimizer_state
-from mqttrl.wire import SampleBatch
+from mqttrl.plugin import (
+    SampleBatch,
+    Tensors,
+    TorchTorso,
+    export_module,
+    load_module,
+    load_optimizer_state,
+    optimizer_state,
+    orthogonal_init,
+    rng_from_json,
+    rng_to_json,
+)
 
 from .common import (
     LOG_SQRT_2PI,
@@ -90,7 +97,7 @@ class Agent(nn.Module):
         act_dim = int(info["act_dim"])
         self.cnn = "torso" in info
         if self.cnn:  # CleanRL's ppo_atari: network (gain sqrt(2)), actor (0.01), critic (1)
-            self.torso = Torso(info["torso"])
+            self.torso = TorchTorso(info["torso"])
             self.actor = _layer(nn.Linear(self.torso.out_size, act_dim), 0.01, ortho_init)
             self.critic = _layer(nn.Linear(self.torso.out_size, 1), 1.0, ortho_init)
             if ortho_init:

@@ -23,8 +23,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.nets import NumpyTorso
-from mqttrl.plugin.algorithm import Tensors
+from mqttrl.plugin import NumpyTorso, Tensors
 
 from .common import (
     TORSO_PREFIX,

@@ -19,8 +19,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.config import ConfigError, layer_sizes, non_negative, positive, unit_positive
-from mqttrl.plugin import FieldSpec, SampleSpec
+from mqttrl.plugin import ConfigError, FieldSpec, SampleSpec, layer_sizes, non_negative, positive, unit_positive
 
 # --------------------------------------------------------------------------
 # 1. Hyperparameters

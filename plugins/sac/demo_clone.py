@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mqttrl.demos import Episode
+from mqttrl.plugin import Episode
 
 from .common import action_scale
 

@@ -26,42 +26,23 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from mqttrl.plugin import SampleBatch, Tensors
+from mqttrl.plugin import (
+    SampleBatch,
+    Tensors,
+    adam_moments,
+    export_module,
+    generator_from_json,
+    generator_to_json,
+    load_adam_moments,
+    load_module,
+)
 
 from .common import SACParams, check_spaces, default_target_entropy, net_info, sample_spec
 from .losses import actor_loss, alpha_loss, critic_loss, soft_target
-from .nets import CriticEnsemble, PolicyNet, load_tensors, module_tensors
+from .nets import CriticEnsemble, PolicyNet
 from .replay import Replay
 
 __all__ = ["SACLearner"]
-
-
-def optimizer_tensors(opt: torch.optim.Adam, prefix: str) -> tuple[dict[str, np.ndarray], list[float]]:
-    """Adam's moments as numpy arrays ``{prefix}{i}.exp_avg`` / ``.exp_avg_sq`` by parameter index, and its steps."""
-    tensors, steps = {}, []
-    params = [p for group in opt.param_groups for p in group["params"]]
-    for i, p in enumerate(params):
-        state = opt.state.get(p, {})
-        if "step" in state:
-            tensors[f"{prefix}{i}.exp_avg"] = state["exp_avg"].detach().cpu().numpy().copy()
-            tensors[f"{prefix}{i}.exp_avg_sq"] = state["exp_avg_sq"].detach().cpu().numpy().copy()
-        steps.append(float(state["step"]) if "step" in state else -1.0)
-    return tensors, steps
-
-
-def load_optimizer(opt: torch.optim.Adam, tensors: Mapping[str, np.ndarray], prefix: str, steps: list[float]) -> None:
-    params = [p for group in opt.param_groups for p in group["params"]]
-    if len(steps) != len(params):
-        raise ValueError(f"checkpoint optimizer {prefix!r} has {len(steps)} parameters, this one {len(params)}")
-    for i, (p, step) in enumerate(zip(params, steps)):
-        if step < 0:
-            continue
-        fused = bool(opt.defaults.get("fused"))  # fused Adam keeps its step on the parameter's device
-        opt.state[p] = {
-            "step": torch.tensor(float(step), device=p.device if fused else "cpu"),
-            "exp_avg": torch.as_tensor(np.array(tensors[f"{prefix}{i}.exp_avg"]), device=p.device),
-            "exp_avg_sq": torch.as_tensor(np.array(tensors[f"{prefix}{i}.exp_avg_sq"]), device=p.device),
-        }
 
 
 class SACLearner:
@@ -226,19 +207,19 @@ class SACLearner:
 
     def export_weights(self) -> tuple[Tensors, dict[str, Any]]:
         """The policy (what actors need) and its description, with ``updates`` (0: actors explore uniformly)."""
-        return module_tensors(self.actor), {**self.info, "updates": self.updates}
+        return export_module(self.actor), {**self.info, "updates": self.updates}
 
     def state_dict(self, include_replay: bool) -> tuple[Tensors, dict[str, Any]]:
         tensors = {
-            **module_tensors(self.actor, "actor."),
-            **module_tensors(self.critics, "critics."),
-            **module_tensors(self.target, "target."),
+            **export_module(self.actor, "actor."),
+            **export_module(self.critics, "critics."),
+            **export_module(self.target, "target."),
             "log_alpha": self.log_alpha.detach().cpu().numpy().copy(),
             "rng.noise": self.noise.get_state().numpy().copy(),
         }
         optimizers = {}
         for name, opt in (("actor", self.actor_opt), ("critic", self.critic_opt), ("alpha", self.alpha_opt)):
-            moments, steps = optimizer_tensors(opt, f"opt.{name}.")
+            moments, steps = adam_moments(opt, f"opt.{name}.")
             tensors.update(moments)
             optimizers[name] = steps
         meta: dict[str, Any] = {
@@ -251,7 +232,7 @@ class SACLearner:
             "start_samples": self.start_samples,
             "updates_forgiven": self.forgiven,
             "optimizers": optimizers,
-            "rng_numpy": json_rng(self.rng),
+            "rng_numpy": generator_to_json(self.rng),
             "replay": None,
         }
         if include_replay:
@@ -267,37 +248,19 @@ class SACLearner:
                 f"checkpoint network {dict(meta['net'])} with {meta['critics']} critics differs from the "
                 f"configured one {self.info} with {self.params.critics}"
             )
-        load_tensors(self.actor, tensors, "actor.")
-        load_tensors(self.critics, tensors, "critics.")
-        load_tensors(self.target, tensors, "target.")
+        load_module(self.actor, tensors, "actor.")
+        load_module(self.critics, tensors, "critics.")
+        load_module(self.target, tensors, "target.")
         with torch.no_grad():
             self.log_alpha.copy_(torch.as_tensor(np.array(tensors["log_alpha"], np.float32)))
         self.noise.set_state(torch.from_numpy(np.array(tensors["rng.noise"], np.uint8)))
         for name, opt in (("actor", self.actor_opt), ("critic", self.critic_opt), ("alpha", self.alpha_opt)):
-            load_optimizer(opt, tensors, f"opt.{name}.", meta["optimizers"][name])
+            load_adam_moments(opt, tensors, f"opt.{name}.", meta["optimizers"][name])
         self.updates = int(meta["updates"])
         self.policy_updates = int(meta["policy_updates"])
         self.samples_added = int(meta["samples_added"])
         self.start_samples = None if meta["start_samples"] is None else int(meta["start_samples"])
         self.forgiven = float(meta["updates_forgiven"])
-        self.rng.bit_generator.state = rng_from_json(meta["rng_numpy"])
+        generator_from_json(self.rng, meta["rng_numpy"])
         if meta.get("replay"):
             self.replay.load_state(tensors, meta["replay"])
-
-
-def json_rng(rng: np.random.Generator) -> dict[str, Any]:
-    """A numpy generator's state with its (128-bit) integers as strings: JSON-safe for any reader."""
-
-    def conv(v):
-        if isinstance(v, dict):
-            return {k: conv(x) for k, x in v.items()}
-        return str(int(v)) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v
-
-    return conv(rng.bit_generator.state)
-
-
-def rng_from_json(state: Any) -> Any:
-    """The inverse of :func:`json_rng`."""
-    if isinstance(state, dict):
-        return {k: rng_from_json(v) for k, v in state.items()}
-    return int(state) if isinstance(state, str) and state.lstrip("-").isdigit() else state

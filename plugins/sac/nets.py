@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from mqttrl.plugin import load_module
+
 from .common import LOG_STD_MAX, LOG_STD_MIN, SACParams, action_scale, check_info, check_spaces, net_info
 from .losses import squashed_log_prob
 
@@ -103,7 +105,7 @@ class TorchPolicyForward:
         full = {**self.info, **info}
         with torch.random.fork_rng(devices=[]):
             net = PolicyNet(full)
-        load_tensors(net, tensors)  # raises before anything is replaced
+        load_module(net, tensors)  # raises before anything is replaced
         self.net, self.info = net.eval(), full
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
@@ -115,22 +117,3 @@ class TorchPolicyForward:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def module_tensors(module: nn.Module, prefix: str = "") -> dict[str, np.ndarray]:
-    """A module's persistent state as numpy arrays (copies), names prefixed."""
-    return {prefix + k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
-
-
-def load_tensors(module: nn.Module, tensors: Mapping[str, np.ndarray], prefix: str = "") -> None:
-    """Load ``prefix``-named numpy arrays into ``module``: every name and shape must fit (ValueError)."""
-    own = module.state_dict()
-    got = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-    if set(got) != set(own):
-        raise ValueError(
-            f"weights do not fit: missing {sorted(set(own) - set(got))}, unexpected {sorted(set(got) - set(own))}"
-        )
-    for k, v in own.items():
-        if tuple(np.shape(got[k])) != tuple(v.shape):
-            raise ValueError(f"weights: {prefix}{k} has shape {np.shape(got[k])}, expected {tuple(v.shape)}")
-    module.load_state_dict({k: torch.as_tensor(np.array(got[k], np.float32)) for k in own})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-from mqttrl.config import ConfigError
+from mqttrl.plugin import ConfigError
 
 log = logging.getLogger("mqttrl.screen")
 

@@ -1,0 +1,100 @@
+"""The plugin toolkit (issue 35): the built-in plugins use what a third-party plugin gets, nothing more.
+
+``mqttrl.plugin`` exports the seams (algorithm, storage, sample spec) and the toolkit the built-ins
+need (torch state helpers, RNG state as JSON, networks, setting validators). Every import of mqttrl
+under ``plugins/`` goes through it (or is ``from mqttrl import hookimpl``), so a plugin written
+against the docs can do what DQN, PPO, SAC and the storages do.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import mqttrl.plugin
+
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+
+
+def _mqttrl_imports(path: Path) -> list[tuple[int, str]]:
+    """Every import of mqttrl in ``path``: (line, what it imports), anywhere in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mqttrl":
+            found.append((node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names if a.name.split(".")[0] == "mqttrl"]
+    return found
+
+
+def _public(statement: str) -> bool:
+    if statement == "from mqttrl import hookimpl":
+        return True
+    module = statement.split()[1]
+    return module == "mqttrl.plugin" or module.startswith("mqttrl.plugin.")
+
+
+def test_the_built_in_plugins_import_only_the_public_plugin_api():
+    private = [
+        f"{path.relative_to(PLUGINS.parent)}:{line}: {what}"
+        for path in sorted(PLUGINS.rglob("*.py"))
+        for line, what in _mqttrl_imports(path)
+        if not _public(what)
+    ]
+    assert private == [], "plugins/ imports mqttrl's internals; export it from mqttrl.plugin:\n" + "\n".join(private)
+
+
+def test_the_scan_sees_a_private_import():
+    """The check above can fail: an internal import is found, wherever it is in a file."""
+    source = "def f():\n    from mqttrl.state.torch_state import load_module\n"
+    tree_imports = [f"from {n.module} import x" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)]
+    assert tree_imports == ["from mqttrl.state.torch_state import x"] and not _public(tree_imports[0])
+    assert _public("from mqttrl.plugin import Tensors") and _public("from mqttrl.plugin.storage import Point")
+
+
+@pytest.mark.parametrize("name", mqttrl.plugin.__all__)
+def test_every_toolkit_name_resolves(name):
+    assert getattr(mqttrl.plugin, name) is not None
+
+
+def test_torch_state_round_trips_through_numpy_without_pickle():
+    """The toolkit's checkpoint helpers: a module and Adam's moments out to numpy and back."""
+    import numpy as np
+    import torch
+
+    from mqttrl.plugin import adam_moments, export_module, load_adam_moments, load_module
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    tensors = export_module(net, "net.")
+    moments, steps = adam_moments(opt, "opt.")
+    assert all(isinstance(v, np.ndarray) for v in [*tensors.values(), *moments.values()]) and steps == [1.0, 1.0]
+    twin = torch.nn.Linear(3, 2)
+    twin_opt = torch.optim.Adam(twin.parameters(), lr=0.1)
+    load_module(twin, tensors, "net.")
+    load_adam_moments(twin_opt, moments, "opt.", steps)
+    assert torch.equal(twin.weight, net.weight)
+    for p, q in zip(net.parameters(), twin.parameters()):
+        assert torch.equal(opt.state[p]["exp_avg_sq"], twin_opt.state[q]["exp_avg_sq"])
+    with pytest.raises(ValueError, match="has 2 parameters, this one 1"):
+        load_adam_moments(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))]), moments, "opt.", steps)
+
+
+def test_a_generators_state_round_trips_as_json():
+    import json
+
+    import numpy as np
+
+    from mqttrl.plugin import generator_from_json, generator_to_json
+
+    rng = np.random.default_rng(7)
+    state = json.loads(json.dumps(generator_to_json(rng)))
+    expected = rng.random(3)
+    again = np.random.default_rng(0)
+    generator_from_json(again, state)
+    assert np.array_equal(again.random(3), expected)
