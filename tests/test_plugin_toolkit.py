@@ -98,3 +98,61 @@ def test_a_generators_state_round_trips_as_json():
     again = np.random.default_rng(0)
     generator_from_json(again, state)
     assert np.array_equal(again.random(3), expected)
+
+
+def test_make_learner_gets_a_context_where_it_takes_one():
+    """The learner node passes ``context=`` to a ``make_learner`` that accepts it (the built-ins),
+    and calls an older plugin's five-argument one as before: nothing patches a plugin any more."""
+    from mqttrl.plugin.algorithm import takes_context
+    from mqttrl.plugin.manager import get_registry
+
+    def old(params, obs_space, act_space, device, seed):
+        return None
+
+    def keywords(params, obs_space, act_space, device, seed, **kwargs):
+        return None
+
+    assert not takes_context(old) and takes_context(keywords)
+    for name in ("dqn", "sac"):
+        assert takes_context(get_registry().algorithm(name).make_learner), name
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "sac"])
+def test_the_builtin_learners_time_their_replay_sampling_through_the_context(algorithm):
+    import contextlib
+
+    import gymnasium as gym
+    import numpy as np
+
+    from mqttrl.plugin import LearnerContext, SampleBatch
+    from mqttrl.plugin.manager import get_registry
+
+    info = get_registry().algorithm(algorithm)
+    env = gym.make("CartPole-v1" if algorithm == "dqn" else "Pendulum-v1")
+    params = info.params(batch_size=8, learning_starts=8) if algorithm == "dqn" else info.params(batch_size=8)
+    blocks = []
+
+    @contextlib.contextmanager
+    def timed(block):
+        blocks.append(block)
+        yield
+
+    learner = info.make_learner(
+        params, env.observation_space, env.action_space, "cpu", 0, context=LearnerContext(timed=timed)
+    )
+    spec = info.sample_spec(params, env.observation_space, env.action_space)
+    n = 64
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for name, field in spec.fields.items():
+        shape = (n, *field.shape)
+        if np.issubdtype(np.dtype(field.dtype), np.integer):
+            arrays[name] = rng.integers(0, 2, shape).astype(field.dtype)
+        else:
+            low = -1.0 if field.low is None else max(-1.0, float(field.low))
+            high = 1.0 if getattr(field, "high", None) is None else min(1.0, float(field.high))
+            arrays[name] = rng.uniform(low, high, shape).astype(field.dtype)
+    learner.add(SampleBatch(run="r", worker="w0", seq=0, model_version=0, count=n, arrays=arrays))
+    for _ in range(3):
+        learner.train_step()
+    assert "sample" in blocks

@@ -2,7 +2,7 @@
 
 - ``hookspecs.py``: the hooks a plugin module implements with ``@hookimpl``;
 - ``algorithm.py``: the algorithm seam (``Forward``, ``Actor``/``SyncActor``,
-  ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``);
+  ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``, ``LearnerContext``);
 - ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``);
 - what a sample batch holds: ``SampleSpec``, ``FieldSpec``, ``SampleBatch``;
 - networks shared by torch and numpy: ``NETWORKS``, ``ObsSize``, ``pick_network``,
@@ -29,6 +29,7 @@ from mqttrl.plugin.hookspecs import hookimpl, hookspec
 #: public name -> the module that defines it, or "module:name" where the toolkit's name differs
 _CONTRACT = {
     "ActorContext": "mqttrl.plugin.algorithm",
+    "LearnerContext": "mqttrl.plugin.algorithm",
     "Forward": "mqttrl.plugin.algorithm",
     "Actor": "mqttrl.plugin.algorithm",
     "SyncActor": "mqttrl.plugin.algorithm",

@@ -24,7 +24,11 @@ methods with ``getattr``.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -169,6 +173,32 @@ class SyncLearner(_LearnerCommon, Protocol):
         one batch per worker. The node publishes the next model version right after."""
 
 
+def _untimed(block: str) -> AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+@attrs.frozen
+class LearnerContext:
+    """What the learner node gives ``make_learner`` besides the hyperparameters and spaces, so that
+    nothing has to patch a plugin from outside: the device and seed, ``timed(block)`` (a context
+    manager: the seconds inside it count as that block in heartbeats, metrics and Prometheus;
+    ``"sample"`` for drawing a training batch from a replay) and the learner's logger."""
+
+    device: str = "cpu"
+    seed: int = 0
+    timed: Callable[[str], AbstractContextManager] = _untimed
+    log: logging.Logger = attrs.field(factory=lambda: logging.getLogger("mqttrl.learner"))
+
+
+def takes_context(make_learner: Callable[..., Any]) -> bool:
+    """Whether ``make_learner`` accepts ``context=`` (newer plugins); older ones are called as before."""
+    try:
+        params = inspect.signature(make_learner).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 @attrs.frozen
 class AlgorithmInfo:
     """What ``mqttrl_register_algorithms`` registers."""
@@ -183,8 +213,10 @@ class AlgorithmInfo:
     #: ``make_actor(params, obs_space, act_space, ctx, forward)``: an :class:`Actor`
     #: (a :class:`SyncActor` in sync mode) over the given forward
     make_actor: Callable[[Any, gym.Space, gym.Space, ActorContext, Forward], Actor]
-    #: ``make_learner(params, obs_space, act_space, device, seed)``: an :class:`AsyncLearner`
-    #: or a :class:`SyncLearner`, as ``mode`` says; may import torch
+    #: ``make_learner(params, obs_space, act_space, device, seed, context=None)``: an :class:`AsyncLearner`
+    #: or a :class:`SyncLearner`, as ``mode`` says; may import torch. ``context`` (a :class:`LearnerContext`)
+    #: is passed where the function accepts it (the block timer, the logger); older plugins without it
+    #: are called with the five arguments as before
     make_learner: Callable[[Any, gym.Space, gym.Space, str, int], AsyncLearner | SyncLearner]
     #: ``make_forward(params, obs_space, act_space, backend, seed)`` with backend "torch" or "numpy"
     make_forward: Callable[..., Forward]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward, LearnerContext
 
 from .actor import DQNActor
 from .common import DQNParams, sample_spec
@@ -40,12 +40,18 @@ def make_forward(params: DQNParams, obs_space: gym.Space, act_space: gym.Space, 
 
 
 def make_learner(
-    params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+    params: DQNParams,
+    obs_space: gym.Space,
+    act_space: gym.Space,
+    device: str = "cpu",
+    seed: int = 0,
+    context: LearnerContext | None = None,
 ) -> AsyncLearner:
-    """The learner needs torch; it is imported here, not when this module loads."""
+    """The learner needs torch; it is imported here, not when this module loads. ``context``: the
+    learner node's (its block timer times the replay's sampling)."""
     from .learner import DQNLearner
 
-    return DQNLearner(params, obs_space, act_space, device, seed)
+    return DQNLearner(params, obs_space, act_space, device, seed, context)
 
 
 @hookimpl

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from mqttrl.plugin import (
+    LearnerContext,
     SampleBatch,
     Tensors,
     TorchTorso,
@@ -203,9 +204,17 @@ class DQNLearner:
     demos = None
 
     def __init__(
-        self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+        self,
+        params: DQNParams,
+        obs_space: gym.Space,
+        act_space: gym.Space,
+        device: str = "cpu",
+        seed: int = 0,
+        context: LearnerContext | None = None,
     ):
         self.params = p = params
+        #: the learner node's block timer (``context``): drawing rows from the replay is its "sample" block
+        self.timed = (context or LearnerContext()).timed
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
         self.spec = sample_spec(params, obs_space, act_space)
         self.device = torch.device(device)
@@ -366,7 +375,9 @@ class DQNLearner:
             return idx, weights, dr.gather(idx)
         idx, weights = self._sample()
         self._staging.next_set()
-        batch = {name: self._staging.to_device(name, arr) for name, arr in self.replay.sample(idx).items()}
+        with self.timed("sample"):  # the learner node's "sample" block: the rows out of the replay
+            rows = self.replay.sample(idx)
+        batch = {name: self._staging.to_device(name, arr) for name, arr in rows.items()}
         if weights is not None:
             weights = self._staging.to_device("weights", weights.astype(np.float32))
         return idx, weights, batch

@@ -22,7 +22,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward, LearnerContext
 
 from .actor import SACActor
 from .common import SACParams, sample_spec
@@ -43,12 +43,18 @@ def make_forward(params: SACParams, obs_space: gym.Space, act_space: gym.Space, 
 
 
 def make_learner(
-    params: SACParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+    params: SACParams,
+    obs_space: gym.Space,
+    act_space: gym.Space,
+    device: str = "cpu",
+    seed: int = 0,
+    context: LearnerContext | None = None,
 ) -> AsyncLearner:
-    """The learner needs torch; it is imported here, not when this module loads."""
+    """The learner needs torch; it is imported here, not when this module loads. ``context``: the
+    learner node's (its block timer times the replay's sampling)."""
     from .learner import SACLearner
 
-    return SACLearner(params, obs_space, act_space, device, seed)
+    return SACLearner(params, obs_space, act_space, device, seed, context)
 
 
 @hookimpl

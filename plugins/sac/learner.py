@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from mqttrl.plugin import (
+    LearnerContext,
     SampleBatch,
     Tensors,
     adam_moments,
@@ -49,9 +50,17 @@ class SACLearner:
     """SAC (twin critics) or REDQ (an ensemble, a random subset in the target) over one replay."""
 
     def __init__(
-        self, params: SACParams, obs_space: gym.Space, act_space: gym.Space, device: str = "cpu", seed: int = 0
+        self,
+        params: SACParams,
+        obs_space: gym.Space,
+        act_space: gym.Space,
+        device: str = "cpu",
+        seed: int = 0,
+        context: LearnerContext | None = None,
     ):
         self.params = p = params
+        #: the learner node's block timer (``context``): drawing rows from the replay is its "sample" block
+        self.timed = (context or LearnerContext()).timed
         self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
         self.info = net_info(self.obs_dim, act_space, p)
         self.spec = sample_spec(p, obs_space, act_space)
@@ -137,7 +146,9 @@ class SACLearner:
 
     def _batch(self) -> dict[str, torch.Tensor]:
         idx = self.rng.integers(0, self.size, self.params.batch_size)
-        return {k: torch.from_numpy(v).to(self.device) for k, v in self.replay.sample(idx).items()}
+        with self.timed("sample"):  # the learner node's "sample" block: the rows out of the replay
+            rows = self.replay.sample(idx)
+        return {k: torch.from_numpy(v).to(self.device) for k, v in rows.items()}
 
     def target_subset(self) -> torch.Tensor:
         """The target critics this update takes the minimum over: M of N, drawn without replacement."""

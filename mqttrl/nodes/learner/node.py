@@ -33,7 +33,7 @@ from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.nodes.learner.env_spec import learner_config
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY, LearnerContext, takes_context
 from mqttrl.plugin.manager import MissingDependency, get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
@@ -88,13 +88,13 @@ class LearnerNode:
         self.params = config.algorithm.params
         self.obs_space, self.act_space = _env_spaces(config, registry)
         self._set_up_torch()
+        #: where the time goes, per block (receive, sample, train_step, publish), and the workers' reports
+        self.blocks = BlockTimes()
         self._make_learner()
         #: where the first model's weights came from (--init-from), None: a fresh network
         self.initialised_from: str | None = None
         if init_from is not None:
             self._init_from(Path(init_from), registry)
-        #: where the time goes, per block (receive, sample, train_step, publish), and the workers' reports
-        self.blocks = BlockTimes()
         self.fleet_timing = FleetTiming()
         self.dispatch = Dispatcher(
             self.topics,
@@ -120,7 +120,6 @@ class LearnerNode:
         #: the newest published weights, re-published by the birth after a (re)connect
         self._last_weights: bytes | None = None
         self._start_from(resume)
-        self._time_replay_sampling()
         write_resolved(config, self.run_dir / "config.json")
         self.node = self._make_client(broker)
         #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
@@ -142,7 +141,10 @@ class LearnerNode:
         """The algorithm's sample spec and learner, and the core that drives it, in a new epoch."""
         config = self.config
         self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)
-        self.algo = self.info.make_learner(self.params, self.obs_space, self.act_space, self.device, config.train.seed)
+        make = self.info.make_learner
+        context = LearnerContext(self.device, config.train.seed, self.blocks.timed, log)
+        extra = {"context": context} if takes_context(make) else {}  # an older plugin: called as before
+        self.algo = make(self.params, self.obs_space, self.act_space, self.device, config.train.seed, **extra)
         self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
         # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
         self.core.epoch = time.time_ns() // 1_000_000
@@ -345,24 +347,6 @@ class LearnerNode:
         """The core judges the heartbeat; its timing and real-time reports feed the fleet's figures."""
         self.core.on_heartbeat(worker, payload, now)
         self.fleet_timing.on_heartbeat(worker, decode_json(payload))
-
-    def _time_replay_sampling(self) -> None:
-        """Time the replay's ``sample`` as the ``sample`` block (part of ``train_step``), where the
-        algorithm keeps a replay with one (the built-in DQN does)."""
-        replay = getattr(self.algo, "replay", None)
-        sample = getattr(replay, "sample", None)
-        if not callable(sample):
-            return
-        timed = self.blocks.timed
-
-        def timed_sample(*args, **kwargs):
-            with timed("sample"):
-                return sample(*args, **kwargs)
-
-        try:
-            replay.sample = timed_sample
-        except (AttributeError, TypeError):  # a replay with __slots__ or a read-only attribute: untimed
-            pass
 
     def _gauges(self) -> dict[str, float]:
         """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
