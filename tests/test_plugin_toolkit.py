@@ -156,3 +156,72 @@ def test_the_builtin_learners_time_their_replay_sampling_through_the_context(alg
     for _ in range(3):
         learner.train_step()
     assert "sample" in blocks
+
+
+class Dial:
+    """A third-party game on its own clock written against the toolkit alone (docs/plugins.md): a
+    needle that turns with wall time; the action sets its direction."""
+
+    @staticmethod
+    def make(pausable: bool = False):
+        import time
+
+        import gymnasium as gym
+        import numpy as np
+
+        from mqttrl.plugin import RealTimeGameEnv
+
+        class DialGame(RealTimeGameEnv):
+            observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.at, self.direction, self.read_at = 0.5, 1.0, time.monotonic()
+                return np.array([self.at], np.float32), {}
+
+            def send_action(self, action):
+                self.direction = 1.0 if int(action) == 1 else -1.0
+
+            def read_obs(self):
+                now = time.monotonic()
+                self.at = float(np.clip(self.at + self.direction * (now - self.read_at), 0.0, 1.0))
+                self.read_at = now
+                return np.array([self.at], np.float32), -abs(self.at - 0.5), False, False, {}
+
+        DialGame.pausable = pausable
+        return DialGame()
+
+
+def test_a_real_time_game_from_the_base_class_speaks_the_protocol():
+    """The base class's defaults: no-op pause/resume (not pausable unless it says so), set_speed
+    that says once it is ignored, and a step that lasts the run's control period."""
+    import time
+
+    from mqttrl.envs.realtime import can_pause
+    from mqttrl.plugin.check import check_realtime_game
+
+    results = check_realtime_game(Dial.make, "dial")
+    assert results and all(r.ok for r in results), results
+    assert {"dial: pause/resume", "dial: set_speed"} <= {r.name for r in results}
+    assert not can_pause(Dial.make()) and can_pause(Dial.make(pausable=True))
+    game = Dial.make()
+    game.reset(seed=0)
+    game.set_control_hz(20.0)
+    game.step(1)
+    t0 = time.monotonic()
+    obs, reward, term, trunc, info = game.step(1)
+    assert 0.04 <= time.monotonic() - t0 < 0.5 and game.observation_space.contains(obs)
+
+
+def test_the_base_class_names_what_a_game_must_write():
+    import gymnasium as gym
+
+    from mqttrl.plugin import RealTimeGameEnv
+
+    class Unfinished(RealTimeGameEnv):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Discrete(2)
+
+    with pytest.raises(NotImplementedError, match=r"Unfinished.send_action\(action\)"):
+        Unfinished().step(0)

@@ -76,8 +76,15 @@ def game_of(env: gym.Env) -> RealTimeGame | None:
 
 
 def can_pause(env: gym.Env) -> bool:
+    """Whether the game's clock stops on ``pause()``: its ``pausable`` where it says (a
+    ``RealTimeGameEnv`` has no-op pause/resume unless it sets it), else both methods present."""
     game = game_of(env)
-    return game is not None and callable(getattr(game, "pause", None)) and callable(getattr(game, "resume", None))
+    if game is None:
+        return False
+    said = getattr(game, "pausable", None)
+    if isinstance(said, bool):
+        return said
+    return callable(getattr(game, "pause", None)) and callable(getattr(game, "resume", None))
 
 
 # ---- the last actions, part of the observation -------------------------------------------

@@ -22,8 +22,13 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.plugin.realtime_game import RealTimeGameEnv
 
-class WallClockGame(gym.Env):
+
+class WallClockGame(RealTimeGameEnv):
+    """The toolkit's real-time base class with pause/resume that stop the world (``pausable``),
+    ``set_speed`` and a ``step`` of its own (one tick at once)."""
+
     metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(
@@ -56,8 +61,9 @@ class WallClockGame(gym.Env):
         self.early_reads = 0
         self._paused_at: float | None = None
         self.paused_s = 0.0
-        if not can_pause:  # a game that cannot pause (most real ones): no pause/resume to call
-            self.pause = self.resume = None
+        #: False: a game that cannot pause (most real ones): pause/resume change nothing, and a
+        #: worker lets it play on while it idles
+        self.pausable = can_pause
         #: the game speeds asked for through ``set_speed`` (1.0: real time), newest last
         self.speeds: list[float] = []
 
@@ -115,7 +121,7 @@ class WallClockGame(gym.Env):
         self.speeds.append(float(factor))
 
     def pause(self) -> None:
-        if self._paused_at is None:
+        if self.pausable and self._paused_at is None:
             self._paused_at = self.clock()
 
     def resume(self) -> None:

@@ -4,6 +4,8 @@
 - ``algorithm.py``: the algorithm seam (``Forward``, ``Actor``/``SyncActor``,
   ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``, ``LearnerContext``);
 - ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``);
+- ``RealTimeGameEnv``: a base class for a game on its own clock (the real-time protocol, rtgym's
+  interface as a model: no-op ``pause``/``resume``/``set_speed`` by default);
 - what a sample batch holds: ``SampleSpec``, ``FieldSpec``, ``SampleBatch``;
 - networks shared by torch and numpy: ``NETWORKS``, ``ObsSize``, ``pick_network``,
   ``describe_torso``, ``validate_torso``, ``torso_out_size``, ``torso_weight_shapes``,
@@ -43,6 +45,7 @@ _CONTRACT = {
     "Point": "mqttrl.plugin.storage",
     "Storage": "mqttrl.plugin.storage",
     "to_line": "mqttrl.plugin.storage",
+    "RealTimeGameEnv": "mqttrl.plugin.realtime_game",
     "SampleSpec": "mqttrl.wire",
     "FieldSpec": "mqttrl.wire",
     "SampleBatch": "mqttrl.wire",
