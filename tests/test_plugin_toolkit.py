@@ -225,3 +225,34 @@ def test_the_base_class_names_what_a_game_must_write():
 
     with pytest.raises(NotImplementedError, match=r"Unfinished.send_action\(action\)"):
         Unfinished().step(0)
+
+
+def test_a_batching_storage_retries_a_failed_batch_and_loses_nothing():
+    """The toolkit's BatchingStorage (the influxdb storage's base): a send that fails is retried
+    after a backoff, in order, nothing lost; the queue is bounded, its drops counted."""
+    from mqttrl.plugin import BatchingStorage, Point
+
+    class Flaky(BatchingStorage):
+        def __init__(self, failures: int, **kwargs):
+            self.sent, self.failing = [], failures
+            super().__init__("flaky", batch_size=3, flush_interval_s=0.01, **kwargs)
+
+        def send(self, batch):
+            if self.failing:
+                self.failing -= 1
+                raise ConnectionError("server down")
+            self.sent.extend(batch)
+
+    points = [Point("m", {"run": "r"}, {"v": i}, float(i)) for i in range(7)]
+    store = Flaky(2)
+    store.write(points)
+    assert store.flush(10.0)
+    store.close()
+    assert [p.fields["v"] for p in store.sent] == list(range(7))
+    assert (store.failures, store.dropped, store.pending, store.written) == (2, 0, 0, 7)
+
+    down = Flaky(10**9, max_pending=5)
+    down.write(points)
+    assert down.dropped == 2 and down.pending == 5
+    down.close(timeout=0.2)
+    assert down.sent == []

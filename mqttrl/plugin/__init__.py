@@ -3,7 +3,8 @@
 - ``hookspecs.py``: the hooks a plugin module implements with ``@hookimpl``;
 - ``algorithm.py``: the algorithm seam (``Forward``, ``Actor``/``SyncActor``,
   ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``, ``LearnerContext``);
-- ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``);
+- ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``), and
+  ``BatchingStorage``, a base for a storage that sends to a server (queue, batches, retries);
 - ``RealTimeGameEnv``: a base class for a game on its own clock (the real-time protocol, rtgym's
   interface as a model: no-op ``pause``/``resume``/``set_speed`` by default);
 - what a sample batch holds: ``SampleSpec``, ``FieldSpec``, ``SampleBatch``;
@@ -45,6 +46,7 @@ _CONTRACT = {
     "Point": "mqttrl.plugin.storage",
     "Storage": "mqttrl.plugin.storage",
     "to_line": "mqttrl.plugin.storage",
+    "BatchingStorage": "mqttrl.plugin.batching_storage",
     "RealTimeGameEnv": "mqttrl.plugin.realtime_game",
     "SampleSpec": "mqttrl.wire",
     "FieldSpec": "mqttrl.wire",
