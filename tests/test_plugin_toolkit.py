@@ -9,6 +9,7 @@ against the docs can do what DQN, PPO, SAC and the storages do.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -159,38 +160,23 @@ def test_the_builtin_learners_time_their_replay_sampling_through_the_context(alg
 
 
 class Dial:
-    """A third-party game on its own clock written against the toolkit alone (docs/plugins.md): a
-    needle that turns with wall time; the action sets its direction."""
+    """The real-time game of docs/plugins.md ("Real-time games"), taken from the page as written: a
+    third-party game on its own clock that uses the toolkit alone."""
+
+    @staticmethod
+    def source() -> str:
+        text = (PLUGINS.parent / "docs" / "plugins.md").read_text()
+        blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+        found = [b for b in blocks if "class Dial(RealTimeGameEnv)" in b]
+        assert len(found) == 1, "docs/plugins.md has no (or several) Dial example"
+        return found[0]
 
     @staticmethod
     def make(pausable: bool = False):
-        import time
-
-        import gymnasium as gym
-        import numpy as np
-
-        from mqttrl.plugin import RealTimeGameEnv
-
-        class DialGame(RealTimeGameEnv):
-            observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
-            action_space = gym.spaces.Discrete(2)
-
-            def reset(self, *, seed=None, options=None):
-                super().reset(seed=seed)
-                self.at, self.direction, self.read_at = 0.5, 1.0, time.monotonic()
-                return np.array([self.at], np.float32), {}
-
-            def send_action(self, action):
-                self.direction = 1.0 if int(action) == 1 else -1.0
-
-            def read_obs(self):
-                now = time.monotonic()
-                self.at = float(np.clip(self.at + self.direction * (now - self.read_at), 0.0, 1.0))
-                self.read_at = now
-                return np.array([self.at], np.float32), -abs(self.at - 0.5), False, False, {}
-
-        DialGame.pausable = pausable
-        return DialGame()
+        namespace: dict = {}
+        exec(compile(Dial.source(), "docs/plugins.md", "exec"), namespace)
+        game_class = type("PausableDial", (namespace["Dial"],), {"pausable": True}) if pausable else namespace["Dial"]
+        return game_class()
 
 
 def test_a_real_time_game_from_the_base_class_speaks_the_protocol():
