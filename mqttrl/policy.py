@@ -386,11 +386,15 @@ class Policy:
         )
 
 
-def _with_epsilon(params: Any, algorithm: str, epsilon: float) -> Any:
-    fields = attrs.fields_dict(type(params)) if attrs.has(type(params)) else {}
-    if not {"epsilon_base", "epsilon_alpha", "epsilon_start"} <= set(fields):
-        raise PolicyLoadError(f"epsilon= is for algorithms that explore epsilon-greedily (dqn); {algorithm} does not")
-    return attrs.evolve(params, epsilon_base=float(epsilon), epsilon_alpha=0.0, epsilon_start=float(epsilon))
+def _with_epsilon(params: Any, algo_info: Any, epsilon: float) -> Any:
+    """``params`` acting at exploration rate ``epsilon``: the algorithm's own ``with_epsilon``
+    (DQN's); an algorithm without one does not explore epsilon-greedily (one line)."""
+    with_epsilon = algo_info.with_epsilon
+    if with_epsilon is None:
+        raise PolicyLoadError(
+            f"epsilon= is for algorithms that explore epsilon-greedily (dqn); {algo_info.name} does not"
+        )
+    return with_epsilon(params, float(epsilon))
 
 
 def load_policy(
@@ -426,7 +430,7 @@ def load_policy(
     if not have_spaces:
         observation_space, action_space = _spaces_of_env(config, registry, observation_space, action_space)
     if epsilon is not None:
-        params = _with_epsilon(params, model.algorithm, epsilon)
+        params = _with_epsilon(params, algo_info, epsilon)
     tensors, info = model.tensors, model.info
     if model.state is not None:
         tensors, info = _weights_of_checkpoint(model, algo_info, params, observation_space, action_space)

@@ -240,6 +240,10 @@ class AlgorithmInfo:
     #: is not repeated). Returns figures for the log. None: the algorithm does not learn from
     #: demonstrations, and a run with ``demos.path`` set is refused with one line
     learn_from_demos: Callable[[Any, Any, Any, bool], Mapping[str, float]] | None = None
+    #: ``with_epsilon(params, epsilon)``: ``params`` whose actors explore epsilon-greedily at ``epsilon`` on
+    #: every env (``mqttrl.load_policy(..., epsilon=)``, ``mqttrl enjoy --epsilon``). None: the algorithm
+    #: does not explore that way, and ``epsilon=`` is refused with one line
+    with_epsilon: Callable[[Any, float], Any] | None = None
     #: the env id ``mqttrl check-plugin`` runs the algorithm's round trip on: one whose spaces the
     #: algorithm supports (a Box-action algorithm cannot be checked on CartPole's Discrete actions)
     check_env: str = "CartPole-v1"

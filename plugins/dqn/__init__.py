@@ -15,6 +15,7 @@ that acts with the numpy forward never imports torch.
 
 from __future__ import annotations
 
+import attrs
 import gymnasium as gym
 
 from mqttrl import hookimpl
@@ -54,6 +55,12 @@ def make_learner(
     return DQNLearner(params, obs_space, act_space, device, seed, context)
 
 
+def with_epsilon(params: DQNParams, epsilon: float) -> DQNParams:
+    """Every actor at exploration rate ``epsilon`` (no ladder, no decay): a loaded policy's
+    ``predict(..., deterministic=False)``."""
+    return attrs.evolve(params, epsilon_base=epsilon, epsilon_alpha=0.0, epsilon_start=epsilon)
+
+
 @hookimpl
 def mqttrl_register_algorithms(register):
     register(
@@ -70,5 +77,6 @@ def mqttrl_register_algorithms(register):
             weights_from_checkpoint=weights_from_checkpoint,
             export_module=export_module,
             learn_from_demos=learn_from_demos,
+            with_epsilon=with_epsilon,
         )
     )
