@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from mqttrl.config import EnvConfig
 from mqttrl.envs.realtime import RESETTING, RealTimeEnvSet, can_pause, with_game_speed
 from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
 from mqttrl.envs.realtime_sim import WallClockGame
@@ -159,13 +160,9 @@ def test_wall_clock_game_that_cannot_pause_and_its_speed():
     game = WallClockGame("CartPole-v1", can_pause=False)
     assert not can_pause(game)
 
-    class Cfg:
-        game_speed = 4.0
-        id = "x"
-
     t = [0.0]
     fast = WallClockGame("CartPole-v1", world_hz=50.0, clock=lambda: t[0])
-    assert with_game_speed(fast, Cfg()) is fast and fast.speeds == [4.0]
+    assert with_game_speed(fast, EnvConfig(id="x", game_speed=4.0)) is fast and fast.speeds == [4.0]
     fast.reset(seed=0)
     t[0] = 0.08  # 80 ms at 4x 50 Hz: 16 ticks (at 1x: 4)
     fast.read_obs()
@@ -174,17 +171,13 @@ def test_wall_clock_game_that_cannot_pause_and_its_speed():
 
 
 def test_game_speed_on_an_env_without_set_speed_is_one_warning(caplog):
-    class Cfg:
-        game_speed = 2.0
-        id = "CartPole-v1"
-
     from mqttrl.envs import realtime
 
     realtime._speed_warned = False
     env = gym.make("CartPole-v1")
     with caplog.at_level("WARNING", logger="mqttrl.realtime"):
-        assert with_game_speed(env, Cfg()) is env
-        with_game_speed(env, Cfg())
+        assert with_game_speed(env, EnvConfig(game_speed=2.0)) is env
+        with_game_speed(env, EnvConfig(game_speed=2.0))
     lines = [r for r in caplog.records if "set_speed" in r.getMessage()]
     assert len(lines) == 1 and "game_speed = 2 is ignored" in lines[0].getMessage()
     assert RESETTING  # the row marker is public (a caller's filter)

@@ -126,7 +126,7 @@ def _record(args: argparse.Namespace, kwargs: dict) -> None:
         cfg = load(args.config, [])
         args.env = args.env or cfg.env.id
         kwargs = {**cfg.env.kwargs, **kwargs}
-        hz = float(getattr(cfg.env, "control_hz", 0.0) or 0.0)  # the real-time setting, where this mqttrl has it
+        hz = float(cfg.env.control_hz)
         args.fps = args.fps or hz or None
     if args.run:
         from mqttrl.demos.sources import run_policy

@@ -112,7 +112,7 @@ class LiveRecorder:
 
 def live_recorder(cfg, envs, played_by: str) -> LiveRecorder | None:
     """The recorder a worker with ``worker.record_demos_to`` set keeps, else None."""
-    path = getattr(cfg.worker, "record_demos_to", "")
+    path = cfg.worker.record_demos_to
     if not path:
         return None
     env = envs.envs[0]

@@ -112,10 +112,10 @@ class LaunchSettings:
     def of(cls, env_config: Any, num_envs: int | None = None) -> LaunchSettings | None:
         """The run's ``[env] launch*`` settings, or None when the game is started by hand. ``num_envs``:
         the envs of this process (a worker's ``--num-envs``), default the config's."""
-        command = tuple(getattr(env_config, "launch", ()) or ())
+        command = tuple(env_config.launch)
         if not command:
             return None
-        num_envs = num_envs if num_envs is not None else getattr(env_config, "num_envs", 1)
+        num_envs = num_envs if num_envs is not None else env_config.num_envs
         if num_envs != 1:
             raise ConfigError(
                 f"env.launch is set and this process has {num_envs} envs: a worker launches one game for "

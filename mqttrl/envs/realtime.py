@@ -174,7 +174,7 @@ def with_control_hz(env: gym.Env, env_config) -> gym.Env:
     unwrapped core), so that a step no worker clock paces (``mqttrl enjoy``, a greedy evaluation)
     lasts the period training used; an env without the method, or a run without ``control_hz``, is
     left as it is (a worker's RealTimeEnv paces its own steps)."""
-    hz = float(getattr(env_config, "control_hz", 0.0) or 0.0)
+    hz = float(env_config.control_hz)
     if hz:
         for candidate in (env, env.unwrapped):
             set_control_hz = getattr(candidate, "set_control_hz", None)
@@ -188,7 +188,7 @@ def with_game_speed(env: gym.Env, env_config) -> gym.Env:
     """``env`` told to run at ``[env] game_speed`` (its ``set_speed(factor)``, on the env or its
     unwrapped core) when that is set (not 0); a game with no ``set_speed`` gets one warning line
     and runs at its own speed."""
-    speed = float(getattr(env_config, "game_speed", 0.0) or 0.0)
+    speed = float(env_config.game_speed)
     if not speed:
         return env
     for candidate in (env, env.unwrapped):
@@ -201,7 +201,7 @@ def with_game_speed(env: gym.Env, env_config) -> gym.Env:
         _speed_warned = True
         log.warning(
             "env %s has no set_speed(factor): env.game_speed = %g is ignored, the game runs at its own speed",
-            getattr(env_config, "id", "?"),
+            env_config.id,
             speed,
         )
     return env
@@ -212,7 +212,7 @@ _speed_warned = False
 
 def with_action_history(env: gym.Env, env_config) -> gym.Env:
     """``env`` with the last ``[env] act_buf_len`` actions in its observation (as it is for 0)."""
-    length = getattr(env_config, "act_buf_len", 0)
+    length = env_config.act_buf_len
     return ActionHistory(env, length) if length else env
 
 
@@ -469,7 +469,7 @@ class RealTimeEnvSet(EnvSet):
 
 def real_time_settings(env_config) -> dict | None:
     """The clock settings of ``[env]``, or None when the run steps freely (``control_hz = 0``)."""
-    hz = float(getattr(env_config, "control_hz", 0.0) or 0.0)
+    hz = float(env_config.control_hz)
     if hz <= 0:
         return None
     return {"hz": hz, "mode": env_config.clock, "tolerance": env_config.overrun_tolerance}
@@ -477,4 +477,4 @@ def real_time_settings(env_config) -> dict | None:
 
 def obs_timeout(env_config) -> float:
     """``[env] obs_timeout_s``: a real-time game silent for this long is handled like a crash."""
-    return float(getattr(env_config, "obs_timeout_s", 0.0) or 0.0)
+    return float(env_config.obs_timeout_s)

@@ -109,7 +109,7 @@ def made_by(role: str) -> str:
 
 def spec_of_config(config: Any) -> EnvSpec | None:
     """The run's spec as its config carries it (``env.spec``), or None when it has none yet."""
-    data = getattr(config.env, "spec", None)
+    data = config.env.spec
     if not data:
         return None
     return EnvSpec.from_json(data)
