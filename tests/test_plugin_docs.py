@@ -224,3 +224,43 @@ def test_storage_from_the_docs_receives_every_point(doc_storage_site, mosquitto,
     assert [e["fields"]["return"] for e in episodes] == [1.5 * i for i in range(20)]
     assert all(e["tags"] == {"run": run, "worker": "w0"} for e in episodes)
     assert {"episode", "episode_stats", "learner", "worker", "telemetry"} <= {g["measurement"] for g in got}
+
+
+def algorithm_example() -> tuple[dict[str, str], str]:
+    """The linq algorithm package and its run config exactly as docs/plugins.md shows them."""
+    text = doc()
+    section = text[text.index("#### A whole algorithm in one file") :]
+    module = code_blocks(section, "python")[0]
+    pyproject, config = code_blocks(section, "toml")[:2]
+    assert module.startswith("# mqttrl_linq.py") and "# linq_cartpole.toml" in config
+    return {"pyproject.toml": pyproject, "mqttrl_linq.py": module}, config
+
+
+@pytest.mark.e2e
+def test_the_algorithm_from_the_docs_passes_check_plugin_and_trains(tmp_path):
+    """A third-party algorithm written from the page alone (only ``mqttrl.plugin`` and ``hookimpl``):
+    installed as a package, ``mqttrl check-plugin linq`` passes, ``mqttrl train`` trains it."""
+    import os
+    import subprocess
+
+    files, config = algorithm_example()
+    site = install_package(tmp_path / "linq", files)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env.pop("MQTTRL_LOAD_PLUGINS", None)
+    mqttrl_cli = str(Path(sys.executable).parent / "mqttrl")
+    check = subprocess.run([mqttrl_cli, "check-plugin", "linq"], capture_output=True, text=True, env=env, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "FAIL" not in check.stdout and "ok    train_step" in check.stdout
+    (tmp_path / "linq_cartpole.toml").write_text(config)
+    run_dir = tmp_path / "run"
+    train = subprocess.run(
+        [mqttrl_cli, "train", str(tmp_path / "linq_cartpole.toml"), "--run-dir", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algorithm"] == "linq" and summary["updates"] > 100 and summary["episodes"] > 10, summary
