@@ -215,31 +215,12 @@ class WorkerNode:
 
     def _play(self, max_env_steps: int | None) -> None:
         """Build envs and policy, wait for a model, then step until stopped or done."""
-        cfg = self.core.config
-        # this worker's own game: {index} and {worker} in [env] filled in (several games on one PC)
-        own_env = for_worker(cfg.env, self.name, self.index)
-        if own_env is not cfg.env:
-            cfg = attrs.evolve(cfg, env=own_env)
-        self.node.ack_timeout_s = cfg.worker.ack_timeout_s
-        self.node.outbox_limit = cfg.worker.outbox_limit
+        cfg = self._own_config()
         self.info = get_registry().algorithm(cfg.algorithm.name)
-        try:
-            envs, ctx = self._make_envs(cfg)
-        except StopWhileLaunching:
-            self.game.close()
+        made = self._checked_envs(cfg)
+        if made is None:
             return
-        except BaseException:
-            if self.game is not None:  # the game it launched does not outlive a worker that failed to start
-                self.game.close()
-            raise
-        self.act_latency, self.envs = envs.act_latency, envs
-        try:
-            self._check_env_spec(cfg, envs.envs[0])
-        except Exception:
-            envs.close()
-            if self.game is not None:
-                self.game.close()
-            raise
+        envs, ctx = made
         self.demo_recorder = live_recorder(cfg, envs, f"worker:{self.name}")  # worker.record_demos_to
         metrics = serve_metrics(
             cfg.worker.metrics_port + (self.index or 0) if cfg.worker.metrics_port else 0,
@@ -255,25 +236,7 @@ class WorkerNode:
             self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
             self.evaluation = self._make_evaluation(cfg)
             self._load_new_weights()
-            # the games ran on while the worker waited for its first model: each starts its first
-            # episode now, seeded as before (a simulator replays it), the model playing it from the start
-            envs.reset_all(seed=envs.seed)
-            log.info(
-                "worker %s stepping %d envs from model version %d (inference: %s)",
-                self.name,
-                envs.num_envs,
-                self.core.version,
-                self.backend,
-            )
-            try:
-                tick = self._tick_realtime if isinstance(envs, RealTimeEnvSet) else self._tick
-                if isinstance(envs, RealTimeEnvSet):
-                    envs.restart_clocks()  # the wait for a model is not an overrun
-                while not self._stop.is_set() and not self.core.finished:
-                    tick(envs)
-            finally:
-                self.priority.low()
-                self._flush()  # every recorded row is a real transition, even after an EnvFailing
+            self._step_until_done(envs)
         finally:
             envs.close()
             if self.game is not None:
@@ -282,6 +245,62 @@ class WorkerNode:
                 self.forward.close()
             if metrics is not None:
                 metrics.shutdown()
+
+    def _own_config(self) -> RunConfig:
+        """The run's config as this worker plays it: {index} and {worker} in [env] filled in (its own
+        game among several on one PC), and the transport settings it carries applied."""
+        cfg = self.core.config
+        own_env = for_worker(cfg.env, self.name, self.index)
+        if own_env is not cfg.env:
+            cfg = attrs.evolve(cfg, env=own_env)
+        self.node.ack_timeout_s = cfg.worker.ack_timeout_s
+        self.node.outbox_limit = cfg.worker.outbox_limit
+        return cfg
+
+    def _checked_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext] | None:
+        """The envs (their game launched first with ``[env] launch``), held against the run's env
+        spec; None when a stop came while the game came up. A launched game does not outlive a
+        worker that failed to start."""
+        try:
+            envs, ctx = self._make_envs(cfg)
+        except StopWhileLaunching:
+            self.game.close()
+            return None
+        except BaseException:
+            if self.game is not None:
+                self.game.close()
+            raise
+        self.act_latency, self.envs = envs.act_latency, envs
+        try:
+            self._check_env_spec(cfg, envs.envs[0])
+        except Exception:
+            envs.close()
+            if self.game is not None:
+                self.game.close()
+            raise
+        return envs, ctx
+
+    def _step_until_done(self, envs: EnvSet) -> None:
+        """The game loop, from the first model on, until stopped or done; what was recorded goes out."""
+        # the games ran on while the worker waited for its first model: each starts its first
+        # episode now, seeded as before (a simulator replays it), the model playing it from the start
+        envs.reset_all(seed=envs.seed)
+        log.info(
+            "worker %s stepping %d envs from model version %d (inference: %s)",
+            self.name,
+            envs.num_envs,
+            self.core.version,
+            self.backend,
+        )
+        try:
+            tick = self._tick_realtime if isinstance(envs, RealTimeEnvSet) else self._tick
+            if isinstance(envs, RealTimeEnvSet):
+                envs.restart_clocks()  # the wait for a model is not an overrun
+            while not self._stop.is_set() and not self.core.finished:
+                tick(envs)
+        finally:
+            self.priority.low()
+            self._flush()  # every recorded row is a real transition, even after an EnvFailing
 
     def _gauges(self) -> dict[str, float]:
         """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
