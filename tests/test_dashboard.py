@@ -153,6 +153,10 @@ REALTIME_FIELDS = {
     "rt_reset_s": 3.0,
     "rt_paused_s": 12.5,
     "rt_games_paused": 1,
+    "act_latency_p50_ms": 2.5,
+    "act_latency_p99_ms": 15.0,
+    "act_latency_mean_ms": 3.7,
+    "act_latency_max_ms": 40.0,
 }
 
 L = N - 1  # index of the last point
