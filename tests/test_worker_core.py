@@ -19,6 +19,7 @@ from helpers.fake_node import FakeNode
 
 from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
+from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
 from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
 from mqttrl.plugin.algorithm import AlgorithmInfo, SyncActor
@@ -438,7 +439,7 @@ class FakeRegistry:
 def fake_worker(monkeypatch, mode: str, **worker_settings) -> node_mod.WorkerNode:
     registry = FakeRegistry(mode)
     monkeypatch.setattr(node_mod, "get_registry", lambda: registry)
-    monkeypatch.setattr(node_mod, "make_env", lambda env_id, kwargs, registry: gym.make("CartPole-v1"))
+    monkeypatch.setattr(envs_mod, "make_env", lambda env_id, kwargs, registry: gym.make("CartPole-v1"))
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1)
     worker.node = FakeNode(settings)

@@ -19,10 +19,8 @@ import logging
 import os
 import queue
 import socket
-import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -32,20 +30,16 @@ import gymnasium as gym
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, WorkerConfig, from_dict
 from mqttrl.demos.live import live_recorder
-from mqttrl.envs.launch import GameProcess, LaunchSettings, StopWhileLaunching, for_worker
-from mqttrl.envs.make import make_env
+from mqttrl.envs.launch import GameProcess, StopWhileLaunching, for_worker
 from mqttrl.envs.realtime import (
     RealTimeEnvSet,
-    obs_timeout,
-    real_time_settings,
-    with_action_history,
-    with_game_speed,
 )
-from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
+from mqttrl.envs.realtime_clock import ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
+from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
@@ -70,13 +64,6 @@ OFFLINE_STATE_EXPIRY_S = 24 * 3600
 #: idle reasons that come and go many times a second (a busy learner's flow control, a backlog
 #: the link drains in milliseconds): their changes are logged at debug level, not each a line
 QUIET_IDLE_REASONS = frozenset({"learner_paused", "link_behind"})
-
-#: the interpreter's thread switch interval in a real-time worker (Python's default is 5 ms)
-REALTIME_SWITCH_INTERVAL_S = 0.0005
-
-#: a real-time worker's clock spins (reads the clock) the last this many seconds of each period
-#: instead of sleeping them: the OS's timer slack and wake-up latency are not added to the error
-REALTIME_SPIN_S = 0.0003
 
 
 class SyncTimeout(TimeoutError):
@@ -262,14 +249,9 @@ class WorkerNode:
         spec; None when a stop came while the game came up. A launched game does not outlive a
         worker that failed to start."""
         try:
-            envs, ctx = self._make_envs(cfg)
+            envs, ctx = self._make_envs(cfg)  # a game it launched is stopped when this raises
         except StopWhileLaunching:
-            self.game.close()
             return None
-        except BaseException:
-            if self.game is not None:
-                self.game.close()
-            raise
         self.act_latency, self.envs = envs.act_latency, envs
         try:
             self._check_env_spec(cfg, envs.envs[0])
@@ -776,60 +758,14 @@ class WorkerNode:
         self.node.publish(self.topics.env_spec, encode_json(mine.to_json()), 1, True, "env_spec")
         log.info("published the env spec of run %r (the learner waits for it): %s", self.topics.run, mine.spaces)
 
-    def _launched(self, cfg: RunConfig, num_envs: int, make: Callable[[], gym.Env]) -> tuple[Callable, Callable | None]:
-        """With ``[env] launch``: ``make`` once the game this worker starts is up, and the env set's
-        restart hook that starts the game again (mqttrl.envs.launch); else ``make`` as it is."""
-        settings = LaunchSettings.of(cfg.env, num_envs)
-        if settings is None:
-            return make, None
-        self.game = game = GameProcess(settings, sleep=self._stop.wait, stopping=self._stop.is_set)
-
-        def relaunch(i: int, error: str) -> None:
-            game.relaunch(f"env {i} failed: {error}" if error else f"env {i} failed")
-
-        return (lambda: game.make_env(make)), relaunch
-
     def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
-        num_envs = self.num_envs_override or cfg.env.num_envs
-        # without --index, the name decides: game PCs started the same way still differ
-        name_hash = zlib.crc32(self.name.encode())
-        place = self.index if self.index is not None else name_hash % 1_000_003
-        seed = self.seed_override if self.seed_override is not None else cfg.train.seed * 1000 + place * 97
-        registry = get_registry()
-
-        def make_here() -> gym.Env:
-            env = make_env(cfg.env.id, cfg.env.kwargs, registry)
-            return with_action_history(with_game_speed(env, cfg.env), cfg.env)
-
-        make, on_restart = self._launched(cfg, num_envs, make_here)
-        rt = real_time_settings(cfg.env)
-        if rt is None:
-            envs = EnvSet(make, num_envs, seed, env_id=cfg.env.id, on_restart=on_restart)
-        else:
-            self.period_stats = stats = PeriodStats()
-            # the control thread waking from its sleep waits for the GIL while another thread (the MQTT
-            # client's, receiving a model) holds it: up to the switch interval, 5 ms by default
-            sys.setswitchinterval(REALTIME_SWITCH_INTERVAL_S)
-            self.priority = ThreadPriority(cfg.worker.realtime_priority)
-            envs = RealTimeEnvSet(
-                make,
-                num_envs,
-                seed,
-                env_id=cfg.env.id,
-                make_clock=lambda: ControlClock(**rt, stats=stats, spin_s=REALTIME_SPIN_S),
-                obs_timeout_s=obs_timeout(cfg.env),
-                on_restart=on_restart,
-            )
-        if self.index is None:
-            ctx = ActorContext(num_envs=num_envs, total_envs=num_envs, seed=seed, ladder_phase=name_hash / 2**32)
-        else:
-            ctx = ActorContext(
-                num_envs=num_envs,
-                first_env_index=self.index * num_envs,
-                total_envs=max(cfg.train.workers, self.index + 1) * num_envs,
-                seed=seed,
-            )
-        return envs, ctx
+        """The envs and the actor's place (:func:`make_worker_envs`); the game, the control periods'
+        statistics and the control thread's priority are kept for the loop and the heartbeats."""
+        built = make_worker_envs(cfg, self.name, self.index, self._stop, self.num_envs_override, self.seed_override)
+        self.game = built.game
+        if built.period_stats is not None:
+            self.period_stats, self.priority = built.period_stats, built.priority
+        return built.envs, built.ctx
 
     def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
         """The forward (where the network runs), then the algorithm's actor over it."""
