@@ -47,7 +47,12 @@ def shape(files: dict[str, str]) -> dict:
                 classes.append((length, node.name, path, methods))
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and length >= NEAR:
                 near.append((length, node.name, path))
-    return {"lines": lines, "files": len(files), "classes": sorted(classes, reverse=True), "near": sorted(near, reverse=True)}
+    return {
+        "lines": lines,
+        "files": len(files),
+        "classes": sorted(classes, reverse=True),
+        "near": sorted(near, reverse=True),
+    }
 
 
 def main() -> int:
@@ -62,7 +67,9 @@ def main() -> int:
         for length, name, path, methods in s["classes"][: args.top]:
             print(f"  {length:5d} lines {methods:3d} methods  {name} ({path})")
         over = [f for f in s["near"] if f[0] > 60]
-        print(f"  functions of {NEAR}-60 lines: {len(s['near']) - len(over)}; over 60 (with a stated reason): {len(over)}")
+        print(
+            f"  functions of {NEAR}-60 lines: {len(s['near']) - len(over)}; over 60 (with a stated reason): {len(over)}"
+        )
     return 0
 
 
