@@ -25,6 +25,7 @@ from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore, read_sco
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_json, decode_weights, encode_json
+from mqttrl.wire.evaluation import Evaluation
 
 
 # ---- the ranking ---------------------------------------------------------------------------
@@ -86,7 +87,7 @@ class FakeLearner:
             self.publish(self.tp.episodes("w0"), {"return": ret, "length": 10, "model_version": version})
 
     def evaluation(self, mean: float, version: int) -> None:
-        self.publish(self.tp.evaluation("eval-1"), {"mean": mean, "model_version": version, "episodes": 10})
+        self.publish(self.tp.evaluation("eval-1"), Evaluation(version, 10, mean, 0.0, mean, mean, 1.0).to_json())
 
     def quicksaves(self, wait: float) -> list[dict]:
         got, deadline = [], time.monotonic() + wait

@@ -15,6 +15,7 @@ from mqttrl.nodes.evaluator import model_env_steps
 from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.trainer.record import RunRecord
 from mqttrl.wire import decode_weights, encode_weights
+from mqttrl.wire.evaluation import Evaluation
 
 
 def _weights(version: int, info: dict):
@@ -29,7 +30,7 @@ def test_the_weights_info_carries_the_learners_env_steps_to_the_evaluator():
 
 
 def _result(version: int, mean: float, **extra) -> dict:
-    return {"model_version": version, "episodes": 2, "mean": mean, "std": 0.0, "min": mean, "max": mean, **extra}
+    return {**Evaluation(version, 2, mean, 0.0, mean, mean, eval_s=0.5).to_json(), **extra}
 
 
 def test_the_record_keeps_each_evaluation_at_its_models_env_steps(tmp_path):

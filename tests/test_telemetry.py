@@ -22,6 +22,7 @@ from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights, encode_json
+from mqttrl.wire.evaluation import Evaluation
 from mqttrl_plugins.files_storage import FilesStorage
 from mqttrl_plugins.influxdb_storage import InfluxStorage
 
@@ -145,7 +146,7 @@ def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, vict
         ).wait_for_publish(5)
         pub.publish(
             tp.evaluation("train"),
-            encode_json({"mean": 321.5, "std": 1.0, "min": 300.0, "max": 340.0, "model_version": 8, "episodes": 20}),
+            Evaluation(8, 20, 321.5, 1.0, 300.0, 340.0, eval_s=2.0).encode(),
             qos=1,
         ).wait_for_publish(5)
         _wait(

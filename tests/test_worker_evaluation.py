@@ -69,8 +69,8 @@ def test_the_play_ends_open_episodes_plays_greedily_with_the_versions_seeds_and_
     seed = evaluation_seed(4, 5)
     expected = sorted(float((seed + k) % 7 + 3) for k in range(5))
     assert actor.truncated == [0, 1]  # no n-step window spans the evaluation
-    assert result["model_version"] == 4 and result["episodes"] == 5 and result["env_steps"] == 1234
-    assert result["mean"] == pytest.approx(np.mean(expected)) and result["min"] == min(expected)
+    assert result.model_version == 4 and result.episodes == 5 and result.env_steps == 1234
+    assert result.mean == pytest.approx(np.mean(expected)) and result.min == min(expected)
     assert ev.evaluated == 4
     assert envs.lengths.tolist() == [0, 0] and envs.returns.tolist() == [0.0, 0.0]  # training starts afresh
     assert envs.obs.tolist() == [[0.0], [0.0]]

@@ -24,6 +24,7 @@ import numpy as np
 
 from mqttrl.settings import ConfigError
 from mqttrl.timing import LatencyStats
+from mqttrl.wire.evaluation import Evaluation
 
 log = logging.getLogger("mqttrl.envs")
 
@@ -367,25 +368,14 @@ def evaluation_seed(version: int, episodes: int) -> int:
     return EVAL_SEED_BASE + max(int(version), 0) * episodes
 
 
-def evaluate_model(actor, make: Callable[[], gym.Env], weights, episodes: int) -> dict:
+def evaluate_model(actor, make: Callable[[], gym.Env], weights, episodes: int) -> Evaluation:
     """The one greedy evaluation of mqttrl: load ``weights`` (a decoded weights message) into
-    ``actor`` and play ``episodes`` episodes side by side, seeded by :func:`evaluation_seed`.
-
-    Returns what an evaluator publishes on ``eval/<name>``: ``model_version``, ``episodes``,
-    ``mean``, ``std``, ``min``, ``max`` of the returns and ``eval_s`` (seconds it took).
-    """
+    ``actor`` and play ``episodes`` episodes side by side, seeded by :func:`evaluation_seed`; the
+    record an evaluator publishes on ``eval/<name>`` (:class:`mqttrl.wire.evaluation.Evaluation`)."""
     actor.load_weights(weights.tensors, weights.info)
     started = time.monotonic()
-    returns = np.asarray(evaluate(actor, make, episodes, evaluation_seed(weights.version, episodes)))
-    return {
-        "model_version": weights.version,
-        "episodes": episodes,
-        "mean": float(returns.mean()),
-        "std": float(returns.std()),
-        "min": float(returns.min()),
-        "max": float(returns.max()),
-        "eval_s": round(time.monotonic() - started, 3),
-    }
+    returns = evaluate(actor, make, episodes, evaluation_seed(weights.version, episodes))
+    return Evaluation.of_returns(weights.version, returns, time.monotonic() - started)
 
 
 def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:

@@ -12,12 +12,13 @@ through ``on_result`` and asks for a last evaluation of the newest model with :m
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable
+
+import attrs
 
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.rollout import evaluate_model, greedy_actor
@@ -26,7 +27,8 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights, encode_json
+from mqttrl.wire import WeightsMessage, decode_json, decode_weights
+from mqttrl.wire.evaluation import Evaluation
 
 log = logging.getLogger("mqttrl.evaluate")
 
@@ -99,14 +101,7 @@ class _Latest:
 
     def on_eval(self, name: str, payload: bytes) -> None:
         """A worker's greedy evaluation (``eval_on = "workers"``): kept for the loop to hand on."""
-        result = decode_json(payload, {"model_version": int, "mean": (int, float), "episodes": int})
-        for key in ("mean", "std", "min", "max", "eval_s"):
-            value = result.get(key)
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise Rejected("missing_field", f"eval result without a number {key!r}")
-            if not math.isfinite(value):
-                raise Rejected("non_finite", f"eval result {key}={value!r}")
-        self.results.append({**result, "evaluator": name})
+        self.results.append({**Evaluation.decode(payload).to_json(), "evaluator": name})
 
 
 class EvaluatorNode:
@@ -211,17 +206,18 @@ class EvaluatorNode:
         if seen.actor is None or w is None or payload is None or w.version <= self.evaluated:
             return None
         self.evaluated = w.version
-        result = evaluate_model(seen.actor, seen.make, w, self.episodes)
-        result["wall_s"] = round(time.monotonic() - t0, 2)
-        steps = model_env_steps(w)
-        if steps is not None:  # the data this model was trained on: curves compare runs at equal env steps
-            result["env_steps"] = steps
-        # from the first model this evaluator received to this one's publication: the training
-        # time to this model when it watched from the run's start (no start-up, no eval cadence)
-        if seen.first_published_at is not None:
-            result["training_s"] = round(w.published_at - seen.first_published_at, 2)
+        record = attrs.evolve(
+            evaluate_model(seen.actor, seen.make, w, self.episodes),
+            wall_s=round(time.monotonic() - t0, 2),
+            # the data this model was trained on: curves compare runs at equal env steps
+            env_steps=model_env_steps(w),
+            # from the first model this evaluator received to this one's publication: the training
+            # time to this model when it watched from the run's start (no start-up, no eval cadence)
+            training_s=None if seen.first_published_at is None else round(w.published_at - seen.first_published_at, 2),
+        )
+        result = record.to_json()
         self.results.append(result)
-        self.node.publish(self.topics.evaluation(self.name), encode_json(result), qos=1, kind="eval")
+        self.node.publish(self.topics.evaluation(self.name), record.encode(), qos=1, kind="eval")
         log.debug(
             "model v%d: mean %.1f ± %.1f over %d episodes", w.version, result["mean"], result["std"], self.episodes
         )

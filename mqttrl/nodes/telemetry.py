@@ -36,6 +36,7 @@ from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
+from mqttrl.wire.evaluation import Evaluation
 
 log = logging.getLogger("mqttrl.telemetry")
 
@@ -239,16 +240,14 @@ class TelemetryNode:
         w.online = True
 
     def on_eval(self, name: str, payload: bytes) -> None:
-        ev = decode_json(payload, {"mean": (int, float)})
-        fields = {k: float(ev[k]) for k in ("mean", "std", "min", "max") if isinstance(ev.get(k), (int, float))}
-        for k in ("model_version", "episodes", "env_steps"):  # env_steps: the data the model was trained on
-            if isinstance(ev.get(k), int) and not isinstance(ev.get(k), bool):
-                fields[k] = ev[k]
+        ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher
+        fields = {"mean": ev.mean, "std": ev.std, "min": ev.min, "max": ev.max}
+        fields |= {"model_version": ev.model_version, "episodes": ev.episodes}
+        if ev.env_steps is not None:  # the data the model was trained on
+            fields["env_steps"] = ev.env_steps
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
-        if isinstance(fields.get("model_version"), int):
-            self.evaluated = True
-            score = BestScore(fields["mean"], fields["model_version"], GREEDY_EVAL, int(fields.get("episodes", 0)))
-            self._propose_best(score, time.time())
+        self.evaluated = True
+        self._propose_best(BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes), time.time())
 
     def on_config(self, name: str, payload: bytes) -> None:
         """The run's config (retained): handed to every storage with a ``run_config(config)`` method."""

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
 from mqttrl.plugin.algorithm import INGESTED_KEY
+from mqttrl.wire.evaluation import Evaluation
 
 
 def why_not_evaluating(train: Any, mode: str, index: int | None) -> str | None:
@@ -57,7 +56,7 @@ class WorkerEvaluation:
         info: dict,
         during: Callable[[], None] | None = None,
         max_steps: int = 100_000,
-    ) -> dict:
+    ) -> Evaluation:
         """Play the greedy episodes on ``envs`` (their open episodes are ended for ``actor`` first, and
         every env is reset after), calling ``during`` after each step; the result as an evaluator
         publishes it."""
@@ -70,17 +69,6 @@ class WorkerEvaluation:
         returns = greedy_returns(envs.envs, envs.dtype, actor, self.episodes, seed, max_steps, during)
         envs.reset_all()
         self._next_at = self.clock() + self.every_s
-        r = np.asarray(returns, dtype=np.float64)
-        result = {
-            "model_version": version,
-            "episodes": len(returns),
-            "mean": float(r.mean()),
-            "std": float(r.std()),
-            "min": float(r.min()),
-            "max": float(r.max()),
-            "eval_s": round(time.monotonic() - started, 3),
-        }
-        ingested = info.get(INGESTED_KEY)
-        if isinstance(ingested, int) and not isinstance(ingested, bool):
-            result["env_steps"] = ingested  # the data the model was trained on: curves by env step
-        return result
+        ingested = info.get(INGESTED_KEY)  # the data the model was trained on: curves by env step
+        env_steps = ingested if isinstance(ingested, int) and not isinstance(ingested, bool) else None
+        return Evaluation.of_returns(version, returns, time.monotonic() - started, env_steps)

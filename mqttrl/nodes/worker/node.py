@@ -341,14 +341,14 @@ class WorkerNode:
             )
             envs.reset_all()
             return
-        self.node.publish(self.topics.evaluation(self.name), encode_json(result), qos=1, kind="eval")
+        self.node.publish(self.topics.evaluation(self.name), result.encode(), qos=1, kind="eval")
         log.info(
             "worker %s evaluated model %d: mean %.1f over %d episodes (%.1f s)",
             self.name,
             version,
-            result["mean"],
-            result["episodes"],
-            result["eval_s"],
+            result.mean,
+            result.episodes,
+            result.eval_s,
         )
 
     def _evaluation_chores(self) -> None:

@@ -1,0 +1,92 @@
+"""A greedy evaluation, as ``mqttrl/<run>/eval/<name>`` carries it: one record, both sides.
+
+The evaluator node and a worker evaluating on its own game (``[train] eval_on = "workers"``)
+publish it; the evaluator listening for the workers' results, telemetry and ``mqttrl train``'s
+record read it. All of them encode and decode it here, so a field or a check is written once:
+a result without a finite number for any of ``mean``, ``std``, ``min``, ``max``, ``eval_s``, or
+with a negative count, is refused (counted, logged by the receiver's dispatcher).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from .control import decode_json, encode_json
+from .errors import Rejected
+
+#: the float fields every evaluation carries
+_NUMBERS = ("mean", "std", "min", "max", "eval_s")
+#: optional fields: the data the model was trained on, and the evaluator's own clocks
+_OPTIONAL = {"env_steps": int, "wall_s": float, "training_s": float}
+
+
+@attrs.frozen
+class Evaluation:
+    """Greedy episodes of one model: their returns' mean, std, min and max."""
+
+    model_version: int
+    episodes: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    #: seconds the episodes took
+    eval_s: float
+    #: env steps the model was trained on (the learner's count in its weights' info): curves by env step
+    env_steps: int | None = None
+    #: seconds since the evaluator started, and from the run's first model to this one's publication
+    wall_s: float | None = None
+    training_s: float | None = None
+
+    @classmethod
+    def of_returns(cls, version: int, returns: list[float], eval_s: float, env_steps: int | None = None) -> Evaluation:
+        """The evaluation of ``returns`` (one per greedy episode)."""
+        import numpy as np
+
+        r = np.asarray(returns, dtype=np.float64)
+        return cls(
+            version,
+            len(returns),
+            float(r.mean()),
+            float(r.std()),
+            float(r.min()),
+            float(r.max()),
+            round(eval_s, 3),
+            env_steps,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The message's fields (the optional ones only where known)."""
+        return {k: v for k, v in attrs.asdict(self).items() if v is not None or k not in _OPTIONAL}
+
+    def encode(self) -> bytes:
+        return encode_json(self.to_json())
+
+    @classmethod
+    def decode(cls, payload: bytes) -> Evaluation:
+        """The record in ``payload``, or :class:`Rejected` naming what is wrong."""
+        data = decode_json(payload, {"model_version": int, "episodes": int, "mean": (int, float)})
+        for key in _NUMBERS:
+            value = data.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise Rejected("missing_field", f"eval result without a number {key!r}")
+            if not math.isfinite(value):
+                raise Rejected("non_finite", f"eval result {key}={value!r}")
+        if data["model_version"] < 0 or data["episodes"] < 1:
+            raise Rejected(
+                "bad_value", f"eval result of model {data['model_version']} over {data['episodes']} episodes"
+            )
+        optional = {}
+        for key, typ in _OPTIONAL.items():
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                optional[key] = typ(value)
+        return cls(
+            data["model_version"],
+            data["episodes"],
+            *(float(data[k]) for k in _NUMBERS),
+            **optional,  # type: ignore[arg-type]
+        )
