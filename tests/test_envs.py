@@ -19,6 +19,7 @@ from helpers.fake_node import FakeNode
 
 from mqttrl.config import AlgorithmSection, RunConfig
 from mqttrl.envs.rollout import EnvFailing, EnvSet
+from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
 from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
@@ -373,7 +374,7 @@ def test_the_worker_steps_on_through_crashing_games(monkeypatch):
     info = attrs.evolve(dqn, make_actor=make_actor)
     registry = type("R", (), {"algorithm": lambda self, name: info})()
     monkeypatch.setattr(node_mod, "get_registry", lambda: registry)
-    monkeypatch.setattr(node_mod, "make_env", lambda env_id, kwargs, registry: plan.make())
+    monkeypatch.setattr(envs_mod, "make_env", lambda env_id, kwargs, registry: plan.make())
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=4, seed=1, wait_timeout=10)
     worker.node = FakeNode(settings)

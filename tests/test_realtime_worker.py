@@ -19,6 +19,7 @@ from mqttrl.config import AlgorithmSection, RunConfig
 from mqttrl.envs import realtime as realtime_mod
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_sim import WallClockGame
+from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, Message
@@ -53,8 +54,8 @@ def start_worker(
         games.append((game or WallClockGame)("CartPole-v1", world_hz=50.0, clock=ft.now, sleep=ft.sleep))
         return games[-1]
 
-    monkeypatch.setattr(node_mod, "make_env", make_env)
-    monkeypatch.setattr(node_mod, "ControlClock", functools.partial(ControlClock, now=ft.now, sleep=ft.sleep))
+    monkeypatch.setattr(envs_mod, "make_env", make_env)
+    monkeypatch.setattr(envs_mod, "ControlClock", functools.partial(ControlClock, now=ft.now, sleep=ft.sleep))
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1, wait_timeout=10)
     worker.node = FakeNode(settings)

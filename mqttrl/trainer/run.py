@@ -294,8 +294,8 @@ def _final_evaluation(run: LocalRun, display: Progress, t_start: float, cancel: 
     if not run.evaluator.final(timeout, cancel):
         why = "was interrupted" if cancel.is_set() else f"did not end within {timeout:.0f}s"
         log.warning("the final evaluation %s; summary.json has the earlier ones", why)
-    if run.evaluator.play:
-        run.record.final_eval = run.record.evaluation_of(version)
+    if run.evaluator.play:  # the evaluator judged the newest model it had when asked (maybe newer than `version`)
+        run.record.final_eval = run.record.evaluation_of(run.evaluator.latest_version)
     else:
         run.record.final_eval = run.record.newest_evaluation(at_least=version)
     display.update(run.snapshot(time.monotonic() - t_start))
