@@ -717,7 +717,13 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, work)
     t_start = time.time()
-    print(f"five-host run in {work}: {args.minutes:g} min of faults after start-up", flush=True)
+    plan = (
+        f"to greedy mean {args.target:g}, at most {args.minutes:g} min"
+        if args.target is not None
+        else f"{args.minutes:g} min"
+    )
+    faults = "without faults" if args.no_faults else "with faults"
+    print(f"five-host run in {work}: {plan} {faults} after start-up", flush=True)
     lan = netns.Lan()
     try:
         bench.start(lan)
