@@ -164,14 +164,16 @@ class EnvSet:
         self.obs = new_obs
         # an env that says when it captured its observation (info["frame_at"], time.monotonic(): the
         # screen kit) is held to that; else the observation counts from when its step returned
-        self.obs_at = min([r[4]["frame_at"] for r in results if "frame_at" in r[4]], default=time.monotonic())
+        stamps = [r[4]["frame_at"] for r in results if "frame_at" in r[4]]
+        self.obs_at = min(stamps) if stamps else time.monotonic()
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
 
     def answered(self) -> None:
         """The actions for :attr:`obs` go out now: their capture-to-action time is counted (once)."""
-        if self.obs_at is not None:
-            self.act_latency.record(max(0.0, time.monotonic() - self.obs_at))
+        at = self.obs_at
+        if at is not None:
+            self.act_latency.record(time.monotonic() - at)
             self.obs_at = None
 
     def taken(self, actions: np.ndarray) -> np.ndarray:
