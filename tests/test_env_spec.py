@@ -149,6 +149,11 @@ class Procs:
     def text(self, name: str) -> str:
         return self.logs[name].read_text(errors="replace")
 
+    def wait_line(self, name: str, line: str, timeout: float) -> None:
+        """Until ``name``'s log holds ``line`` (a failure if it exits first or the time is up)."""
+        proc = self.procs[list(self.logs).index(name)]
+        wait_for(f"{name}'s line {line!r}", lambda: line in self.text(name), timeout, self.logs.values(), [proc])
+
     def stop(self) -> list[int | None]:
         for p in self.procs:
             if p.poll() is None:
@@ -220,13 +225,7 @@ def test_a_learner_without_the_games_module_waits_for_a_workers_spec_and_trains(
         node_env(),
     )
     try:
-        wait_for(
-            "the learner's wait line",
-            lambda: "cannot be made on this host" in procs.text("learner"),
-            60,
-            procs.logs.values(),
-            [learner],
-        )
+        procs.wait_line("learner", "cannot be made on this host", 60)
         assert "No module named 'mygame'" in procs.text("learner")
         worker = procs.start(
             "worker",
@@ -315,20 +314,8 @@ def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquit
             [str(BIN / "mqttrl"), "inference", "--run", "screen-catch", "--broker", mosquitto.url, "--name", "gpu0"],
             headless,
         )
-        wait_for(
-            "the learner's wait line",
-            lambda: "cannot be made on this host" in procs.text("learner"),
-            60,
-            procs.logs.values(),
-            [learner],
-        )
-        wait_for(
-            "the server's wait line",
-            lambda: "waiting for the run's env spec" in procs.text("inference"),
-            60,
-            procs.logs.values(),
-            [server],
-        )
+        procs.wait_line("learner", "cannot be made on this host", 60)
+        procs.wait_line("inference", "waiting for the run's env spec", 60)
         worker = procs.start(
             "worker",
             [str(BIN / "mqttrl-worker"), "--run", "screen-catch", "--broker", mosquitto.url, "--name", "gamepc1"],

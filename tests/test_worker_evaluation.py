@@ -96,23 +96,29 @@ def test_greedy_returns_calls_the_chores_between_steps():
     assert returns == [7 % 7 + 3.0, 8 % 7 + 3.0] and len(calls) == sum(returns)
 
 
-@pytest.mark.e2e
-def test_train_with_workers_evaluating_records_their_results(tmp_path):
+def train_evaluated_by_workers(config: str, tmp_path: Path, **train) -> tuple:
+    """``mqttrl.train`` of ``configs/<config>`` for 25 s, its greedy evaluations played by its
+    workers every 2 s; the result and the rows of its evaluations.csv."""
     import mqttrl
 
     result = mqttrl.train(
-        str(Path(__file__).parent.parent / "configs" / "cartpole_dqn.toml"),
+        str(Path(__file__).parent.parent / "configs" / config),
         eval_on="workers",
-        eval_episodes=3,
         eval_every_s=2.0,
-        eval_workers=1,  # w0 evaluates, w1 trains all the time
         target_return=None,
         max_seconds=25,
         telemetry_storages=[],
         run_dir=tmp_path / "run",
         progress=False,
+        **train,
     )
-    rows = list(csv.DictReader((tmp_path / "run" / "evaluations.csv").open()))
+    return result, list(csv.DictReader((tmp_path / "run" / "evaluations.csv").open()))
+
+
+@pytest.mark.e2e
+def test_train_with_workers_evaluating_records_their_results(tmp_path):
+    # w0 evaluates, w1 trains all the time
+    result, rows = train_evaluated_by_workers("cartpole_dqn.toml", tmp_path, eval_episodes=3, eval_workers=1)
     assert len(rows) >= 2 and all(int(r["episodes"]) == 3 for r in rows), rows
     assert result.best_eval_mean is not None and result.best_weights is not None  # best/ from a worker's result
     logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()
@@ -129,20 +135,7 @@ def test_train_with_workers_evaluating_records_their_results(tmp_path):
 def test_ppo_workers_evaluate_between_their_rounds(tmp_path):
     """A sync-mode worker (PPO) evaluates in the gap of a round: after it sent its share, never
     in the middle of one (its shares stay whole: the learner's rounds go on)."""
-    import mqttrl
-
-    result = mqttrl.train(
-        str(Path(__file__).parent.parent / "configs" / "cartpole_ppo.toml"),
-        eval_on="workers",
-        eval_episodes=2,
-        eval_every_s=2.0,
-        target_return=None,
-        max_seconds=25,
-        telemetry_storages=[],
-        run_dir=tmp_path / "run",
-        progress=False,
-    )
-    rows = list(csv.DictReader((tmp_path / "run" / "evaluations.csv").open()))
+    result, rows = train_evaluated_by_workers("cartpole_ppo.toml", tmp_path, eval_episodes=2)
     assert len(rows) >= 2 and all(int(r["episodes"]) == 2 for r in rows), rows
     assert result.updates > 0 and result.summary["rejected"] == {}, result.summary
     logs = (tmp_path / "run" / "logs" / "worker-w0.log").read_text()

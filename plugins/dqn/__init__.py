@@ -15,11 +15,13 @@ that acts with the numpy forward never imports torch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward, LearnerContext
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import DQNActor
 from .common import DQNParams, sample_spec
@@ -40,19 +42,12 @@ def make_forward(params: DQNParams, obs_space: gym.Space, act_space: gym.Space, 
     raise ValueError(f"backend {backend!r}: use torch or numpy")
 
 
-def make_learner(
-    params: DQNParams,
-    obs_space: gym.Space,
-    act_space: gym.Space,
-    device: str = "cpu",
-    seed: int = 0,
-    context: LearnerContext | None = None,
-) -> AsyncLearner:
-    """The learner needs torch; it is imported here, not when this module loads. ``context``: the
-    learner node's (its block timer times the replay's sampling)."""
+def make_learner(*args: Any, **kwargs: Any) -> AsyncLearner:
+    """``DQNLearner(params, obs_space, act_space, device="cpu", seed=0, context=None)``: the learner needs
+    torch, imported here, not when this module loads (a worker never imports it)."""
     from .learner import DQNLearner
 
-    return DQNLearner(params, obs_space, act_space, device, seed, context)
+    return DQNLearner(*args, **kwargs)
 
 
 def with_epsilon(params: DQNParams, epsilon: float) -> DQNParams:

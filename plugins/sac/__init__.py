@@ -19,10 +19,12 @@ forward never imports it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 
 from mqttrl import hookimpl
-from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward, LearnerContext
+from mqttrl.plugin import AlgorithmInfo, AsyncLearner, Forward
 
 from .actor import SACActor
 from .common import SACParams, sample_spec
@@ -42,19 +44,12 @@ def make_forward(params: SACParams, obs_space: gym.Space, act_space: gym.Space, 
     raise ValueError(f"backend {backend!r}: use torch or numpy")
 
 
-def make_learner(
-    params: SACParams,
-    obs_space: gym.Space,
-    act_space: gym.Space,
-    device: str = "cpu",
-    seed: int = 0,
-    context: LearnerContext | None = None,
-) -> AsyncLearner:
-    """The learner needs torch; it is imported here, not when this module loads. ``context``: the
-    learner node's (its block timer times the replay's sampling)."""
+def make_learner(*args: Any, **kwargs: Any) -> AsyncLearner:
+    """``SACLearner(params, obs_space, act_space, device="cpu", seed=0, context=None)``: the learner needs
+    torch, imported here, not when this module loads (a worker never imports it)."""
     from .learner import SACLearner
 
-    return SACLearner(params, obs_space, act_space, device, seed, context)
+    return SACLearner(*args, **kwargs)
 
 
 @hookimpl
