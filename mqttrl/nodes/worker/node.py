@@ -41,6 +41,7 @@ from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
 from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
+from mqttrl.nodes.worker.policy import make_worker_policy
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
@@ -768,43 +769,10 @@ class WorkerNode:
         return built.envs, built.ctx
 
     def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
-        """The forward (where the network runs), then the algorithm's actor over it."""
-        self.backend = self._choose_backend(cfg.worker.inference)
-        self.forward = self._make_forward(cfg, obs_space, act_space, ctx.seed)
-        actor = self.info.make_actor(cfg.algorithm.params, obs_space, act_space, ctx, self.forward)
-        if self.info.mode == "sync" and not isinstance(actor, SyncActor):
-            raise TypeError(f"algorithm {self.info.name!r} runs in sync mode but its actor is not a SyncActor")
-        self.actor = actor
-
-    def _choose_backend(self, inference: str) -> str:
-        """worker.inference: "auto" is the algorithm's preferred backend (the built-ins: numpy,
-        no torch needed and faster for small MLPs); "remote" is the central inference servers."""
-        if inference == "auto":
-            return self.info.backends[0]
-        if inference != "remote" and inference not in self.info.backends:
-            raise RuntimeError(
-                f"algorithm {self.info.name!r} offers no {inference} forward; "
-                f"use worker.inference = one of {', '.join(self.info.backends)} or remote"
-            )
-        return inference
-
-    def _make_forward(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, seed: int) -> Forward:
-        if self.backend == "remote":
-            ic = cfg.inference
-            self.remote = RemoteForward(
-                self.node.settings,
-                self.topics.run,
-                self.name,
-                timeout_s=ic.timeout_s,
-                retries=ic.retries,
-                on_timeout=self._heartbeat_if_due,
-            )
-            return self.remote
-        if self.backend == "torch":
-            import torch
-
-            torch.set_num_threads(cfg.worker.torch_threads)
-        return self.info.make_forward(cfg.algorithm.params, obs_space, act_space, self.backend, seed)
+        """The forward (where the network runs) and the algorithm's actor over it (:mod:`.policy`)."""
+        remote_as = (self.node.settings, self.topics.run, self.name, self._heartbeat_if_due)
+        made = make_worker_policy(cfg, self.info, obs_space, act_space, ctx, remote_as)
+        self.backend, self.forward, self.actor, self.remote = made.backend, made.forward, made.actor, made.remote
 
     def _shutdown(self, reason: str = "stopped") -> None:
         """Flush (bounded: the broker's acknowledgements are waited for), then record what never
