@@ -18,18 +18,17 @@ import queue
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import gymnasium as gym
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import ConfigError, RunConfig, write_resolved
 from mqttrl.envs.fit import check_fit, spaces_of_run
 from mqttrl.ledger import Ledger
+from mqttrl.nodes.learner.best import BestModels
 from mqttrl.nodes.learner.core import LearnerCore, Rules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.nodes.learner.env_spec import learner_config
@@ -37,7 +36,7 @@ from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KE
 from mqttrl.plugin.manager import MissingDependency, get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
-from mqttrl.state.best import SCORE_FILE, TRAINING_RETURNS, BestScore, read_score, score_file
+from mqttrl.state.best import read_score
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
 from mqttrl.state.init_from import load_into, read_source
 from mqttrl.state.rng import restore_rng, rng_state, seed_everything
@@ -108,15 +107,14 @@ class LearnerNode:
         )
         self.started = time.time()
         self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=self.lc.keep_checkpoints)
-        #: the score of ``checkpoints/best/`` (read back at start): only a better one replaces it
-        self.best_score: BestScore | None = read_score(self.best_dir)
-        if self.best_score is not None:
-            log.info("best model so far: %s", self.best_score.describe())
+        #: the score of ``checkpoints/best/`` (read back at start: only a better one replaces it) and
+        #: the recent versions' exact weights (a best-model save writes the model that was judged)
+        self.best = BestModels(read_score(self.best_dir))
+        if self.best.score is not None:
+            log.info("best model so far: %s", self.best.score.describe())
         self._stop = threading.Event()
         self._last_ckpt_update = 0
         self.resumed_from: str | None = None
-        #: the last published weights by version, so a best-model save can write the exact model that was judged
-        self._recent_weights: OrderedDict[int, bytes] = OrderedDict()
         #: the newest published weights, re-published by the birth after a (re)connect
         self._last_weights: bytes | None = None
         self._start_from(resume)
@@ -288,7 +286,7 @@ class LearnerNode:
                 "protocol": PROTOCOL_VERSION,
                 "time": time.time(),
                 # the best model's score: a restarted telemetry node (on any host) learns the best so far
-                **({"best": self.best_score.to_json()} if self.best_score is not None else {}),
+                **({"best": self.best.score.to_json()} if self.best.score is not None else {}),
             }
         )
 
@@ -331,10 +329,8 @@ class LearnerNode:
         payload = (
             exact if wire_dtype == "float32" else encode_weights(*head, epoch=self.core.epoch, wire_dtype=wire_dtype)
         )
-        self._recent_weights[self.version] = exact
+        self.best.remember(self.version, exact)
         self._last_weights = payload
-        while len(self._recent_weights) > 32:
-            self._recent_weights.popitem(last=False)
         self.node.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
 
     def _handle(self, msg: Message) -> None:
@@ -373,7 +369,7 @@ class LearnerNode:
                 reply["refused"] = refused
                 log.info("quicksave named best refused: %s", refused)
             else:
-                log.info("quicksave -> %s (%s)", path, self.best_score.describe() if self.best_score else "no score")
+                log.info("quicksave -> %s (%s)", path, self.best.score.describe() if self.best.score else "no score")
         else:
             path = self.save_checkpoint(f"quicksave-{self.algo.updates:010d}")
             log.info("quicksave -> %s", path)
@@ -383,61 +379,14 @@ class LearnerNode:
             self.node.publish(target, encode_json(reply), 1, False, "reply")
 
     # ---- checkpoints -----------------------------------------------------------
-    def _best_claim(self, cmd: dict) -> BestScore | None:
-        """The score a best-model request claims: its ``score``/``judged_by``/``episodes``, or an
-        older telemetry's ``mean_return`` over ``window`` (training returns); None: no score."""
-        claim = BestScore.from_json(cmd)
-        if claim is None and isinstance(cmd.get("mean_return"), (int, float)):
-            asked = cmd.get("model_version")
-            claim = BestScore.from_json(
-                {
-                    "score": cmd["mean_return"],
-                    "model_version": asked if isinstance(asked, int) else self.version,
-                    "judged_by": TRAINING_RETURNS,
-                    "episodes": cmd.get("window"),
-                }
-            )
-        return claim
-
     def _save_best(self, cmd: dict) -> tuple[Path, str | None]:
         """``checkpoints/best/``: the learner's full state plus the exact weights of the judged version
-        and its score; ``(path, None)``, or ``(best dir, why not)`` when the claim does not beat the
-        stored best (never replaced by a worse model, whoever asks)."""
-        claim, held = self._best_claim(cmd), self.best_score
-        if claim is None and held is not None:
-            return (
-                self.best_dir,
-                f"checkpoints/best holds a model scored {held.describe()}; a save without a score does not replace it",
-            )
-        if claim is not None and not claim.beats(held):
-            return self.best_dir, f"{claim.describe()} does not beat the best, {held.describe()}"
-        asked = cmd.get("model_version")
-        if isinstance(asked, int) and asked in self._recent_weights:
-            version = asked
-        elif claim is not None and claim.judged_by != TRAINING_RETURNS:
-            return (
-                self.best_dir,
-                f"model version {asked} is no longer held (newest {self.version}): not saved under its score",
-            )
-        else:
-            version = self.version
-        info = {
-            "model_version": version,
-            "requested_version": asked,
-            "mean_return": claim.score if claim else cmd.get("mean_return"),
-            "window": cmd.get("window", claim.episodes if claim else None),
-            "saved_at_version": self.version,
-            "time": time.time(),
-        }
-        files = {"best.json": json.dumps(info, indent=1).encode()}
-        payload = self._recent_weights.get(version)
-        if payload is not None:
-            files["weights.safetensors"] = payload
-        score = attrs.evolve(claim, model_version=version) if claim is not None else None
-        if score is not None:
-            files[SCORE_FILE] = score_file(score)
-        path = self.save_checkpoint("best", extra={"best": info}, files=files)
-        self.best_score = score
+        and its score (:mod:`.best`); ``(path, None)``, or ``(best dir, why not)`` when refused."""
+        plan = self.best.plan(cmd, self.version)
+        if isinstance(plan, str):
+            return self.best_dir, plan
+        path = self.save_checkpoint("best", extra={"best": plan.info}, files=plan.files)
+        self.best.score = plan.score
         # retained: a telemetry node started from now on learns this best
         self.node.publish(self.topics.learner_state, self._state_payload("online"), 1, True, "state")
         return path, None
