@@ -45,3 +45,16 @@ def test_a_non_finite_number_is_refused():
     payload = json.dumps({**Evaluation(3, 5, 1.0, 0.0, 1.0, 1.0, 0.5).to_json(), "max": float("inf")}).encode()
     with pytest.raises(Rejected):
         Evaluation.decode(payload)
+
+
+def test_docs_telemetry_lists_the_eval_points_fields_as_the_record_makes_them():
+    """docs/telemetry.md's ``eval`` row names exactly the fields of ``Evaluation.point_fields``."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "telemetry.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `eval` | `evaluator` |"))
+    documented = set(re.findall(r"`([a-z_]+)`", row.split("|")[3]))
+    made = set(Evaluation(3, 5, 1.0, 0.0, 1.0, 1.0, 0.5, env_steps=100).point_fields())
+    assert documented == made, (documented, made)
+    assert "env_steps" not in Evaluation(3, 5, 1.0, 0.0, 1.0, 1.0, 0.5).point_fields()

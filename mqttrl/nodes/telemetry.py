@@ -241,11 +241,7 @@ class TelemetryNode:
 
     def on_eval(self, name: str, payload: bytes) -> None:
         ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher
-        fields = {"mean": ev.mean, "std": ev.std, "min": ev.min, "max": ev.max}
-        fields |= {"model_version": ev.model_version, "episodes": ev.episodes}
-        if ev.env_steps is not None:  # the data the model was trained on
-            fields["env_steps"] = ev.env_steps
-        self._write([Point("eval", {"run": self.run_name, "evaluator": name}, fields, time.time())])
+        self._write([Point("eval", {"run": self.run_name, "evaluator": name}, ev.point_fields(), time.time())])
         self.evaluated = True
         self._propose_best(BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes), time.time())
 

@@ -65,6 +65,15 @@ class Evaluation:
     def encode(self) -> bytes:
         return encode_json(self.to_json())
 
+    def point_fields(self) -> dict[str, float | int]:
+        """The fields of telemetry's ``eval`` point (docs/telemetry.md's table, held by a test):
+        the returns' figures, the model version and episodes, and ``env_steps`` where known."""
+        fields: dict[str, float | int] = {"mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
+        fields |= {"model_version": self.model_version, "episodes": self.episodes}
+        if self.env_steps is not None:  # the data the model was trained on
+            fields["env_steps"] = self.env_steps
+        return fields
+
     @classmethod
     def decode(cls, payload: bytes) -> Evaluation:
         """The record in ``payload``, or :class:`Rejected` naming what is wrong."""
