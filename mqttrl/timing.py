@@ -46,6 +46,15 @@ ERROR_BUCKETS_MS: tuple[float, ...] = (
     2500,
     5000,
 )
+#: the same edges in seconds, a plain list: :func:`bucket_of` bisects it (a fraction of numpy's call
+#: cost; it runs once per control period and once per env step of every worker)
+_EDGES_S = [edge / 1000.0 for edge in ERROR_BUCKETS_MS]
+
+
+def bucket_of(seconds: float) -> int:
+    """The index of the :data:`ERROR_BUCKETS_MS` bucket that holds ``seconds`` (upper edges
+    inclusive; the last index is everything above)."""
+    return bisect.bisect_left(_EDGES_S, seconds)
 
 
 class BlockTimes:
@@ -123,7 +132,6 @@ class PeriodStats:
         self._n = 0  # values in the ring since the last take (capped at its size)
         self._pos = 0
         self.hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
-        self._edges = np.asarray(ERROR_BUCKETS_MS) / 1000.0
         self.periods = 0
         self.overruns = 0
         self.skipped = 0
@@ -143,7 +151,7 @@ class PeriodStats:
         self._ring[self._pos] = error_s
         self._pos = (self._pos + 1) % len(self._ring)
         self._n = min(self._n + 1, len(self._ring))
-        self.hist[int(np.searchsorted(self._edges, error_s, side="left"))] += 1
+        self.hist[bucket_of(error_s)] += 1
         self.periods += 1
         self.err_sum += error_s
         if error_s > self.max_s:
@@ -185,15 +193,12 @@ class LatencyStats:
 
     def __init__(self):
         self.hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
-        #: the bucket edges in seconds, a plain list: bisect on it costs a fraction of numpy's call
-        #: (this runs once per env step of every worker)
-        self._edges = [edge / 1000.0 for edge in ERROR_BUCKETS_MS]
         self.n = 0
         self.sum_s = 0.0
         self.max_s = 0.0
 
     def record(self, seconds: float) -> None:
-        self.hist[bisect.bisect_left(self._edges, seconds)] += 1
+        self.hist[bucket_of(seconds)] += 1
         self.n += 1
         self.sum_s += seconds
         if seconds > self.max_s:

@@ -45,8 +45,7 @@ STOP_GRACE_S = 5.0
 MAX_BACKOFF_S = 30.0
 
 
-#: what a worker fills in, in ``[env] launch*`` and the string values of ``[env.kwargs]``
-PLACEHOLDERS = ("{index}", "{worker}")
+#: what a worker fills in, ``{index}`` and ``{worker}``, in ``[env] launch*`` and ``[env.kwargs]``
 _PLACEHOLDER = re.compile(r"\{(index|worker)\}")
 
 
@@ -81,14 +80,15 @@ def for_worker(env_config: Any, worker: str, index: int | None) -> Any:
             )
         return str(index)
 
-    filled = attrs.evolve(
-        env_config,
-        kwargs=fill(env_config.kwargs),
-        launch=fill(list(env_config.launch)),
-        launch_cwd=fill(env_config.launch_cwd),
-        launch_env=fill(dict(env_config.launch_env)),
-    )
-    return filled if used else env_config
+    filled = {
+        "kwargs": fill(env_config.kwargs),
+        "launch": fill(list(env_config.launch)),
+        "launch_cwd": fill(env_config.launch_cwd),
+        "launch_env": fill(dict(env_config.launch_env)),
+    }
+    # a new config (its validators run again) only where a placeholder was there: make_run_env
+    # passes every config through here, an evaluator's for each env it makes
+    return attrs.evolve(env_config, **filled) if used else env_config
 
 
 class GameKeepsFailing(EnvFailing):

@@ -31,9 +31,7 @@ from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, WorkerConfig, from_dict
 from mqttrl.demos.live import live_recorder
 from mqttrl.envs.launch import GameProcess, StopWhileLaunching, for_worker
-from mqttrl.envs.realtime import (
-    RealTimeEnvSet,
-)
+from mqttrl.envs.realtime import RealTimeEnvSet
 from mqttrl.envs.realtime_clock import ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
@@ -48,7 +46,7 @@ from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward,
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
-from mqttrl.timing import BlockTimes, LatencyStats, PeriodStats
+from mqttrl.timing import BlockTimes, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
@@ -147,9 +145,8 @@ class WorkerNode:
         #: real-time stepping (``[env] control_hz``): the control periods' errors, and whether the
         #: worker paused its games (they can pause) because it had nothing useful to do
         self.period_stats: PeriodStats | None = None
-        #: capture to action of this worker's envs (its env set's), reported in heartbeats
-        self.act_latency: LatencyStats | None = None
-        #: the envs this worker plays (None before they are made)
+        #: the envs this worker plays (None before they are made); their capture-to-action counts go
+        #: into the heartbeats
         self.envs: EnvSet | None = None
         #: the game this worker launched and relaunches (``[env] launch``), else None
         self.game: GameProcess | None = None
@@ -253,7 +250,7 @@ class WorkerNode:
             envs, ctx = self._make_envs(cfg)  # a game it launched is stopped when this raises
         except StopWhileLaunching:
             return None
-        self.act_latency, self.envs = envs.act_latency, envs
+        self.envs = envs
         try:
             self._check_env_spec(cfg, envs.envs[0])
         except Exception:
@@ -663,8 +660,8 @@ class WorkerNode:
             hb["game"] = {"launches": self.game.launches, "relaunches": self.game.relaunches}
         if self.period_stats is not None:
             hb["realtime"] = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
-        if self.act_latency is not None and self.act_latency.n:
-            hb["act_latency"] = self.act_latency.report()
+        if self.envs is not None and self.envs.act_latency.n:
+            hb["act_latency"] = self.envs.act_latency.report()
         self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
 
     def _offline_state(self, reason: str) -> Outgoing:
