@@ -211,7 +211,7 @@ class Bench:
                 *QUICK_LEARNER_SETS,
             ]
         if a.learner_venv:  # a venv of its own without the screen extra (learner_venv() made it)
-            learner_bin = Path(a.learner_venv) / "bin"
+            learner_bin = a.learner_venv / "bin"
             self.headless = node_env(MQTTRL_LEDGER_DIR=str(self.ledgers))
         else:  # this venv, the screen extra's modules blocked by a sitecustomize
             learner_bin = BIN
@@ -711,8 +711,8 @@ def main() -> int:
             print(f"bench_hosts.py needs {tool} on PATH", file=sys.stderr)
             return 2
     if args.learner_venv:
-        print(learner_venv(args.learner_venv.absolute()), flush=True)
-        args.learner_venv = args.learner_venv.absolute()
+        args.learner_venv = args.learner_venv.absolute()  # the hosts run from other working directories
+        print(learner_venv(args.learner_venv), flush=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mqttrl-hosts-"))
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, work)
