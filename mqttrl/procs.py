@@ -38,9 +38,19 @@ def detached_popen_kwargs(platform: str = sys.platform) -> dict[str, Any]:
     return {"start_new_session": True}
 
 
-def request_stop(proc: Any, platform: str = sys.platform) -> None:
-    """Ask a child started with :func:`child_popen_kwargs` to stop cleanly."""
-    proc.send_signal(CTRL_BREAK_EVENT if platform == "win32" else signal.SIGTERM)
+def request_stop(proc: Any, platform: str = sys.platform) -> str | None:
+    """Ask a child started with :func:`child_popen_kwargs` to stop cleanly. Returns None when the
+    request went out, else why it could not be sent (one line); the caller then terminates the child.
+
+    On Windows ``CTRL_BREAK_EVENT`` goes through ``GenerateConsoleCtrlEvent``, which fails when the
+    sender has no console the child shares (a supervisor started without one, a Windows service,
+    Wine) or the child exited just before; CPython 3.11 then terminates the child itself and raises
+    ``SystemError`` (an ``OSError`` set under a result), or raises ``OSError``."""
+    try:
+        proc.send_signal(CTRL_BREAK_EVENT if platform == "win32" else signal.SIGTERM)
+    except (OSError, SystemError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def install_stop_handlers(stop: Callable[..., Any], signal_module: Any = signal) -> list[str]:

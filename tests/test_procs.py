@@ -147,3 +147,73 @@ def test_mqttrl_train_in_another_thread_installs_no_signal_handler(monkeypatch):
     t.join(10)
     assert installed == [] and callable(out["restore"])
     out["restore"]()  # and putting nothing back is fine too
+
+
+class StopStandIn:
+    """A Popen whose stop request fails as it does on Windows: CPython 3.11's ``os.kill`` with
+    CTRL_BREAK_EVENT where GenerateConsoleCtrlEvent fails (no shared console: Wine, a service) terminates
+    the child itself and raises SystemError; a child that exited just before gives an OSError."""
+
+    def __init__(self, error: BaseException | None, dies_on_request: bool = False):
+        self.error, self.dies_on_request = error, dies_on_request
+        self.returncode: int | None = None
+        self.pid = 4242
+        self.calls: list[str] = []
+
+    def poll(self):
+        return self.returncode
+
+    def send_signal(self, sig):
+        self.calls.append("signal")
+        if self.dies_on_request:
+            self.returncode = 1
+        if self.error is not None:
+            raise self.error
+        self.returncode = 0
+
+    def kill(self):
+        self.calls.append("kill")
+        if self.returncode is None:
+            self.returncode = 1
+
+    def wait(self, timeout=None):
+        self.calls.append("wait")
+        return self.returncode
+
+
+def test_a_stop_request_that_cannot_be_sent_says_why():
+    assert request_stop(StopStandIn(None), "win32") is None
+    why = request_stop(
+        StopStandIn(SystemError("<built-in function kill> returned a result with an exception set")), "win32"
+    )
+    assert why.startswith("SystemError: ")
+    assert request_stop(StopStandIn(OSError(6, "The handle is invalid")), "win32").startswith("OSError: ")
+
+
+def test_a_child_the_console_event_cannot_reach_is_terminated_not_orphaned(tmp_path):
+    """The defect (issue 36): under Wine ``mqttrl workers`` ended in "internal error" with a child left
+    running; each child's stop now falls back to TerminateProcess and the others are still stopped."""
+    raised_and_killed = StopStandIn(SystemError("returned a result with an exception set"), dies_on_request=True)
+    not_delivered = StopStandIn(OSError(87, "The parameter is incorrect"))
+    children = []
+    for i, proc in enumerate([not_delivered, raised_and_killed]):
+        c = Child(f"w{i}", ["x"], tmp_path / f"w{i}.log")
+        c.proc = proc
+        children.append(c)
+    supervisor.Supervisor(children).stop()
+    assert raised_and_killed.returncode == 1 and "kill" not in raised_and_killed.calls  # already gone
+    assert not_delivered.calls[:2] == ["signal", "kill"] and not_delivered.returncode == 1
+
+
+def test_one_child_failing_to_stop_does_not_leave_the_others_running(tmp_path):
+    class Broken(Child):
+        def stop(self, timeout=None):
+            raise RuntimeError("unexpected")
+
+    procs = [StopStandIn(None), StopStandIn(None)]
+    children = [Child("w0", ["x"], tmp_path / "w0.log"), Broken("w1", ["x"], tmp_path / "w1.log")]
+    for c, p in zip(children, procs):
+        c.proc = p
+    supervisor.Supervisor(children).stop()
+    assert procs[1].calls == ["kill", "wait"] and procs[0].calls == ["signal", "wait"]
+    assert all(p.returncode is not None for p in procs)

@@ -85,20 +85,37 @@ class Child:
         return self.max_restarts is not None and self.restarts >= self.max_restarts
 
     def stop(self, timeout: float | None = None) -> None:
+        """Ask it to stop, wait ``timeout`` s, then kill it; killed at once when the request cannot be
+        sent (:func:`~mqttrl.procs.request_stop`: a Windows console event that cannot reach it)."""
         timeout = self.stop_timeout if timeout is None else timeout
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            request_stop(self.proc)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0fs; killing it", self.name, timeout)
-                self.proc.kill()
-                self.proc.wait()
+            why = request_stop(self.proc)
+            if why is not None:
+                log.warning("%s: the stop request could not be sent (%s); terminating it", self.name, why)
+                self._kill()
+            else:
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop in %.0fs; killing it", self.name, timeout)
+                    self._kill()
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def _kill(self) -> None:
+        """SIGKILL, or TerminateProcess on Windows (unless it is gone already); waits for it to be gone."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        except OSError as e:  # it went meanwhile (Popen.kill handles that on Windows too)
+            log.debug("%s: kill: %s", self.name, e)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            log.error("%s (pid %s) did not go after it was killed", self.name, self.proc.pid)
 
 
 class Supervisor:
@@ -197,7 +214,12 @@ class Supervisor:
         """Stop every child, the last started first (``mqttrl train``'s learner, started first, saves
         its checkpoint after the workers are gone)."""
         for c in reversed(self.children):
-            c.stop()
+            try:
+                c.stop()
+            except Exception:  # one child's failure never leaves the others running
+                log.exception("stopping %s failed; stopping the others", c.name)
+                if c.proc is not None and c.proc.poll() is None:
+                    c._kill()
 
     @property
     def restarts(self) -> dict[str, int]:
