@@ -22,7 +22,6 @@ ROOTS = ("mqttrl", "plugins")
 PINNED = {
     ("mqttrl/nodes/worker/node.py", "WorkerNode"): 712,  # the shell still holds both game loops
     ("mqttrl/nodes/learner/node.py", "LearnerNode"): 487,  # set-up, weights publishing, its loop
-    ("plugins/dqn/learner.py", "DQNLearner"): 524,  # the update and its options (Rainbow's variants)
     ("mqttrl/transport/client.py", "MqttNode"): 418,  # the facade over the transport's modules
     ("mqttrl/nodes/telemetry.py", "TelemetryNode"): 405,  # records to points and the storages' loop
     ("mqttrl/nodes/learner/core.py", "LearnerCore"): 311,  # admission, membership, rounds, flow

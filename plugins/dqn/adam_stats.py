@@ -35,3 +35,25 @@ def adam_below_eps(optimizer: torch.optim.Optimizer) -> float | None:
             below += int(below_eps(v, float(state["step"]), eps, beta2).sum())
             total += v.numel()
     return below / total if total else None
+
+
+#: updates between two readings of Adam's second moments (one pass over them; a device sync on a GPU)
+READ_EVERY = 1000
+
+
+class AdamWatch:
+    """The learner's ``adam_below_eps``: read from ``holder.optimizer`` (the update's Adam, whichever
+    it holds now) every READ_EVERY updates, the first update's too (a figure from the start)."""
+
+    def __init__(self, holder):
+        self.holder = holder
+        #: the last reading (None before the first step; a checkpoint keeps it)
+        self.value: float | None = None
+
+    def stepped(self, updates: int) -> None:
+        if updates % READ_EVERY == 1:
+            self.value = adam_below_eps(self.holder.optimizer)
+
+    def report(self, metrics: dict[str, float]) -> None:
+        if self.value is not None:
+            metrics["adam_below_eps"] = self.value

@@ -198,23 +198,23 @@ def pretrain(learner, demos: DemoReplay, updates: int) -> dict[str, float]:
     ``updates`` (the replay ratio's pacing starts when the workers' samples do)."""
     import torch
 
-    p, net = learner.params, learner.online
-    losses = []
+    p, update = learner.params, learner.update
+    net, losses = update.online, []
     for i in range(updates):
         demo = {k: torch.from_numpy(v).to(learner.device) for k, v in demos.sample(p.batch_size).items()}
         if net.spec.noisy:
-            net.reset_noise(generator=learner.noise_rng)
-            learner.target.reset_noise(generator=learner.noise_rng)
-        next_out = learner._next_targets(demo["next_obs"])
-        loss, *_ = learner._loss(demo["obs"], demo["action"], demo["reward"], demo["discount"], next_out, None)
+            net.reset_noise(generator=update.noise_rng)
+            update.target.reset_noise(generator=update.noise_rng)
+        order = ("obs", "action", "reward", "next_obs", "discount")
+        loss = update.loss(net, update.target, *(demo[k] for k in order)).loss
         if demos.margin_loss > 0:
             loss = loss + demos.margin_term(net(demo["obs"]), demo["action"], p.batch_size)
         learner._optimize(loss)
         losses.append(float(loss.detach()))
         if (i + 1) % p.target_update_every == 0:
-            learner._update_target()
+            update.sync_target()
     if updates:
-        learner._update_target()
+        update.sync_target()
     return {
         "demo_pretrain_updates": float(updates),
         "demo_pretrain_loss": float(np.mean(losses[-100:]) if losses else 0.0),
@@ -227,9 +227,10 @@ def replay_stats(learner) -> tuple[float, float, float]:
     n, beta = learner.size, learner._beta()
     if n == 0:
         return 0.0, 0.0, beta
-    if learner.tree is not None:
-        return float(learner.tree.total()), float(learner.tree.min(n)), beta
-    prio = learner.device_replay.priorities[:n]
+    tree = learner.priorities.tree
+    if tree is not None:
+        return float(tree.total()), float(tree.min(n)), beta
+    prio = learner.priorities.device_replay.priorities[:n]
     return float(prio.sum()), float(prio.min()), beta
 
 

@@ -185,3 +185,11 @@ class DeviceReplay:
     def priorities_host(self) -> np.ndarray:
         """The priorities of the filled rows, for a checkpoint."""
         return self.priorities[: self.size].cpu().numpy()
+
+    def load_sampler(self, saved: np.ndarray | None, rng: np.random.Generator) -> None:
+        """The sampler's state from a checkpoint (``rng.replay``); one saved on another device kind, or
+        by a host replay, has none that fits: then seeded from ``rng`` (the checkpoint's numpy RNG)."""
+        if saved is not None and len(saved) == len(self.generator.get_state()):
+            self.generator.set_state(torch.from_numpy(np.array(saved, dtype=np.uint8)))
+        else:
+            self.generator.manual_seed(int(rng.integers(2**62)))

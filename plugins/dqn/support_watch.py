@@ -32,6 +32,15 @@ class SupportWatch:
         self.seen = 0
         self.warned = False
 
+    @classmethod
+    def over(cls, support) -> SupportWatch:
+        """The watch of a C51 head's ``support`` (its atoms, a tensor or an array)."""
+        return cls(float(support[0]), float(support[-1]), len(support))
+
+    def report(self, metrics: dict[str, float]) -> None:
+        """The learner's hook: watch its metrics' ``target_edge_mass``."""
+        self.observe(metrics.get("target_edge_mass"))
+
     def observe(self, edge_mass: float | None) -> bool:
         """Take one update's edge mass (None: no figure this update); True when this call warned."""
         if edge_mass is None:
