@@ -6,7 +6,7 @@ median sqrt(v_hat) and the share of elements below the run's eps; the learner's 
 metric is the whole network's share (the same test: ``adam_stats.below_eps``). Reads only the run's
 own files (safetensors and JSON).
 
-    python benchmarks/adam_moments.py RUN_DIR [RUN_DIR ...]
+    python -m benchmarks.adam_moments RUN_DIR [RUN_DIR ...]
 """
 
 from __future__ import annotations

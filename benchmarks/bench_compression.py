@@ -8,7 +8,7 @@ whole, plus ``action``, ``reward``, ``discount``):
 - uniform random uint8 (4, 84, 84) stacks: the worst case, nothing to compress.
 
 A missing env (extra not installed) is skipped. Times are medians of ``--reps`` runs, single
-thread. Run: ``python benchmarks/bench_compression.py [--reps 30]``.
+thread. Run: ``python -m benchmarks.bench_compression [--reps 30]``.
 """
 
 from __future__ import annotations

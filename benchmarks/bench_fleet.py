@@ -33,9 +33,9 @@ process over the phase (all its threads) divided by wall time: on a 2-core machi
 simulated workers compete with the learner and mosquitto for the cores, which inflates wall
 times (join, storm, rounds) but not CPU-per-unit figures.
 
-    python benchmarks/bench_fleet.py                          # N = 100, 300, 1000; ~6 minutes
-    python benchmarks/bench_fleet.py --sizes 50 --phase-s 5   # a quick look
-    python benchmarks/bench_fleet.py --from-json fleet.json   # report and plot saved results
+    python -m benchmarks.bench_fleet                          # N = 100, 300, 1000; ~6 minutes
+    python -m benchmarks.bench_fleet --sizes 50 --phase-s 5   # a quick look
+    python -m benchmarks.bench_fleet --from-json fleet.json   # report and plot saved results
 """
 
 from __future__ import annotations
@@ -62,15 +62,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from benchmarks.harness.plots import save_figure
 from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import from_dict
 from mqttrl.nodes.worker.core import Rules, WorkerCore
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import decode_batch, encode_batch, encode_json
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minatar import save_figure
 
 DQN_SETS = [
     # ingest and membership only: no gradient step, one model version

@@ -20,8 +20,8 @@ worker sends frames: each frame once, consecutive batches sharing frames) throug
 Each figure: updates/s over at least ``--min-updates`` updates and ``--seconds`` seconds after
 ``--warmup`` updates, the device synchronised before and after.
 
-    python benchmarks/bench_gpu_learner.py --device cuda --before .devwheels/before --json out.json
-    python benchmarks/bench_gpu_learner.py --device cpu --fill 4000 --batches 32 256 --seconds 2
+    python -m benchmarks.bench_gpu_learner --device cuda --before .devwheels/before --json out.json
+    python -m benchmarks.bench_gpu_learner --device cpu --fill 4000 --batches 32 256 --seconds 2
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-update CPU cost of DQN's heads: dqn, c51, qr, noisy and rainbow side by side, one process.
 
-Not a test: it prints figures measured in one run. For each variant (bench_ablation.VARIANTS: the
-config with one ingredient on) the learner gets the same number of real transitions (the config's
+Not a test: it prints figures measured in one run. For each variant (the rainbow_ablation scenario's
+VARIANTS: the config with one ingredient on) the learner gets the same number of real transitions (the config's
 env played by the variant's own actor, encoded and decoded as a worker sends them), then
 gradient updates are timed in rounds, the variants interleaved round by round so that a change in
 the machine's load spreads over all of them; the median round per variant is reported, in ms per
@@ -12,11 +12,11 @@ where "noisy" and "rainbow" have the default, every dense layer noisy. ``--confi
 configs one after the other and prints one table with a column each; ``--threads`` sets torch's
 threads (mqttrl's processes use 1).
 
-    python benchmarks/bench_heads.py --config configs/minatar_breakout_dqn.toml --old-projection
-    python benchmarks/bench_heads.py --configs configs/minatar_breakout_dqn.toml configs/cartpole_rainbow.toml \
+    python -m benchmarks.bench_heads --config configs/minatar_breakout_dqn.toml --old-projection
+    python -m benchmarks.bench_heads --configs configs/minatar_breakout_dqn.toml configs/cartpole_rainbow.toml \
         configs/lunarlander_dqn.toml --noisy-head --transitions 3000 --rounds 7 --updates 20
-    python benchmarks/bench_heads.py --config configs/cartpole_rainbow.toml --rounds 15 --updates 40
-    python benchmarks/bench_heads.py --projection 32 128 512    # the C51 projection alone, old and new
+    python -m benchmarks.bench_heads --config configs/cartpole_rainbow.toml --rounds 15 --updates 40
+    python -m benchmarks.bench_heads --projection 32 128 512    # the C51 projection alone, old and new
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ablation import VARIANTS
-
 import mqttrl  # noqa: F401  (first: one BLAS thread per process)
+from benchmarks.scenarios.rainbow_ablation import VARIANTS
 from mqttrl.config import load_config
 from mqttrl.envs.make import make_env
 from mqttrl.envs.rollout import EnvSet
@@ -41,7 +38,7 @@ from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.wire import decode_batch, encode_batch
 
-#: the variants timed (bench_ablation's names)
+#: the variants timed (the rainbow_ablation scenario's names)
 TIMED = ("dqn", "c51", "qr", "noisy", "rainbow")
 #: --noisy-head: the noisy variants with noisy heads only (before noisy_layers existed, the only kind)
 HEAD_ONLY = {f"{name}-head": [*VARIANTS[name], 'algorithm.noisy_layers="head"'] for name in ("noisy", "rainbow")}

@@ -1,12 +1,12 @@
 """Five hosts, ten minutes, the faults of a real split deployment (issue 34), then an account.
 
-The deployment of ``tests/test_hosts.py`` (network namespaces on one machine, ``tests/helpers/netns.py``)
+The deployment of ``tests/test_hosts.py`` (network namespaces on one machine, ``benchmarks/harness/netns.py``)
 run for ``--minutes``: a broker host (mosquitto), a headless learner host (no DISPLAY, the screen
 extra's modules blocked by a sitecustomize, no game), two game PCs (each its own Xvfb; its worker
 launches Catch itself, ``[env] launch``) and a telemetry host (files). Faults, at fixed fractions of
 the run (D = ``--minutes``; the times are printed and reported):
 
-* the whole run: pc1 reaches the broker through the TCP proxy of ``tests/helpers/link.py``, run in
+* the whole run: pc1 reaches the broker through the TCP proxy of ``benchmarks/harness/link.py``, run in
   pc1's namespace (``--proxy``, below), 150 ms each way (``--latency-ms``); tc netem is not available
   on this kernel, so the latency is the proxy's, not the kernel's
 * 0.10 D: pc1's eth0 capped to 200 kB/s (``Host.rate``, tc tbf) for ``--rate-s`` (default 0.15 D)
@@ -29,19 +29,19 @@ namespaces (issue 34)".
 
 Needs root (``ip netns``), iproute2, mosquitto and Xvfb. Commands (the repository root):
 
-    sudo .venv/bin/python benchmarks/bench_hosts.py --minutes 10 --json /tmp/bench_hosts.json
-    sudo .venv/bin/python benchmarks/bench_hosts.py --target 10 --no-faults --minutes 15   # to a greedy target
+    sudo .venv/bin/python -m benchmarks.bench_hosts --minutes 10 --json /tmp/bench_hosts.json
+    sudo .venv/bin/python -m benchmarks.bench_hosts --target 10 --no-faults --minutes 15   # to a greedy target
 
 With ``--target R`` the learner trains as ``configs/screen_catch_dqn.toml`` ships (its DQN settings;
 Catch with 3 lives, as ``benchmarks/bench_screen.py``), the workers evaluate on their own games every
 ``--eval-every`` s (``--eval-episodes`` each), and the run stops at the first evaluation whose mean
 reaches R (telemetry's ``eval.csv``), reporting the env steps its model was trained on and the time.
-    sudo .venv/bin/python benchmarks/bench_hosts.py --minutes 2 --cable-s 15 --rate-s 15 --workdir /tmp/hosts-dry
-    .venv/bin/python benchmarks/bench_hosts.py --report-only /tmp/hosts-dry    # the report again, from the files
+    sudo .venv/bin/python -m benchmarks.bench_hosts --minutes 2 --cable-s 15 --rate-s 15 --workdir /tmp/hosts-dry
+    .venv/bin/python -m benchmarks.bench_hosts --report-only /tmp/hosts-dry    # the report again, from the files
 
 The proxy mode, what the benchmark itself starts in pc1's namespace:
 
-    ip netns exec NS .venv/bin/python benchmarks/bench_hosts.py --proxy 10.X.0.1:1883 --latency-ms 150 --port-file F
+    ip netns exec NS .venv/bin/python -m benchmarks.bench_hosts --proxy 10.X.0.1:1883 --latency-ms 150 --port-file F
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-sys.path.insert(0, str(REPO / "tests"))  # helpers.netns, helpers.link: test tools, not shipped
+from benchmarks.harness import netns
+from benchmarks.harness.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
+from benchmarks.harness.machine import REPO
+from benchmarks.harness.procs import repo_env
 
-from helpers import netns  # noqa: E402
-from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env  # noqa: E402
+BIN = Path(sys.executable).parent
 
 RUN = "screen-catch"
 #: Catch as benchmarks/bench_screen.py trains it to a greedy target (3 lives)
@@ -75,9 +75,9 @@ TARGET_GAME_ARGS = ("--lives", "3", "--ball-speed", "300", "--paddle-speed", "40
 
 # ---- the latency proxy, run in pc1's namespace -----------------------------------------------
 def proxy_main(target: str, latency_s: float, port_file: Path) -> int:
-    """``helpers.link.Link`` listening on this namespace's 127.0.0.1, forwarding to ``target``
+    """:class:`benchmarks.harness.link.Link` listening on this namespace's 127.0.0.1, forwarding to ``target``
     (host:port on the LAN, not the loopback) with ``latency_s`` each way, until SIGTERM."""
-    from helpers.link import Link
+    from benchmarks.harness.link import Link
 
     host, port = target.rsplit(":", 1)
     link = Link(int(port), latency_s=latency_s, target_host=host)
@@ -235,11 +235,11 @@ class Bench:
         port_file = self.work / "proxy-port"
         self.pc1.start(
             [
-                *(sys.executable, str(Path(__file__).resolve()), "--proxy", f"{self.broker.address}:1883"),
+                *(sys.executable, "-m", "benchmarks.bench_hosts", "--proxy", f"{self.broker.address}:1883"),
                 *("--latency-ms", str(a.latency_ms), "--port-file", str(port_file)),
             ],
             self.logs / "proxy-pc1.log",
-            node_env(),
+            repo_env(node_env()),
         )
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -461,7 +461,7 @@ def worker_evaluations(log: Path) -> list[dict]:
 def report(bench: Bench, times: dict) -> dict:
     """The account of a run from its files (logs, ledgers, telemetry, learner metrics) and
     ``times``: t_start, t_started (both PCs played), t_done (everything stopped)."""
-    import chaos  # benchmarks/chaos.py: the ledger join
+    from benchmarks import chaos  # the ledger join
 
     logs = bench.logs
     rows = episodes(bench.telemetry_dir)

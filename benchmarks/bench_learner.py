@@ -13,8 +13,8 @@ config's compression). Then the learner (the config's network and replay, on
   with sampling and the host-to-device copy included; the env steps/s that pace would
   sustain at the config's replay_ratio.
 
-    python benchmarks/bench_learner.py --config configs/atari_pong_dqn.toml --device cpu
-    python benchmarks/bench_learner.py --config configs/atari_pong_dqn.toml --device cuda --batches 32 128 512
+    python -m benchmarks.bench_learner --config configs/atari_pong_dqn.toml --device cpu
+    python -m benchmarks.bench_learner --config configs/atari_pong_dqn.toml --device cuda --batches 32 128 512
 """
 
 from __future__ import annotations

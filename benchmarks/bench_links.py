@@ -2,7 +2,7 @@
 in one run against a real mosquitto, with a DQN CartPole learner.
 
 Each faulted worker reaches the broker through its own fault-injecting TCP proxy
-(``tests/helpers/link.py``, the tests' own):
+(``benchmarks/harness/link.py``, the tests' too):
 
 * ``clean``     no proxy fault (the control)
 * ``latency``   150 ms ± 50 ms each way
@@ -21,9 +21,9 @@ made after it that the learner accepted and the worker saw acknowledged (a corru
 leaves the uplink working: only the acknowledgements show that the link was recycled).
 Memory: VmRSS of mosquitto and every worker from /proc (start, peak, end).
 
-    .venv/bin/python benchmarks/bench_links.py --quick          # ~3 min: the faults once
-    .venv/bin/python benchmarks/bench_links.py --seconds 600
-    .venv/bin/python benchmarks/bench_links.py --weights-probe  # broker memory vs weights QoS/expiry/rate
+    .venv/bin/python -m benchmarks.bench_links --quick          # ~3 min: the faults once
+    .venv/bin/python -m benchmarks.bench_links --seconds 600
+    .venv/bin/python -m benchmarks.bench_links --weights-probe  # broker memory vs weights QoS/expiry/rate
 
 ``--weights-probe`` measures what docs/architecture.md ("Weights on a slow link") rests on: one
 subscriber behind a 200 kB/s link, 68 kB retained weights published at 7/s or 1/s, at QoS 0, QoS 1,
@@ -44,17 +44,15 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the proxy is the tests' own (tests/helpers/link.py)
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
-import paho.mqtt.client as mqtt  # noqa: E402
-from helpers.link import PUBACK, Link, declare_length  # noqa: E402
-from paho.mqtt.packettypes import PacketTypes  # noqa: E402
-from paho.mqtt.properties import Properties  # noqa: E402
-
-from mqttrl.broker.embedded import free_port, mosquitto_config  # noqa: E402
-from mqttrl.ledger import read as read_ledger  # noqa: E402
+from benchmarks.harness.link import PUBACK, Link, declare_length
+from benchmarks.harness.machine import REPO
+from benchmarks.harness.procs import Broker
+from mqttrl.broker.embedded import free_port
+from mqttrl.ledger import read as read_ledger
 
 BIN = Path(sys.executable).parent
 WORKERS = ("clean", "latency", "cap", "silent20", "silent90", "rst", "flap", "corrupt")
@@ -84,24 +82,11 @@ def send_queue_kb(port: int) -> float:
     return sum(int(line.split()[1]) for line in out.splitlines() if line.strip()) / 1000
 
 
-class Broker:
-    def __init__(self, workdir: Path, extra: str = ""):
-        self.port = free_port()
-        data = workdir / "broker"
-        data.mkdir(parents=True, exist_ok=True)
-        conf = data / "mosquitto.conf"
-        conf.write_text(mosquitto_config(self.port, data) + extra)
-        log = open(data / "mosquitto.log", "ab")
-        self.p = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
-        time.sleep(0.4)
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.p.terminate()
-        self.p.wait(15)
+def start_broker(workdir: Path) -> Broker:
+    """A mosquitto on a free port, its files under ``workdir/broker``."""
+    broker = Broker(workdir / "broker", free_port())
+    broker.start()
+    return broker
 
 
 class Memory:
@@ -281,7 +266,7 @@ def reconcile(ledgers: Path, faults: dict[str, dict]) -> dict[str, dict]:
 
 def bench(args) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mqttrl-links-"))
-    broker = Broker(work)
+    broker = start_broker(work)
     links = make_links(broker)
     learner, workers = start_procs(args, work, broker, links)
     pids = {"broker": broker.p.pid, "learner": learner.pid} | {n: p.pid for n, p in workers.items()}
@@ -323,7 +308,7 @@ def print_report(report: dict) -> None:
 
 # ---- the weights probe: what mosquitto does with weights a slow subscriber cannot take --------
 def probe_one(work: Path, qos: int, per_s: float, expiry: int | None, seconds: float) -> dict:
-    broker = Broker(work / f"probe-{qos}-{per_s}-{expiry}")
+    broker = start_broker(work / f"probe-{qos}-{per_s}-{expiry}")
     link = Link(broker.port, rate=RATE)
     got: list[float] = []
     sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)

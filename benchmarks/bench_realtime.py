@@ -36,8 +36,8 @@ In the same window, under the same load:
 - one plain ``time.sleep`` loop (anchored: ``next += period; sleep(next - now)``), no work, the
   floor of what the OS gives a sleeping Python process.
 
-    flock /work/notes/bench.lock nice -n 5 .venv/bin/python benchmarks/bench_realtime.py --quick
-    flock /work/notes/bench.lock nice -n 5 .venv/bin/python benchmarks/bench_realtime.py --workers 1 8 16 32 --seconds 60
+    flock /work/notes/bench.lock nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --quick
+    flock /work/notes/bench.lock nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --workers 1 8 16 32 --seconds 60
 
 Needs ``pip install rtgym`` for the side-by-side (not an mqttrl dependency; without it the
 rtgym column is left out) and ``mosquitto`` on the PATH.
@@ -59,9 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from node_procs import Broker, Proc  # noqa: E402  (benchmarks/node_procs.py, next to this script)
+from benchmarks.harness.machine import REPO as ROOT
+from benchmarks.harness.procs import Broker, Proc, repo_env
 
 CONFIG = ROOT / "configs" / "cartpole_realtime.toml"
 RUN = "cartpole-realtime"  # the config's run name
@@ -232,11 +231,22 @@ def run_probe(args) -> list[dict]:
         (True, 0.0003, True),
         (False, 0.0003, True),
     ]:
-        cmd = [sys.executable, __file__, "--probe-child", "--seconds", str(args.seconds), "--hz", str(args.hz)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_realtime",
+            "--probe-child",
+            "--seconds",
+            str(args.seconds),
+            "--hz",
+            str(args.hz),
+        ]
         cmd += ["--probe-fifo", str(int(fifo)), "--probe-spin", str(spin), "--probe-decode", str(int(decode))]
         load = os.getloadavg()[0]
         out = json.loads(
-            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            subprocess.run(cmd, capture_output=True, text=True, check=True, env=repo_env())
+            .stdout.strip()
+            .splitlines()[-1]
         )
         out["loadavg_1m"] = round(load, 2)
         print(json.dumps(out), flush=True)
@@ -521,10 +531,10 @@ def main() -> None:
         args.have_rtgym = False
 
     def children(seconds: float) -> list[subprocess.Popen]:
-        me = [sys.executable, __file__, "--seconds", str(seconds), "--hz", str(args.hz)]
+        me = [sys.executable, "-m", "benchmarks.bench_realtime", "--seconds", str(seconds), "--hz", str(args.hz)]
         cmds = [[*me, "--rtgym-child", "--hidden", str(args.hidden)]] * (args.rtgym if args.have_rtgym else 0)
         cmds.append([*me, "--sleep-child"])
-        return [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+        return [subprocess.Popen(c, stdout=subprocess.PIPE, text=True, env=repo_env()) for c in cmds]
 
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-realtime-"))

@@ -28,7 +28,7 @@ episode play their own game, side by side, on the wall clock.
    The learning curve by env step (greedy evaluations and training episodes) goes to
    docs/img/screen_catch_dqn.png.
 
-    flock /work/notes/bench.lock nice -n 5 .venv/bin/python benchmarks/bench_screen.py
+    flock /work/notes/bench.lock nice -n 5 .venv/bin/python -m benchmarks.bench_screen
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import tomllib
@@ -49,12 +48,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from bench_minatar import save_figure  # noqa: E402
-from helpers.xvfb import Game, Xvfb  # noqa: E402
-
+from benchmarks.harness.machine import REPO  # noqa: E402
+from benchmarks.harness.plots import save_figure  # noqa: E402
+from benchmarks.harness.xvfb import Game, Xvfb  # noqa: E402
 from mqttrl_plugins.screen import make_screen_env  # noqa: E402
 
 CONFIG = REPO / "configs" / "screen_catch_dqn.toml"

@@ -40,8 +40,8 @@ wall-clock ones: the scheduler hands a thread that often sleeps and wakes (as
 the publishing variants do) a bigger share of a contended CPU than a pure CPU
 hog, which can make a variant that does *more* work look faster on the wall clock.
 
-    python benchmarks/bench_throughput.py                 # about 2 minutes
-    python benchmarks/bench_throughput.py --rounds 2 --envs 8 --parts 1   # quick look at the worker
+    python -m benchmarks.bench_throughput                 # about 2 minutes
+    python -m benchmarks.bench_throughput --rounds 2 --envs 8 --parts 1   # quick look at the worker
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ whose DQN batches carry frames) add, from the same run (the supervisor check is 
   `take()` makes them; `--replay-fill recorded` cycles the recorded batches instead (fast, but
   each copy is a new sender: many short streams, so more frames per transition than a real run).
 
-    python benchmarks/bench_workers.py --algo dqn --envs 8 --seconds 8
-    python benchmarks/bench_workers.py --pixels --seconds 8 --json pong.json
+    python -m benchmarks.bench_workers --algo dqn --envs 8 --seconds 8
+    python -m benchmarks.bench_workers --pixels --seconds 8 --json pong.json
 """
 
 from __future__ import annotations

@@ -20,16 +20,16 @@ model versions only rise within each learner epoch, prints the time to recover
 per fault kind, and evaluates the newest weights greedily to see whether the
 run reached its target.
 
-    .venv/bin/python benchmarks/chaos.py --config configs/cartpole_dqn.toml --minutes 10
-    .venv/bin/python benchmarks/chaos.py --config configs/cartpole_ppo.toml --minutes 10
+    .venv/bin/python -m benchmarks.chaos --config configs/cartpole_dqn.toml --minutes 10
+    .venv/bin/python -m benchmarks.chaos --config configs/cartpole_ppo.toml --minutes 10
 
 The same harness without faults (``--no-faults``: no fault injected, no env raises) is the
 baseline; given its report (``--baseline its/chaos.json``), the faulty run's post-solve greedy
 median (the median greedy return of the evaluations from the first one that reached the
 target on) must be within ``--tolerance`` (10 %) of the baseline's, or the exit status is 1:
 
-    .venv/bin/python benchmarks/chaos.py --minutes 10 --no-faults --workdir /tmp/chaos-base
-    .venv/bin/python benchmarks/chaos.py --minutes 10 --baseline /tmp/chaos-base/chaos.json
+    .venv/bin/python -m benchmarks.chaos --minutes 10 --no-faults --workdir /tmp/chaos-base
+    .venv/bin/python -m benchmarks.chaos --minutes 10 --baseline /tmp/chaos-base/chaos.json
 
 At a constant lr CartPole's DQN swings between 500 and ~100 for as long as it trains, with faults
 or without, so one run's post-solve median is a coin toss (487.2 against 228.5 in one pair, 500
@@ -56,17 +56,14 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from node_procs import Broker, Proc  # noqa: E402  (benchmarks/node_procs.py, next to this script)
-
-from mqttrl.broker.embedded import free_port  # noqa: E402
-from mqttrl.config import load_config  # noqa: E402
-from mqttrl.ledger import read as read_ledger  # noqa: E402
-from mqttrl.plugin.manager import get_registry  # noqa: E402
-from mqttrl.transport.topics import Topics  # noqa: E402
-from mqttrl.wire import Rejected, decode_weights  # noqa: E402
+from benchmarks.harness.machine import REPO
+from benchmarks.harness.procs import Broker, Proc, repo_env
+from mqttrl.broker.embedded import free_port
+from mqttrl.config import load_config
+from mqttrl.ledger import read as read_ledger
+from mqttrl.plugin.manager import get_registry
+from mqttrl.transport.topics import Topics
+from mqttrl.wire import Rejected, decode_weights
 
 FAULTS = ("worker_kill", "learner_kill", "broker_restart", "broker_wipe", "worker_stop")
 
@@ -129,15 +126,11 @@ def run(args) -> int:
     run_name = config.run
     broker = Broker(work / "broker", free_port())
     broker.start()
-    env = {
-        **os.environ,
-        "MQTTRL_LEDGER_DIR": str(ledgers),
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks"), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = repo_env(MQTTRL_LEDGER_DIR=str(ledgers))
     py = [sys.executable, "-m", "mqttrl"]
     conn = ["--broker", broker.url]
     sets = [
-        "env.id=chaos_env:ChaosCartPole-v1",
+        "env.id=benchmarks.chaos_env:ChaosCartPole-v1",
         # the fleet is the harness's workers: each worker's share of the epsilon ladder is its place
         # among them (with the config's 2, w0 held every rung above 0.03 and w1..w3 barely explored)
         f"train.workers={args.workers}",

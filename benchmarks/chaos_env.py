@@ -1,7 +1,7 @@
 """A CartPole whose step raises now and then, like a game client that crashes.
 
-``gymnasium.make("chaos_env:ChaosCartPole-v1", p_raise=1e-4)`` (the chaos benchmark puts
-this folder on the workers' PYTHONPATH). Each step raises ``RuntimeError`` with
+``gymnasium.make("benchmarks.chaos_env:ChaosCartPole-v1", p_raise=1e-4)`` (the chaos benchmark puts
+the repository root on the workers' PYTHONPATH). Each step raises ``RuntimeError`` with
 probability ``p_raise``; the process and the rest of its envs carry on.
 """
 

@@ -22,12 +22,12 @@ import paho.mqtt.client as mqtt
 import pytest
 from helpers.broker_kit import BROKER_USERS, ProductionMosquitto, create_users
 from helpers.configs import cartpole_dqn_toml
-from helpers.link import Link
 from helpers.paths import BROKER_KIT, REPO
 from helpers.procs import Proc, node_env, script
 from helpers.servers import Mosquitto
 from helpers.watch import Watcher
 
+from benchmarks.harness.link import Link
 from mqttrl.ledger import read as read_ledger
 from mqttrl.transport.topics import TABLE, Kind, Topics
 from mqttrl.wire import decode_weights

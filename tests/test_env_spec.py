@@ -18,9 +18,9 @@ import gymnasium as gym
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from helpers import learner_host
 from helpers.run_files import learner_updates, wait_for
 
+from benchmarks.harness import learner_host
 from mqttrl.config import ConfigError, from_dict
 from mqttrl.envs.spec import EnvSpec, SpecError, SpecMismatch, check_env_against, spec_of, spec_of_config, with_spec
 
@@ -263,7 +263,7 @@ def test_screen_catch_learner_and_inference_server_run_without_a_display(mosquit
     """configs/screen_catch_dqn.toml's learner and an inference server on a "GPU box": no DISPLAY, the
     screen extra's modules unimportable. Both start, wait for the spec, and serve and train once a
     worker on another display (Xvfb, Catch in its window) joins; the worker acts through the server."""
-    from helpers.xvfb import Game, Xvfb
+    from benchmarks.harness.xvfb import Game, Xvfb
 
     x = Xvfb(tmp_path)
     game = Game(x.display, tmp_path, "catch-spec", "--lives", "1", "--ball-speed", "300", "--seed", "2")

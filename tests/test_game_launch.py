@@ -306,8 +306,7 @@ def test_a_killed_or_hung_catch_window_is_relaunched_by_the_worker_s_env_set(fau
     """Catch under Xvfb, started by the launcher as a worker starts it: SIGKILL (its window closes)
     or SIGSTOP (its frames stop changing: ``frozen_s``) is noticed by the screen env, and the game is
     stopped and started again; playing on the new window within the stated time."""
-    from helpers.xvfb import Xvfb
-
+    from benchmarks.harness.xvfb import Xvfb
     from mqttrl_plugins.screen import make_screen_env
 
     x = Xvfb(tmp_path)

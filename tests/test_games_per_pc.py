@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 from helpers.run_files import episodes_by_worker, learner_updates, wait_for
 
+from benchmarks.harness.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 from mqttrl.config import from_dict
 from mqttrl.envs.launch import LaunchSettings, for_worker
 from mqttrl.settings import ConfigError

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import netns
-from helpers.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 from helpers.run_files import episodes_by_worker, learner_updates, wait_for
+
+from benchmarks.harness import netns
+from benchmarks.harness.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent

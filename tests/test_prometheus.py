@@ -11,8 +11,8 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from helpers.servers import stop_server
 
+from benchmarks.harness.procs import stop_server
 from mqttrl.broker.embedded import _wait_port, free_port
 from mqttrl.prometheus import serve_metrics
 from mqttrl.timing import BlockTimes, PeriodStats

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers.xvfb import Game, Xvfb
 
+from benchmarks.harness.xvfb import Game, Xvfb
 from mqttrl_plugins.screen import ScreenEnvError, make_screen_env
 from mqttrl_plugins.screen.capture import Stillness
 from mqttrl_plugins.screen.keys import Keyboard

@@ -11,8 +11,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers.xvfb import Game, Xvfb
 
+from benchmarks.harness.xvfb import Game, Xvfb
 from mqttrl_plugins.screen import ScreenEnvError, make_screen_env
 from mqttrl_plugins.screen.window import CLAIM_PROPERTY, claim_owner, find_window
 

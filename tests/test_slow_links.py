@@ -15,9 +15,9 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers.link import PUBACK, Corrupter, Link, declare_length, encode_length, split_length
 from safetensors.numpy import save as st_save
 
+from benchmarks.harness.link import PUBACK, Corrupter, Link, declare_length, encode_length, split_length
 from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, Rules
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode

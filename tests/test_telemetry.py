@@ -15,8 +15,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from helpers.paths import REPO
 from helpers.procs import node_env, script
-from helpers.servers import stop_server
 
+from benchmarks.harness.procs import stop_server
 from mqttrl.broker.embedded import _wait_port, free_port
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.transport.client import BrokerSettings

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import paho.mqtt.client as mqtt
-from helpers.link import Link
 
+from benchmarks.harness.link import Link
 from mqttrl.transport.client import BrokerSettings, MqttNode
 
 

@@ -9,8 +9,8 @@ import logging
 import time
 
 import paho.mqtt.client as mqtt
-from helpers.link import Link
 
+from benchmarks.harness.link import Link
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 
 

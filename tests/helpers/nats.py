@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.procs import stop_server
 from helpers.paths import BROKER_KIT
-from helpers.servers import stop_server
 from mqttrl.broker.embedded import free_port
 
 NATS_NODE_CONF = BROKER_KIT / "nats" / "node.conf"

@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.procs import stop_server
 from mqttrl.broker.embedded import _wait_port, free_port, mosquitto_config
-
-
-def stop_server(proc: subprocess.Popen | None, log, timeout: float = 10.0) -> None:
-    """SIGTERM a test server (SIGKILL if it does not go in ``timeout``) and close its log."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    log.close()
 
 
 class Mosquitto:

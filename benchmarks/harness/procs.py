@@ -1,5 +1,6 @@
-"""The processes a benchmark harness runs by hand (chaos.py, bench_realtime.py): a node it can
-SIGKILL, SIGSTOP and restart, and a mosquitto with persistence it can restart or wipe."""
+"""The processes a benchmark runs by hand (chaos.py, bench_realtime.py, bench_links.py): a node it can
+SIGKILL, SIGSTOP and restart, a mosquitto with persistence it can restart or wipe, and the one way a
+server process is stopped (the tests' servers stop the same way)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,31 @@ import time
 from pathlib import Path
 
 from mqttrl.broker.embedded import mosquitto_config
+
+from .machine import REPO
+
+
+def repo_env(base: dict | None = None, **extra: str) -> dict:
+    """``base`` (this process's environment) with the repository root first on PYTHONPATH: a child
+    started as ``python -m benchmarks.<name>``, or one that imports ``benchmarks.chaos_env``, finds
+    them from any directory (a network namespace's shell, a node's own working directory)."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    return {**env, **extra}
+
+
+def stop_server(proc: subprocess.Popen | None, log, timeout: float = 10.0) -> None:
+    """SIGTERM a server (SIGKILL if it does not go in ``timeout``) and close its log."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
 
 
 class Proc:
@@ -57,12 +83,13 @@ class Proc:
 class Broker:
     """A mosquitto with persistence (the retained config and weights survive a clean restart)."""
 
-    def __init__(self, workdir: Path, port: int):
+    def __init__(self, workdir: Path, port: int, extra: str = ""):
+        """``extra``: lines appended to the generated mosquitto.conf."""
         self.workdir, self.port = workdir, port
         self.data = workdir / "data"
         self.conf = workdir / "mosquitto.conf"
         self.data.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(mosquitto_config(port, self.data))
+        self.conf.write_text(mosquitto_config(port, self.data) + extra)
         self.p: subprocess.Popen | None = None
 
     @property

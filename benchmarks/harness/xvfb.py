@@ -1,5 +1,6 @@
-"""A real X display for the screen kit's tests: Xvfb on a free display number, and the Catch game
-(plugins/screen/demo_game.py) in its own process, in a window on it."""
+"""A real X display for the screen kit's tests and benchmarks: Xvfb on a free display number, and the
+Catch game (plugins/screen/demo_game.py) in its own process, in a window on it. What goes wrong is a
+:class:`DisplayError` (a failed test, a stopped benchmark)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from .procs import stop_server
 
-from .servers import stop_server
+
+class DisplayError(RuntimeError):
+    """Xvfb or the game did not come up."""
 
 
 class Xvfb:
@@ -20,7 +23,7 @@ class Xvfb:
 
     def __init__(self, workdir: Path, size: str = "640x480"):
         if not shutil.which("Xvfb"):
-            pytest.fail("Xvfb is not on PATH: apt-get install xvfb (scripts/test.sh does this)")
+            raise DisplayError("Xvfb is not on PATH: apt-get install xvfb (scripts/test.sh does this)")
         self.log = open(workdir / "xvfb.log", "ab")
         read, write = os.pipe()
         self.proc = subprocess.Popen(
@@ -36,7 +39,7 @@ class Xvfb:
             number = f.readline().strip()
         if not number:
             self.stop()
-            pytest.fail(f"Xvfb gave no display number; see {workdir / 'xvfb.log'}")
+            raise DisplayError(f"Xvfb gave no display number; see {workdir / 'xvfb.log'}")
         self.display = f":{number}"
 
     def stop(self) -> None:
@@ -74,7 +77,9 @@ class Game:
                     self.log.flush()
                     state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
                     log = Path(self.log.name).read_text()[-2000:]
-                    pytest.fail(f"the game's window did not appear in {timeout:.0f} s (game {state}); its log: {log}")
+                    raise DisplayError(
+                        f"the game's window did not appear in {timeout:.0f} s (game {state}); its log: {log}"
+                    ) from None
                 time.sleep(0.05)
 
     def stop(self) -> None:

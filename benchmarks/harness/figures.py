@@ -1,0 +1,42 @@
+"""A run's figures, read off its greedy-evaluation curve alike for every library, and a side's
+summary over seeds: what the results JSON holds and the page's tables show."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from mqttrl.curves import Point, first_reaching
+
+
+def run_figures(curve: Sequence[Point], target: float) -> dict:
+    """Best and last greedy mean, and the env steps and seconds of the first evaluation at or above
+    ``target`` (None: never), of a curve of (env_steps, seconds, mean) points."""
+    reached = next((p for p in curve if p[2] >= target), None)
+    return {
+        "best": max((p[2] for p in curve), default=None),
+        "final": curve[-1][2] if curve else None,
+        "steps_to_target": first_reaching(curve, target),
+        "seconds_to_target": reached[1] if reached else None,
+        "evaluations": len(curve),
+    }
+
+
+def summarize(runs: Sequence[dict]) -> dict:
+    """Each figure's median over a side's runs (seeds), and how many reached the target; a run that
+    never reached it counts as infinitely late (a median of "never" is None)."""
+    keys = dict.fromkeys(k for r in runs for k in r["figures"])
+    out: dict = {"seeds": len(runs), "reached": sum(r["figures"].get("steps_to_target") is not None for r in runs)}
+    for key in keys:
+        values = [r["figures"].get(key) for r in runs]
+        out[key] = _median(values, late=key.endswith("_to_target"))
+    return out
+
+
+def _median(values: list, late: bool) -> float | None:
+    if late:
+        ranked = sorted(values, key=lambda v: (v is None, v))
+        middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
+        return None if None in middle or not middle else statistics.fmean(middle)
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None

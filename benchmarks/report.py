@@ -1,0 +1,168 @@
+"""The benchmarks' tables from their results JSON: the headline table of docs/benchmarks.md (between
+its ``<!-- results:begin -->`` and ``<!-- results:end -->`` markers) and a results file's own tables.
+
+    python -m benchmarks.report                 # rewrite docs/benchmarks.md's headline table
+    python -m benchmarks.report --check         # exit 1 if the page and benchmarks/results/ disagree
+    python -m benchmarks.report benchmarks/results/minatar_dqn.json   # a file's tables, per seed
+    python -m benchmarks.report FILE --marks 2000 5000 10000 --interpolate   # greedy means at budgets
+
+A comparison's mqttrl / peer figure is the median over seeds of each seed's ratio where both sides
+ran the same seeds (a seed's luck cancels out), else the ratio of the two medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks.harness.results import RESULTS, load_all
+from mqttrl.curves import at_budget, median_gap
+
+PAGE = RESULTS.parents[1] / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def fmt(value, measure: str) -> str:
+    """A figure as the tables write it."""
+    if value is None:
+        return "never" if measure.endswith("_to_target") else "-"
+    if measure == "steps_to_target" or measure == "env_steps":
+        return f"{value:,.0f}"
+    return f"{value:.1f} s" if measure.endswith("seconds_to_target") else f"{value:.2f}"
+
+
+def ratio(side: dict, peer: dict, measure: str) -> float | None:
+    """``side``'s figure over ``peer``'s (see the module docstring)."""
+    by_seed = {r["seed"]: r["figures"].get(measure) for r in peer["runs"]}
+    paired = [r["figures"].get(measure) / by_seed[r["seed"]] for r in side["runs"] if _both(r, by_seed, measure)]
+    if paired and len(paired) == len(side["runs"]):
+        return statistics.median(paired)
+    a, b = side["summary"].get(measure), peer["summary"].get(measure)
+    return a / b if a is not None and b else None
+
+
+def _both(run: dict, by_seed: dict, measure: str) -> bool:
+    return run["figures"].get(measure) is not None and bool(by_seed.get(run["seed"]))
+
+
+def headline_row(res: dict) -> str:
+    """One comparison: each mqttrl side's median figure, its ratio to the first peer, the peers'."""
+    m = res["measure"]
+    mine = [s for s in res["sides"] if s["role"] == "mqttrl"]
+    peers = [s for s in res["sides"] if s["role"] == "peer"]
+    cell = lambda s: f"{s['name']} **{fmt(s['summary'].get(m), m)}**"  # noqa: E731
+    ratios = [ratio(s, peers[0], m) for s in mine] if peers else []
+    seeds = "/".join(sorted({str(s["summary"]["seeds"]) for s in res["sides"]}))
+    return (
+        f"| {res['title']} | {res['measure_text']} | {'; '.join(map(cell, mine))} "
+        f"| {'; '.join(map(cell, peers)) or '-'} | {'; '.join(fmt_ratio(r) for r in ratios) or '-'} | {seeds} "
+        f"| `python -m benchmarks.run {res['scenario']}` | [{Path(res['page']).stem}]({res['page']}) |"
+    )
+
+
+def fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}×"
+
+
+def headline_table(all_results: list[dict]) -> str:
+    """docs/benchmarks.md's table of the comparisons, from every headline results file, by topic page."""
+    head = "| comparison | measure (median over seeds) | mqttrl | the peer, same machine | mqttrl / peer | seeds | reproduce | page |"
+    shown = sorted((r for r in all_results if r["headline"]), key=lambda r: (r["page"], r["title"]))
+    rows = [headline_row(r) for r in shown]
+    return "\n".join([head, "|---|---|---|---|---|---|---|---|", *rows])
+
+
+def regenerate(page: str, table: str) -> str:
+    """``page`` with the text between the markers replaced by ``table``."""
+    start, end = page.index(BEGIN) + len(BEGIN), page.index(END)
+    return page[:start] + "\n" + table + "\n" + page[end:]
+
+
+def print_tables(res: dict) -> None:
+    """A results file's figures per side and seed, and each side's medians."""
+    print(f"\n{res['title']} ({res['source']}, {res['date']}, {res['machine'].get('cores')} cores): {res['command']}")
+    keys = list(dict.fromkeys(k for s in res["sides"] for r in s["runs"] for k in r["figures"]))
+    print("| side | seed | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for side in res["sides"]:
+        for run in side["runs"]:
+            print(
+                f"| {side['name']} | {run['seed']} | "
+                + " | ".join(_cell(run["figures"].get(k), k) for k in keys)
+                + " |"
+            )
+        print(f"| {side['name']} | median | " + " | ".join(_cell(side["summary"].get(k), k) for k in keys) + " |")
+
+
+def print_marks(res: dict, marks: list[int], interpolate: bool) -> None:
+    """Each side's median greedy mean at each budget of env steps (:func:`mqttrl.curves.at_budget`),
+    and its median gap to the first side with a 90 % bootstrap interval over seeds (:func:`median_gap`)."""
+    base = res["sides"][0]
+    print("| side | " + " | ".join(f"at {m:,}" for m in marks) + " |")
+    print("|---|" + "---|" * len(marks))
+    for side in res["sides"]:
+        cells = []
+        for mark in marks:
+            values = _at(side, mark, interpolate)
+            cell = f"{statistics.median(values):.1f}" if values else "-"
+            ref = _at(base, mark, interpolate)
+            if side is not base and len(values) >= 2 and len(ref) >= 2:
+                gap = median_gap(values, ref)
+                cell += f" ({gap.gap:+.1f} [{gap.low:+.1f}, {gap.high:+.1f}] {gap.verdict})"
+            cells.append(cell)
+        print(f"| {side['name']} | " + " | ".join(cells) + " |")
+    print(f"in brackets: the median gap to {base['name']} [90 % interval over seeds]")
+
+
+def _at(side: dict, mark: int, interpolate: bool) -> list[float]:
+    """Each run's greedy mean at ``mark`` env steps (none for a run whose budget ends before it)."""
+    out = []
+    for run in side["runs"]:
+        curve = [tuple(p) for p in run["curve"]]
+        if curve and mark <= curve[-1][0] + 1000:
+            value = at_budget(curve, mark, interpolate=interpolate)
+            out += [value] if value is not None else []
+    return out
+
+
+def _cell(value, key: str) -> str:
+    return (
+        fmt(value, key)
+        if key in ("steps_to_target", "env_steps") or key.endswith("seconds_to_target")
+        else ("-" if value is None else f"{value:g}")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="*", type=Path, help="print these results files' tables instead")
+    p.add_argument("--check", action="store_true", help="only say whether the page is up to date")
+    p.add_argument("--marks", nargs="+", type=int, help="with files: each side's greedy mean at these env steps")
+    p.add_argument("--interpolate", action="store_true", help="--marks read between the evaluations around each")
+    args = p.parse_args(argv)
+    if args.files:
+        for path in args.files:
+            res = json.loads(path.read_text())
+            print_tables(res)
+            if args.marks:
+                print_marks(res, args.marks, args.interpolate)
+        return 0
+    page = PAGE.read_text()
+    new = regenerate(page, headline_table(load_all()))
+    if args.check:
+        print(
+            "docs/benchmarks.md is up to date"
+            if new == page
+            else "docs/benchmarks.md differs: run python -m benchmarks.report"
+        )
+        return int(new != page)
+    PAGE.write_text(new)
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
