@@ -113,7 +113,7 @@ def test_a_config_file_at_a_windows_path_is_read(winpy):
     spec = json.loads(out.strip().splitlines()[-1])
     assert spec["observation"]["shape"] == [4] and spec["action"]["n"] == 2, spec
     code, out = winpy.run(["-m", "mqttrl", "env-spec", "C:\\Game PC\\missing.toml"])
-    assert code != 0 and "internal error" not in out and "missing.toml" in out, out[-3000:]
+    assert code == 2 and len(out.strip().splitlines()) == 1 and "missing.toml does not exist" in out, out[-3000:]
 
 
 def _online_pid(w: Watcher, name: str) -> int | None:
