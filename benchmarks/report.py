@@ -5,6 +5,7 @@ its ``<!-- results:begin -->`` and ``<!-- results:end -->`` markers) and a resul
     python -m benchmarks.report --check         # exit 1 if the page and benchmarks/results/ disagree
     python -m benchmarks.report benchmarks/results/minatar_dqn.json   # a file's tables, per seed
     python -m benchmarks.report FILE --marks 2000 5000 10000 --interpolate   # greedy means at budgets
+    python -m benchmarks.report FILE [FILE ...] --plot docs/img/NAME.png      # every side's curves, one figure
 
 A comparison's mqttrl / peer figure is the median over seeds of each seed's ratio where both sides
 ran the same seeds (a seed's luck cancels out), else the ratio of the two medians.
@@ -18,6 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.harness.plots import plot_curves
 from benchmarks.harness.results import RESULTS, load_all
 from mqttrl.curves import at_budget, median_gap
 
@@ -97,7 +99,7 @@ def print_tables(res: dict) -> None:
         print(f"| {side['name']} | median | " + " | ".join(_cell(side["summary"].get(k), k) for k in keys) + " |")
 
 
-def print_marks(res: dict, marks: list[int], interpolate: bool) -> None:
+def print_marks(res: dict, marks: list[int], interpolate: bool, window: int = 0) -> None:
     """Each side's median greedy mean at each budget of env steps (:func:`mqttrl.curves.at_budget`),
     and its median gap to the first side with a 90 % bootstrap interval over seeds (:func:`median_gap`)."""
     base = res["sides"][0]
@@ -106,9 +108,9 @@ def print_marks(res: dict, marks: list[int], interpolate: bool) -> None:
     for side in res["sides"]:
         cells = []
         for mark in marks:
-            values = _at(side, mark, interpolate)
+            values = _at(side, mark, interpolate, window)
             cell = f"{statistics.median(values):.1f}" if values else "-"
-            ref = _at(base, mark, interpolate)
+            ref = _at(base, mark, interpolate, window)
             if side is not base and len(values) >= 2 and len(ref) >= 2:
                 gap = median_gap(values, ref)
                 cell += f" ({gap.gap:+.1f} [{gap.low:+.1f}, {gap.high:+.1f}] {gap.verdict})"
@@ -117,13 +119,13 @@ def print_marks(res: dict, marks: list[int], interpolate: bool) -> None:
     print(f"in brackets: the median gap to {base['name']} [90 % interval over seeds]")
 
 
-def _at(side: dict, mark: int, interpolate: bool) -> list[float]:
+def _at(side: dict, mark: int, interpolate: bool, window: int) -> list[float]:
     """Each run's greedy mean at ``mark`` env steps (none for a run whose budget ends before it)."""
     out = []
     for run in side["runs"]:
         curve = [tuple(p) for p in run["curve"]]
         if curve and mark <= curve[-1][0] + 1000:
-            value = at_budget(curve, mark, interpolate=interpolate)
+            value = at_budget(curve, mark, window, interpolate)
             out += [value] if value is not None else []
     return out
 
@@ -136,19 +138,32 @@ def _cell(value, key: str) -> str:
     )
 
 
+def plot(files: list[dict], path: Path) -> None:
+    """Every side of ``files`` in one figure (a side in several files: the later file's)."""
+    sides = {s["name"]: [r["curve"] for r in s["runs"]] for res in files for s in res["sides"]}
+    titles = " and ".join(dict.fromkeys(res["title"] for res in files))
+    plot_curves(list(sides.items()), path, f"{titles}: greedy evaluations", files[0]["target"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="*", type=Path, help="print these results files' tables instead")
     p.add_argument("--check", action="store_true", help="only say whether the page is up to date")
     p.add_argument("--marks", nargs="+", type=int, help="with files: each side's greedy mean at these env steps")
     p.add_argument("--interpolate", action="store_true", help="--marks read between the evaluations around each")
+    p.add_argument(
+        "--window", type=int, default=0, help="--marks: the mean of the evaluations in (mark - window, mark]"
+    )
+    p.add_argument("--plot", type=Path, help="with files: draw every side's curves to this PNG")
     args = p.parse_args(argv)
     if args.files:
-        for path in args.files:
-            res = json.loads(path.read_text())
+        files = [json.loads(path.read_text()) for path in args.files]
+        for res in files:
             print_tables(res)
             if args.marks:
-                print_marks(res, args.marks, args.interpolate)
+                print_marks(res, args.marks, args.interpolate, args.window)
+        if args.plot:
+            plot(files, args.plot)
         return 0
     page = PAGE.read_text()
     new = regenerate(page, headline_table(load_all()))

@@ -5,10 +5,11 @@ written after every run to ``benchmarks/results/<scenario>.json``.
     python -m benchmarks.run --list
     python -m benchmarks.run cartpole_ppo --seeds 3
     python -m benchmarks.run minatar_dqn --seeds 3 --plot docs/img/minatar_breakout_dqn.png
-    python -m benchmarks.run pendulum --sides "mqttrl REDQ" --set algorithm.utd=5 --out /tmp/redq5.json
+    python -m benchmarks.run pendulum_redq --sides "mqttrl REDQ (1 x 1)" --set algorithm.utd=5 --out redq5.json
 
-``--seconds`` and ``--env-steps`` change the scenario's budget, ``--set`` adds a config override to
-every mqttrl side. ``python -m benchmarks.report FILE`` prints a results file's tables again.
+``--seconds``, ``--env-steps`` and ``--target`` change the scenario's budget and target, ``--config``
+and ``--set`` every mqttrl side's config. ``python -m benchmarks.report FILE`` prints a results file's
+tables again (``--marks``: at budgets of env steps; ``--plot``: the curves of one or more files).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.harness import mqttrl_side, results, scenario
-from benchmarks.harness.plots import plot_curves
-from benchmarks.report import print_tables
+from benchmarks.report import plot, print_tables
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sides", nargs="+", help="run only these sides (their names)")
     p.add_argument("--seconds", type=float, help="budget per run in seconds (default: the scenario's)")
     p.add_argument("--env-steps", type=int, help="budget per run in env steps (default: the scenario's)")
+    p.add_argument("--target", type=float, help="the greedy mean the figures count to (default: the scenario's)")
+    p.add_argument("--demonstrator", help="demonstrations from this policy (module:function) or run directory")
     p.add_argument("--config", help="every mqttrl side on this config instead of the scenario's")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="for every mqttrl side")
     p.add_argument("--out", type=Path, help="the results file (default: benchmarks/results/<scenario>.json)")
@@ -44,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def budgeted(sc: scenario.Scenario, args: argparse.Namespace) -> scenario.Scenario:
     """The scenario with the command line's budget, seeds and config."""
-    changes = {"seconds": args.seconds, "env_steps": args.env_steps, "seeds": args.seeds}
+    changes = {"seconds": args.seconds, "env_steps": args.env_steps, "seeds": args.seeds, "target": args.target}
+    changes["demonstrator"] = args.demonstrator
     if args.config:
         on = lambda s: replace(s, config=args.config) if isinstance(s, scenario.Mqttrl) else s  # noqa: E731
         changes["sides"] = tuple(map(on, sc.sides))
@@ -83,8 +86,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             results.write(res, out)  # after every run: a long run interrupted keeps what it measured
     print_tables(res)
     if args.plot:
-        series = [(s["name"], [r["curve"] for r in s["runs"]]) for s in res["sides"]]
-        plot_curves(series, args.plot, f"{sc.title}: greedy evaluations, {sc.seeds} seeds", sc.target)
+        plot([res], args.plot)
     return res
 
 

@@ -4,14 +4,17 @@ results file the report reads."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks import report
+from benchmarks import report, run
 from benchmarks.harness import scenario
 from benchmarks.harness.figures import summarize
 from benchmarks.harness.results import load_all
@@ -63,3 +66,40 @@ def test_a_scenario_runs_end_to_end_into_a_file_the_report_reads(tmp_path):
         [sys.executable, "-m", "benchmarks.report", str(out)], cwd=ROOT, capture_output=True, text=True
     )
     assert printed.returncode == 0 and "| mqttrl DQN | median |" in printed.stdout
+
+
+#: placeholders the pages' commands use for what varies between their runs
+PLACEHOLDERS = {"S": "0", "SEED": "0", "VARIANT": "dqn", "STEPS": "100000", "SCENARIO": "smoke", "N": "1"}
+PLACEHOLDERS |= {"FILE": "a.json", "PNG": "a.png", "...": None, "\\": None}
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """(page, command) of every ``python -m benchmarks.X ...`` in the docs and the README: inline code
+    up to its closing backtick, a code block's line up to its end or comment; optional ``[...]`` parts left out."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for m in re.finditer(r"python -m\s+benchmarks\.", text):
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            in_block = text[line_start:].startswith("    ") or text.count("\n```", 0, m.start()) % 2 == 1
+            end = text.find("\n", m.start()) if in_block else text.find("`", m.start())
+            while in_block and text[:end].endswith("\\"):  # a line continued
+                end = text.find("\n", end + 1)
+            command = text[m.start() : end].split("  #")[0] if in_block else text[m.start() : end]
+            found.append((page.name, re.sub(r"\[[^\]]*\]", "", command.replace("\n", " "))))
+    return found
+
+
+@pytest.mark.parametrize("page, command", _documented_commands())
+def test_every_documented_benchmark_command_names_what_exists(page, command):
+    """A page's command names a benchmark module that exists; a ``benchmarks.run`` command a scenario,
+    its sides and options as the runner parses them (the commands run from the repository root)."""
+    argv = [PLACEHOLDERS.get(a, a) for a in shlex.split(command)[2:] if PLACEHOLDERS.get(a, a)]
+    module = argv.pop(0)
+    assert importlib.util.find_spec(module), f"{page}: no module {module}"
+    if module == "benchmarks.run":
+        args = run.parse_args(argv)
+        names = {s.name for s in scenario.load(args.scenario).sides} if args.scenario else set()
+        assert set(args.sides or []) <= names, f"{page}: {command}: sides {args.sides} not in {sorted(names)}"
+    elif module == "benchmarks.report":
+        assert all(a.startswith("-") or a.endswith((".json", ".png")) or a.isdigit() for a in argv), command

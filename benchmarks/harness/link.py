@@ -2,9 +2,8 @@
 uplink on the loopback: latency with jitter, a bandwidth cap, a silent (half-open) cut, a hard
 cut with RST, flapping, and corrupted MQTT packets.
 
-Tests and benchmarks use the same proxy (benchmarks put ``tests/`` on ``sys.path`` and import
-``helpers.link``): it is a test tool of the standard library only, not a part of mqttrl, so it
-lives with the tests and is not shipped.
+Tests and benchmarks use the same proxy (``benchmarks.harness.link``): a tool of the standard
+library only, not a part of mqttrl, so it is not shipped.
 
 Each connection through the proxy has two :class:`Pipe` s, ``up`` (client -> broker) and
 ``down`` (broker -> client). A pipe reads from its source into a bounded buffer (a router's

@@ -70,12 +70,16 @@ def _last_checkpoint(run_dir: Path, summary: dict, scenario: Scenario) -> float 
 
 
 def record_demos(side: Mqttrl, scenario: Scenario, workdir: Path) -> Path:
-    """``side.demos`` episodes of the scenario's demonstrator, recorded with ``mqttrl record`` (reset
-    seeds from 5000: away from the training and evaluation seeds)."""
+    """``side.demos`` episodes of the scenario's demonstrator (a policy ``module:function``, or a run
+    directory: its trained agent), recorded with ``mqttrl record`` (reset seeds from 5000: away from
+    the training and evaluation seeds)."""
     import tomllib
 
     env = tomllib.loads(Path(side.config).read_text())["env"]["id"]
     out = workdir / f"demos-{side.demos}"
     argv = [sys.executable, "-m", "mqttrl", "record", str(out), "--env", env, "--episodes", str(side.demos)]
-    subprocess.run([*argv, "--policy", scenario.demonstrator, "--seed", "5000"], check=True, capture_output=True)
+    if not scenario.demonstrator:
+        raise SystemExit(f"{side.name}: the scenario names no demonstrator; give one with --demonstrator")
+    source = "--from" if Path(scenario.demonstrator).is_dir() else "--policy"
+    subprocess.run([*argv, source, scenario.demonstrator, "--seed", "5000"], check=True, capture_output=True)
     return out

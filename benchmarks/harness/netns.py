@@ -10,7 +10,7 @@ Files are shared (namespaces isolate the network only), which the tests use for 
 Link faults on a host's interface: :meth:`Host.link` down/up (a cable pulled) and :meth:`Host.rate`
 (a token-bucket cap, ``tc tbf``). ``tc netem`` (delay, loss) needs the kernel's sch_netem, which the
 machines this project is built on do not have: latency is added by the TCP proxy of
-``helpers.link`` run inside the game PC's namespace instead.
+:mod:`benchmarks.harness.link` run inside the game PC's namespace instead.
 
 Needs root (or CAP_NET_ADMIN) and iproute2; :func:`available` says whether this machine can.
 """

@@ -1,22 +1,20 @@
-"""REDQ (G = 20 critic updates per env step) against SAC, both 1 worker x 1 env, on Pendulum-v1:
-env steps to a greedy mean of -200 (docs/benchmarks/continuous-control.md). ``--set algorithm.utd=5``
-gives REDQ at G = 5."""
+"""REDQ against SAC, both 1 worker x 1 env, on Pendulum-v1: env steps to a greedy mean of -200
+(docs/benchmarks/continuous-control.md), the budget and protocol of the pendulum_sac scenario.
+REDQ makes the config's G = 20 critic updates per env step; ``--set algorithm.utd=5`` gives G = 5."""
 
-from benchmarks.harness.scenario import Mqttrl, Scenario
+from dataclasses import replace
+
+from benchmarks.harness.scenario import Mqttrl
+from benchmarks.scenarios import pendulum_sac
 
 ONE_BY_ONE = ("train.workers=1", "env.num_envs=1")
 
-SCENARIO = Scenario(
+SCENARIO = replace(
+    pendulum_sac.SCENARIO,
     title="Continuous control, REDQ",
-    page="benchmarks/continuous-control.md",
-    target=-200.0,
-    measure="steps_to_target",
-    seconds=0,
-    env_steps=20_000,
-    stop_at_target=False,
-    episodes=10,
+    seeds=3,
     sides=(
-        Mqttrl("mqttrl REDQ (G = 20, 1 × 1)", "configs/pendulum_redq.toml", (*ONE_BY_ONE, "train.eval_every_s=2")),
-        Mqttrl("mqttrl SAC (1 × 1)", "configs/pendulum_sac.toml", (*ONE_BY_ONE, "train.eval_every_s=0.5"), role="peer"),
+        Mqttrl("mqttrl REDQ (1 x 1)", "configs/pendulum_redq.toml", (*ONE_BY_ONE, "train.eval_every_s=2")),
+        Mqttrl("mqttrl SAC (1 x 1)", "configs/pendulum_sac.toml", (*ONE_BY_ONE, "train.eval_every_s=0.5"), role="peer"),
     ),
 )

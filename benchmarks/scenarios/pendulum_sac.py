@@ -31,7 +31,7 @@ SCENARIO = Scenario(
     seeds=10,
     episodes=10,
     sides=(
-        Mqttrl("mqttrl SAC (2 × 2)", "configs/pendulum_sac.toml", ("train.eval_every_s=0.5",)),
+        Mqttrl("mqttrl SAC (2 x 2)", "configs/pendulum_sac.toml", ("train.eval_every_s=0.5",)),
         Baseline("SB3 SAC", "sb3", "SAC", "Pendulum-v1", PENDULUM_SAC),
     ),
     eval_every_steps=500,
