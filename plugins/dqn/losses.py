@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import heads
 from .common import DQNParams
-from .heads import c51_loss, c51_project, edge_mass, quantile_huber_loss
 
 
 class LossOutput(NamedTuple):
@@ -64,7 +64,7 @@ class QuantileTD:
         with torch.no_grad():
             target_all = reward.unsqueeze(1) + discount.unsqueeze(1) * next_out  # B, N'
             target = target_all.mean(dim=1)
-        return quantile_huber_loss(out, target_all, self.kappa), target, None
+        return heads.quantile_huber_loss(out, target_all, self.kappa), target, None
 
 
 class CategoricalTD:
@@ -77,11 +77,11 @@ class CategoricalTD:
         self.ends = (float(np.float32(v_min)), float(np.float32(v_max)))
 
     def __call__(self, out, next_out, reward, discount, support):
-        with torch.no_grad():
-            m = c51_project(torch.softmax(next_out, dim=1), reward, discount, support, self.ends)
+        with torch.no_grad():  # (heads' projection looked up here: benchmarks/bench_heads.py swaps in another)
+            m = heads.c51_project(torch.softmax(next_out, dim=1), reward, discount, support, self.ends)
             target = m @ support
-            edge = edge_mass(m)
-        return c51_loss(out, m), target, edge
+            edge = heads.edge_mass(m)
+        return heads.c51_loss(out, m), target, edge
 
 
 class TDLoss:

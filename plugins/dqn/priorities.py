@@ -62,7 +62,9 @@ class Priorities:
         self.max_priority = max(self.max_priority, float(prio.max(initial=0.0)))
         return prio
 
-    def sample(self, rng: np.random.Generator, size: int, batch_size: int, beta: float):
+    def sample(
+        self, rng: np.random.Generator, size: int, batch_size: int, beta: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(indices, importance-sampling weights) of a batch from the sum tree: stratified, one draw
         per segment of the total mass; weights ``(N P(i))^-beta / max_j (N P(j))^-beta``."""
         mass = (np.arange(batch_size) + rng.random(batch_size)) * (self.tree.total() / batch_size)
