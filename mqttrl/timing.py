@@ -15,8 +15,12 @@ import bisect
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mqttrl.wire.heartbeat import Heartbeat
 
 #: upper edges (ms) of the control-period error histogram; the last bucket is everything above
 ERROR_BUCKETS_MS: tuple[float, ...] = (
@@ -256,17 +260,14 @@ class FleetTiming:
         #: per worker, its newest capture-to-action report (``LatencyStats.report``)
         self.latency: dict[str, dict] = {}
 
-    def on_heartbeat(self, worker: str, hb: Mapping) -> None:
-        timing = hb.get("timing")
-        if isinstance(timing, Mapping):
-            self.window = add_windows([self.window, timing])
-            self.total = add_windows([self.total, timing])
-        rt = hb.get("realtime")
-        if isinstance(rt, Mapping):
-            self.realtime[worker] = dict(rt)
-        latency = hb.get("act_latency")
-        if isinstance(latency, Mapping):
-            self.latency[worker] = dict(latency)
+    def on_heartbeat(self, worker: str, hb: Heartbeat) -> None:
+        if hb.timing is not None:
+            self.window = add_windows([self.window, hb.timing])
+            self.total = add_windows([self.total, hb.timing])
+        if hb.realtime is not None:
+            self.realtime[worker] = dict(hb.realtime)
+        if hb.act_latency is not None:
+            self.latency[worker] = dict(hb.act_latency)
 
     def forget(self, worker: str) -> None:
         self.realtime.pop(worker, None)

@@ -15,6 +15,7 @@ from mqttrl.nodes.evaluator import model_env_steps
 from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.trainer.record import RunRecord
 from mqttrl.wire import decode_weights, encode_weights
+from mqttrl.wire.episodes import EpisodeStats
 from mqttrl.wire.evaluation import Evaluation
 
 
@@ -36,7 +37,7 @@ def _result(version: int, mean: float, **extra) -> dict:
 def test_the_record_keeps_each_evaluation_at_its_models_env_steps(tmp_path):
     cfg = make_config(None, max_seconds=5)
     rec = RunRecord(cfg, tmp_path)
-    rec.on_episode("w0", {"env": 0, "return": 1.0, "length": 1, "env_steps": 5000})
+    rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 5000}))
     # the result comes in when the workers are at 5000 steps; the model was published at 3000
     rec.on_evaluation({**_result(3, 50.0), "eval_s": 0.1, "env_steps": 3000}, None, b"m3")
     rec.on_evaluation({**_result(4, 60.0), "eval_s": 0.1}, None, b"m4")  # a learner that does not say
@@ -96,7 +97,7 @@ def test_the_summary_counts_at_least_the_env_steps_of_its_last_evaluated_model(t
     env_steps is a lower bound of the steps made, so it is at least the curve's last point."""
     cfg = make_config(None, max_seconds=5)
     rec = RunRecord(cfg, tmp_path)
-    rec.on_episode("w0", {"env": 0, "return": 1.0, "length": 1, "env_steps": 5000})
+    rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 5000}))
     rec.on_evaluation({**_result(7, 50.0), "eval_s": 0.1, "env_steps": 5300}, None, b"m7")
     summary = rec.summary("time budget", 9.0, {"episodes": 1, "learner": {"samples": 5200}, "workers": 1}, 7)
     rec.close()

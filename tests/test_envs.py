@@ -25,7 +25,7 @@ from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import decode_batch, decode_episodes, decode_json, encode_json, encode_weights
+from mqttrl.wire import EpisodeReport, decode_batch, decode_json, encode_json, encode_weights
 from mqttrl_plugins.dqn import make_forward as dqn_forward
 from mqttrl_plugins.dqn.actor import DQNActor
 from mqttrl_plugins.dqn.common import DQNParams
@@ -414,7 +414,10 @@ def test_the_worker_steps_on_through_crashing_games(monkeypatch):
         assert np.array_equal(final, crashed_at)
     # only whole episodes are reported: as many as the envs ended, each as long as it really was
     episodes = [
-        e for _t, p in worker.node.published if topics.parse(_t)[0] == Kind.EPISODES for e in decode_episodes(p)
+        e
+        for _t, p in worker.node.published
+        if topics.parse(_t)[0] == Kind.EPISODES
+        for e in EpisodeReport.decode(p).episodes
     ]
     ends = [x for x in plan.log if x[4] or x[5]]
     assert len(episodes) == len(ends) == worker.episodes

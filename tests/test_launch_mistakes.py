@@ -22,6 +22,7 @@ from mqttrl.cli import errors
 from mqttrl.policy import load_policy
 from mqttrl.policy_source import newest_run_named
 from mqttrl.state.best import GREEDY_EVAL, BestScore, score_file
+from mqttrl.wire.episodes import EpisodeStats
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent
@@ -285,7 +286,7 @@ def test_a_resumed_run_counts_env_steps_on_from_its_earlier_sessions(tmp_path):
 
     (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 7884}))
     record = RunRecord(from_dict({}), tmp_path)
-    record.on_episode("w0", {"return": 10.0, "length": 10, "env_steps": 100})
+    record.on_episode("w0", EpisodeStats.from_json({"return": 10.0, "length": 10, "env_steps": 100}))
     assert record.env_steps == 7984
     record.close()
     (tmp_path / "summary.json").unlink()  # a session killed before its summary: evaluations.csv tells

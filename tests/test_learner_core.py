@@ -23,7 +23,17 @@ from mqttrl.nodes.learner.core import MAX_HOLES, AsyncAdmission, LearnerCore, Ru
 from mqttrl.plugin.algorithm import AsyncLearner, SyncLearner
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import FieldSpec, Rejected, SampleBatch, SampleSpec, decode_batch, encode_batch, encode_json
+from mqttrl.wire import (
+    FieldSpec,
+    Heartbeat,
+    LearnerMetrics,
+    Rejected,
+    SampleBatch,
+    SampleSpec,
+    decode_batch,
+    encode_batch,
+    encode_json,
+)
 
 RUN = "core-test"
 SPEC = SampleSpec({"obs": FieldSpec("float32", (2,)), "action": FieldSpec("int64", (), low=0, high=1)})
@@ -955,3 +965,17 @@ def test_a_version_replaced_beyond_memory_is_refused_in_words_not_infinity():
         mode.check(old_batch, 3, 300.0)
     assert e.value.reason == "stale_version" and "inf" not in str(e.value)
     assert "replaced so long ago that it is no longer held" in str(e.value)
+
+
+def test_a_heartbeat_record_updates_the_workers_status_and_is_handed_on_decoded_once():
+    """The worker's heartbeat, one record on both sides: the core reads it into the worker's
+    status and returns it for the fleet's timing; its snapshot makes the metrics record."""
+    core, _ = make()
+    birth(core, "w0", incarnation="i1")
+    hb = Heartbeat(worker="w0", incarnation="i1", model_version=0, env_steps=4096, episodes=12, env_restarts=1)
+    hb.timing = {"forward": {"s": 0.5, "n": 100}}
+    assert core.on_heartbeat("w0", hb.encode(), 1.0) == hb
+    snap = core.snapshot(1.0)
+    assert snap["workers"]["w0"]["env_steps"] == 4096 and snap["env_restarts"] == 1
+    metrics = LearnerMetrics.decode(LearnerMetrics(updates=0, **snap).encode())
+    assert metrics.workers["w0"]["env_steps"] == 4096 and metrics.workers_online == 1

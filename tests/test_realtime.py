@@ -11,6 +11,7 @@ from mqttrl.envs.realtime import ActionHistory, RealTimeEnv, RealTimeEnvSet, can
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_sim import WallClockGame
 from mqttrl.timing import BlockTimes, PeriodStats, percentile_from_histogram
+from mqttrl.wire.heartbeat import Heartbeat
 
 
 class FakeTime:
@@ -258,8 +259,9 @@ def test_the_learner_combines_its_workers_reports():
         st.overruns = sum(e > 0.005 for e in errs)
         reports.append(st.take())
     fleet = FleetTiming()
-    fleet.on_heartbeat("w0", {"realtime": reports[0], "timing": {"forward": {"s": 0.1, "n": 100}}})
-    fleet.on_heartbeat("w1", {"realtime": reports[1], "timing": {"forward": {"s": 0.3, "n": 100}}})
+    beat = {"model_version": 0, "env_steps": 0}
+    fleet.on_heartbeat("w0", Heartbeat(**beat, realtime=reports[0], timing={"forward": {"s": 0.1, "n": 100}}))
+    fleet.on_heartbeat("w1", Heartbeat(**beat, realtime=reports[1], timing={"forward": {"s": 0.3, "n": 100}}))
     m = fleet.take()
     rt = m["realtime"]
     assert rt["workers"] == 2 and rt["periods"] == 200 and rt["overruns"] == 10

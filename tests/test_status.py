@@ -30,7 +30,7 @@ def view_with_a_worker_ahead() -> FleetView:
     view = FleetView("r1")
     t = Topics("r1")
     feed(view, t.learner_state, {"status": "online", "model_version": 7})
-    feed(view, t.learner_metrics, {"model_version": 7, "updates_per_s": 120.0})
+    feed(view, t.learner_metrics, {"model_version": 7, "updates": 9000, "updates_per_s": 120.0})
     feed(view, t.heartbeat("w0"), {"env_steps": 1000, "model_version": 8, "time": 100.0})
     feed(view, t.heartbeat("w1"), {"env_steps": 500, "model_version": 4, "time": 100.0})
     return view

@@ -150,7 +150,9 @@ def test_telemetry_writes_to_victoriametrics_and_files(tmp_path, mosquitto, vict
             qos=1,
         ).wait_for_publish(5)
         _wait(
-            lambda: node.episodes == 30 and node.learner.get("updates") == 1234, 20, "telemetry to take every message"
+            lambda: node.episodes == 30 and node.learner is not None and node.learner.updates == 1234,
+            20,
+            "telemetry to take every message",
         )
         time.sleep(1.5)  # a few aggregate intervals
     finally:

@@ -18,6 +18,7 @@ from mqttrl.trainer.record import EPISODE_COLUMNS, EVAL_COLUMNS, RunRecord
 from mqttrl.trainer.run import LocalRun, _stop_reason
 from mqttrl.trainer.supervisor import Child, Supervisor
 from mqttrl.transport.client import BrokerSettings
+from mqttrl.wire.episodes import EpisodeStats
 
 
 def config(**train):
@@ -168,9 +169,15 @@ def result(version: int, mean: float) -> dict:
 
 def test_the_record_keeps_episodes_evaluations_the_best_and_the_solve(tmp_path):
     rec = RunRecord(config(target_return=100.0), tmp_path)
-    rec.on_episode("w0", {"env": 0, "return": 10.0, "length": 10, "terminated": True, "env_steps": 40})
-    rec.on_episode("w1", {"env": 1, "return": 12.0, "length": 12, "terminated": False, "env_steps": 30})
-    rec.on_episode("w0", {"env": 0, "return": 11.0, "length": 11, "terminated": True, "env_steps": 25})
+    rec.on_episode(
+        "w0", EpisodeStats.from_json({"env": 0, "return": 10.0, "length": 10, "terminated": True, "env_steps": 40})
+    )
+    rec.on_episode(
+        "w1", EpisodeStats.from_json({"env": 1, "return": 12.0, "length": 12, "terminated": False, "env_steps": 30})
+    )
+    rec.on_episode(
+        "w0", EpisodeStats.from_json({"env": 0, "return": 11.0, "length": 11, "terminated": True, "env_steps": 25})
+    )
     assert rec.env_steps == 70  # per worker the most it reported
     rec.on_evaluation({**result(3, 50.0), "eval_s": 0.5, "training_s": 1.5}, W(3), b"model-3")
     rec.on_evaluation({**result(5, 40.0), "eval_s": 0.5}, W(5), b"model-5")
@@ -182,7 +189,9 @@ def test_the_record_keeps_episodes_evaluations_the_best_and_the_solve(tmp_path):
     assert json.loads((tmp_path / "best" / "evaluation.json").read_text())["model_version"] == 9
     assert rec.evaluation_of(5)["mean"] == 40.0 and rec.evaluation_of(6) is None
     rec.close()
-    rec.on_episode("w0", {"env": 0, "return": 1.0, "length": 1, "env_steps": 99})  # after the end: dropped
+    rec.on_episode(
+        "w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 99})
+    )  # after the end: dropped
     with open(tmp_path / "episodes.csv") as f:
         rows = list(csv.reader(f))
     assert rows[0] == EPISODE_COLUMNS and len(rows) == 4 and rows[2][1:4] == ["w1", "1", "12.0"]
@@ -218,7 +227,7 @@ def test_summary_env_steps_count_the_samples_the_learner_took_in_after_the_last_
     """Episodes report a worker's env steps when they end; the learner's samples count the steps made
     since. summary.json's env_steps is the larger (an evaluation's model_env_steps exceeded it)."""
     rec = RunRecord(config(), tmp_path)
-    rec.on_episode("w0", {"return": 1.0, "length": 10, "env_steps": 100})
+    rec.on_episode("w0", EpisodeStats.from_json({"return": 1.0, "length": 10, "env_steps": 100}))
     view = {"episodes": 1, "learner": {"updates": 3, "samples": 140}, "workers": 1}
     assert rec.summary("time budget", 1.0, view, 2)["env_steps"] == 140
     view["learner"]["samples"] = 60  # a learner that restarted and lost count: the episodes' figure stands
@@ -234,7 +243,7 @@ def test_the_telemetry_node_hands_on_each_episode_and_a_view(shared_mosquitto):
 
     seen: list[tuple[str, float]] = []
     node = TelemetryNode(
-        BrokerSettings(url=shared_mosquitto.url), "tv", [], on_episode=lambda w, e: seen.append((w, e["return"]))
+        BrokerSettings(url=shared_mosquitto.url), "tv", [], on_episode=lambda w, e: seen.append((w, e.episode_return))
     )
     tp = Topics("tv")
     node.handle(tp.worker_state("w0"), encode_json({"status": "online"}))

@@ -7,10 +7,27 @@ telemetry and ``mqttrl train``'s record read it, all through :class:`mqttrl.wire
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import attrs
 import pytest
 
-from mqttrl.wire import Rejected
+from mqttrl.wire import (
+    EpisodeReport,
+    EpisodeStats,
+    Flow,
+    Heartbeat,
+    InferenceMetrics,
+    InferenceState,
+    LearnerMetrics,
+    LearnerState,
+    Quicksave,
+    QuicksaveReply,
+    Rejected,
+    WorkerState,
+    decode_episodes,
+)
 from mqttrl.wire.evaluation import Evaluation
 
 
@@ -49,12 +66,133 @@ def test_a_non_finite_number_is_refused():
 
 def test_docs_telemetry_lists_the_eval_points_fields_as_the_record_makes_them():
     """docs/telemetry.md's ``eval`` row names exactly the fields of ``Evaluation.point_fields``."""
-    import re
-    from pathlib import Path
-
     doc = (Path(__file__).resolve().parents[1] / "docs" / "telemetry.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `eval` | `evaluator` |"))
     documented = set(re.findall(r"`([a-z_]+)`", row.split("|")[3]))
     made = set(Evaluation(3, 5, 1.0, 0.0, 1.0, 1.0, 0.5, env_steps=100).point_fields())
     assert documented == made, (documented, made)
     assert "env_steps" not in Evaluation(3, 5, 1.0, 0.0, 1.0, 1.0, 0.5).point_fields()
+
+
+# ---- the JSON records declared with wire_field (mqttrl.wire.record) ----------------------------
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_the_optional_extras_are_left_out_while_none_and_the_rest_are_sent():
+    body = json.loads(Heartbeat(model_version=1, env_steps=2).encode())
+    assert "timing" not in body and "realtime" not in body and "game" not in body and "act_latency" not in body
+    assert body["idle"] is None and body["model_version"] == 1  # null is a value a reader may test for
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"env_steps": 5}, "bad_header"),  # model_version missing
+        ({"model_version": "7", "env_steps": 5}, "bad_value"),
+        ({"model_version": True, "env_steps": 5}, "bad_value"),  # a bool is not a count
+        ({"model_version": 1.5, "env_steps": 5}, "bad_value"),
+    ],
+)
+def test_a_required_field_missing_or_of_the_wrong_type_refuses_the_message(body, reason):
+    with pytest.raises(Rejected) as e:
+        Heartbeat.decode(json.dumps(body).encode())
+    assert e.value.reason == reason
+
+
+def test_an_optional_field_of_the_wrong_type_reads_as_absent_and_unknown_keys_are_ignored():
+    payload = json.dumps(
+        {"model_version": 3, "env_steps": 9, "outbox": "many", "paused_s": "slow", "from_the_future": [1], "idle": 4}
+    ).encode()
+    hb = Heartbeat.decode(payload)
+    assert (hb.outbox, hb.idle, hb.model_version) == (None, None, 3)
+    assert Heartbeat.decode(json.dumps({"model_version": 3, "env_steps": 9, "paused_s": 2}).encode()).paused_s == 2.0
+
+
+def test_a_float_field_takes_an_int_and_refuses_a_non_finite_literal():
+    assert Flow.decode(b'{"pause": true, "beat_s": 2}').beat == 2.0
+    with pytest.raises(Rejected):
+        Flow.decode(b'{"pause": true, "beat_s": NaN}')
+    assert Flow.decode(b'{"beat_s": -3}').beat == 0.0 and Flow.decode(b"{}").pause is False
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        WorkerState(status="online", worker="w0", incarnation="abc", pid=4, index=None, num_envs=8, time=1.5),
+        LearnerState(status="offline", reason="stopped", model_version=3, best={"score": 1.0}),
+        LearnerMetrics(updates=10, model_version=2, train={"loss": 0.5}, round=None, uptime_s=3.0),
+        Flow(pause=True, model_version=4, beat_s=2.0, time=9.0),
+        Quicksave(name="best", score=4.5, model_version=3, judged_by="greedy_eval", episodes=10),
+        QuicksaveReply(path="runs/x/checkpoints/best", model_version=3, updates=100, refused="no"),
+        InferenceState(status="online", server="s0", shared=True, batch_size=64),
+        InferenceMetrics(server="s0", requests_per_s=12.0, rejected={}),
+        EpisodeStats(episode_return=-3.5, length=12, env=1, terminated=False, model_version=2, env_steps=40),
+    ],
+    ids=lambda r: type(r).__name__,
+)
+def test_every_record_round_trips(record):
+    assert type(record).decode(record.encode()) == record
+
+
+def test_the_learner_metrics_record_declares_every_key_the_learner_core_and_fleet_timing_give():
+    """The learner node builds its metrics with keyword arguments: a key the core's snapshot or
+    the fleet timing gives that the record does not declare would fail here, not on the wire."""
+    from mqttrl.timing import FleetTiming
+
+    fields = {f.name for f in attrs.fields(LearnerMetrics)}
+    core_keys = {
+        "model_version", "samples", "batches", "paused_workers", "missing_batches", "worker_restarts",
+        "env_restarts", "epoch", "old_epoch_batches", "workers_online", "workers_known", "workers", "train", "round",
+    }  # fmt: skip
+    assert core_keys | set(FleetTiming().take()) <= fields
+    with pytest.raises(TypeError):
+        LearnerMetrics(updates=1, model_version=1, bogus=3)
+
+
+def test_an_episode_report_refuses_the_whole_message_for_one_bad_episode():
+    good = {"return": 1.0, "length": 3}
+    report = EpisodeReport.decode(json.dumps({"worker": "w0", "episodes": [good, {**good, "length": 4}]}).encode())
+    assert [e.length for e in report.episodes] == [3, 4] and report.worker == "w0"
+    for bad in ({"return": "x", "length": 3}, {"return": 1.0, "length": -1}, {"length": 3}, 7):
+        with pytest.raises(Rejected):
+            EpisodeReport.decode(json.dumps({"episodes": [good, bad]}).encode())
+    assert EpisodeReport.decode(json.dumps(good).encode()).episodes[0].length == 3  # an older worker's single episode
+
+
+def test_decode_episodes_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="EpisodeReport"):
+        episodes = decode_episodes(json.dumps({"episodes": [{"return": 2, "length": 5}]}).encode())
+    assert episodes[0]["return"] == 2.0 and episodes[0]["length"] == 5
+
+
+def test_every_topic_kind_has_one_definition():
+    from mqttrl.transport.topics import Kind
+    from mqttrl.wire.catalog import DEFINITIONS
+
+    assert set(DEFINITIONS) == set(Kind)
+
+
+@pytest.mark.parametrize("doc", ["telemetry.md", "architecture.md"])
+def test_the_docs_tables_of_the_messages_are_written_from_the_records(doc):
+    from mqttrl.wire.catalog import MARKER, render_doc
+
+    text = (DOCS / doc).read_text()
+    assert MARKER.search(text), f"docs/{doc} has no records tables"
+    assert text == render_doc(text), f"docs/{doc} is stale: run python -m mqttrl.wire.catalog docs/{doc}"
+
+
+def test_the_episode_and_learner_point_fields_are_the_ones_docs_telemetry_lists():
+    doc = (DOCS / "telemetry.md").read_text()
+
+    def documented(measurement: str) -> set[str]:
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{measurement}` |"))
+        return set(re.findall(r"`([a-z_]+)`", row.split("|")[3]))
+
+    episode = EpisodeStats(episode_return=1.0, length=2, model_version=3, env_steps=4).point_fields()
+    assert set(episode) == documented("episode")
+    learner = LearnerMetrics(
+        updates=1, model_version=1, samples=2, updates_per_s=1.0, samples_per_s=2.0, workers_online=1, inbox=0
+    )
+    learner.missing_batches = 0
+    made = set(learner.point_fields())
+    assert made <= documented("learner") and "rejected_total" in made

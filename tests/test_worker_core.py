@@ -9,6 +9,7 @@ send its share and wait for the next model forever).
 from __future__ import annotations
 
 import collections
+import json
 import threading
 
 import attrs
@@ -294,7 +295,7 @@ def test_finished_episodes_are_counted_and_sent_with_the_next_batch():
     core.stepped(4, [EpisodeEnd(1, 21.5, 20, True)], 1000.0)
     core.stepped(4, [EpisodeEnd(0, 9.0, 8, False), EpisodeEnd(3, 10.0, 9, True)], 1001.0)
     assert core.episodes == 3 and core.env_steps == 8
-    body = core.take_episodes()
+    body = json.loads(core.take_episodes().encode())  # the message, as it goes out
     assert body["worker"] == "w0"
     assert body["episodes"][0] == {
         "env": 1,
@@ -333,7 +334,7 @@ def test_heartbeat_contents():
     core.batch_sent()
     core.on_learner_state(encode_json({"status": "online"}))
     core.on_flow(encode_json({"pause": True}))
-    hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1}, env_restarts=2)
+    hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1}, env_restarts=2).to_json()
     assert hb == {
         "worker": "w0",
         "incarnation": "inc-1",

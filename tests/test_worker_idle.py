@@ -70,14 +70,14 @@ def test_idle_time_adds_up_in_heartbeats():
     assert core.track_idle(None, 0.0) is False
     assert core.track_idle("link_down", 10.0) is True
     assert core.track_idle("link_down", 11.0) is False
-    assert core.heartbeat(0.0, 1, 0, {}, {}, now=12.0)["paused_s"] == 2.0
+    assert core.heartbeat(0.0, 1, 0, {}, {}, now=12.0).paused_s == 2.0
     assert core.track_idle("learner_silent", 12.5) is True  # another reason: the time goes on
     assert core.track_idle(None, 13.5) is True
     hb = core.heartbeat(0.0, 1, 0, {}, {}, now=20.0)
-    assert hb["paused_s"] == 3.5 and hb["idle"] is None
+    assert hb.paused_s == 3.5 and hb.idle is None
     core.track_idle("link_behind", 20.0)
     hb = core.heartbeat(0.0, 1, 0, {}, {}, now=21.0)
-    assert hb["paused_s"] == 4.5 and hb["idle"] == "link_behind"
+    assert hb.paused_s == 4.5 and hb.idle == "link_behind"
 
 
 def test_the_shell_makes_no_experience_while_its_link_is_down(monkeypatch):

@@ -16,7 +16,16 @@ from rich.table import Table
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics
-from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
+from mqttrl.wire import (
+    EpisodeReport,
+    Heartbeat,
+    LearnerMetrics,
+    LearnerState,
+    Quicksave,
+    QuicksaveReply,
+    StepRate,
+    WorkerState,
+)
 
 log = logging.getLogger("mqttrl.status")
 
@@ -64,24 +73,24 @@ class FleetView:
 
     def on_learner_state(self, name: str, payload: bytes) -> None:
         if payload:
-            self.learner = decode_json(payload, {"status": str})
+            self.learner = LearnerState.decode(payload).to_json()
 
     def on_learner_metrics(self, name: str, payload: bytes) -> None:
-        self.metrics = decode_json(payload)
+        self.metrics = LearnerMetrics.decode(payload).to_json()
 
     def on_worker_state(self, name: str, payload: bytes) -> None:
         if payload:
-            self._w(name)["status"] = decode_json(payload, {"status": str})["status"]
+            self._w(name)["status"] = WorkerState.decode(payload).status
 
     def on_heartbeat(self, name: str, payload: bytes) -> None:
-        hb = decode_json(payload, {"env_steps": int, "model_version": int})
+        hb = Heartbeat.decode(payload)
         w = self._w(name)
         w["rate"] = w["_rate"].update(hb, time.time())
-        w.update(last_hb=time.time(), steps=hb["env_steps"], version=hb["model_version"], status="online")
-        if isinstance(hb.get("env_restarts"), int):  # games that crashed and were made afresh
-            w["env_restarts"] = hb["env_restarts"]
-        rt = hb.get("realtime")
-        if isinstance(rt, dict):  # a real-time worker: its control periods since its last heartbeat
+        w.update(last_hb=time.time(), steps=hb.env_steps, version=hb.model_version, status="online")
+        if hb.env_restarts is not None:  # games that crashed and were made afresh
+            w["env_restarts"] = hb.env_restarts
+        rt = hb.realtime
+        if rt is not None:  # a real-time worker: its control periods since its last heartbeat
             err = rt.get("period_err_ms") or {}
             w.update(
                 period_p50_ms=err.get("p50"),
@@ -93,9 +102,9 @@ class FleetView:
             )
 
     def on_episodes(self, name: str, payload: bytes) -> None:
-        episodes = decode_episodes(payload)
+        episodes = EpisodeReport.decode(payload).episodes
         if episodes:
-            self._w(name)["last_return"] = episodes[-1]["return"]
+            self._w(name)["last_return"] = episodes[-1].episode_return
 
     def subscriptions(self) -> list[tuple[str, int]]:
         """One filter per kind in the handler table; episodes at QoS 0 (a viewer may miss some)."""
@@ -249,10 +258,8 @@ def quicksave(broker: BrokerSettings, run: str, timeout: float = 30.0, name: str
     ).start(wait=10)
     try:
         time.sleep(0.2)  # let the subscription settle before asking
-        body = {"reply_to": tp.reply(request), "from": "mqttrl quicksave"}
-        if name:
-            body["name"] = name
-        node.publish(tp.command("quicksave"), encode_json(body), qos=1, kind="cmd")
+        command = Quicksave(name=name or None, reply_to=tp.reply(request))
+        node.publish(tp.command("quicksave"), command.encode(), qos=1, kind="cmd")
         deadline = time.monotonic() + timeout
         learner = "unknown"
         while time.monotonic() < deadline:
@@ -261,9 +268,9 @@ def quicksave(broker: BrokerSettings, run: str, timeout: float = 30.0, name: str
             except queue.Empty:
                 continue
             if m.topic == tp.learner_state and m.payload:
-                learner = decode_json(m.payload).get("status", "unknown")
+                learner = LearnerState.decode(m.payload).status
             elif m.topic == tp.reply(request):
-                return decode_json(m.payload, {"path": str})
+                return QuicksaveReply.decode(m.payload).to_json()
         raise TimeoutError(
             f"no answer from the learner of run {run!r} in {timeout:.0f}s (its last state: {learner}). "
             "Check that it is running on this broker and that these credentials may send commands"

@@ -54,7 +54,9 @@ from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing, negotiat
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
 from mqttrl.wire import (
+    InferenceMetrics,
     InferenceRequest,
+    InferenceState,
     Rejected,
     RejectionCounter,
     SampleSpec,
@@ -62,7 +64,6 @@ from mqttrl.wire import (
     decode_json,
     decode_request,
     decode_weights,
-    encode_json,
     encode_reply,
     request_spec,
 )
@@ -156,17 +157,15 @@ class InferenceServer:
         return self.dispatch.rejections
 
     def _state(self, status: str) -> bytes:
-        return encode_json(
-            {
-                "status": status,
-                "server": self.name,
-                "shared": self.shared,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "batch_size": self.batch_size,
-                "time": time.time(),
-            }
-        )
+        return InferenceState(
+            status=status,
+            server=self.name,
+            shared=self.shared,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            batch_size=self.batch_size,
+            time=time.time(),
+        ).encode()
 
     def stop(self, *_: Any) -> None:
         self._stop.set()
@@ -340,19 +339,19 @@ class InferenceServer:
         now = time.monotonic()
         dt = max(now - window["t"], 1e-6)
         lat = np.asarray(self._latencies) * 1000 if self._latencies else np.zeros(1)
-        m = {
-            "server": self.name,
-            "model_version": self.version,
-            "epoch": self.epoch,
-            "requests_per_s": (self.served_requests - window["req"]) / dt,
-            "rows_per_s": (self.served_rows - window["rows"]) / dt,
-            "mean_batch_rows": (self.served_rows - window["rows"]) / max(1, self.batches - window["batches"]),
-            "service_ms_p50": float(np.percentile(lat, 50)),
-            "service_ms_p99": float(np.percentile(lat, 99)),
-            "rejected": self.rejections.snapshot(),
-            "time": time.time(),
-        }
-        self.node.publish(self.topics.inference_metrics(self.name), encode_json(m), qos=0, kind="metrics")
+        m = InferenceMetrics(
+            server=self.name,
+            model_version=self.version,
+            epoch=self.epoch,
+            requests_per_s=(self.served_requests - window["req"]) / dt,
+            rows_per_s=(self.served_rows - window["rows"]) / dt,
+            mean_batch_rows=(self.served_rows - window["rows"]) / max(1, self.batches - window["batches"]),
+            service_ms_p50=float(np.percentile(lat, 50)),
+            service_ms_p99=float(np.percentile(lat, 99)),
+            rejected=self.rejections.snapshot(),
+            time=time.time(),
+        )
+        self.node.publish(self.topics.inference_metrics(self.name), m.encode(), qos=0, kind="metrics")
         window.update(t=now, req=self.served_requests, rows=self.served_rows, batches=self.batches)
 
 

@@ -35,8 +35,17 @@ from mqttrl.timing import timing_fields
 from mqttrl.transport.client import BrokerSettings, MqttNode
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import StepRate, decode_episodes, decode_json, encode_json
-from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire import (
+    EpisodeReport,
+    Evaluation,
+    Heartbeat,
+    LearnerMetrics,
+    LearnerState,
+    Quicksave,
+    StepRate,
+    WorkerState,
+    decode_json,
+)
 
 log = logging.getLogger("mqttrl.telemetry")
 
@@ -110,7 +119,8 @@ class TelemetryNode:
         self.all_returns: collections.deque = collections.deque(maxlen=10000)
         self.all_lengths: collections.deque = collections.deque(maxlen=10000)
         self.episodes = 0
-        self.learner: dict = {}
+        #: the learner's newest metrics message (None before one came)
+        self.learner: LearnerMetrics | None = None
         self.learner_status = "unknown"
         #: the run's resolved config (the learner's retained ``config`` message), once received
         self.config: dict | None = None
@@ -180,62 +190,49 @@ class TelemetryNode:
         now = time.time()
         w = self._worker(name)
         points = []
-        for e in decode_episodes(payload):
-            ret = float(e["return"])
+        for e in EpisodeReport.decode(payload).episodes:
+            ret = e.episode_return
             w.returns.append(ret)
-            w.lengths.append(e["length"])
+            w.lengths.append(e.length)
             w.episodes += 1
             w.last_return = ret
             self.all_returns.append(ret)
-            self.all_lengths.append(e["length"])
+            self.all_lengths.append(e.length)
             self.episodes += 1
             if self.on_episode is not None:
                 self.on_episode(name, e)
-            fields = {"return": ret, "length": int(e["length"])}
-            if isinstance(e.get("model_version"), int):
-                self.episode_version = max(self.episode_version, e["model_version"])
-            for k in ("model_version", "env_steps"):
-                if isinstance(e.get(k), int):
-                    fields[k] = e[k]
-            t = e.get("time")
-            points.append(
-                Point(
-                    "episode",
-                    {"run": self.run_name, "worker": name},
-                    fields,
-                    t if isinstance(t, (int, float)) and abs(t - now) < 3600 else now,
-                )
-            )
+            if e.model_version is not None:
+                self.episode_version = max(self.episode_version, e.model_version)
+            t = e.time if e.time is not None and abs(e.time - now) < 3600 else now
+            points.append(Point("episode", {"run": self.run_name, "worker": name}, e.point_fields(), t))
             self._check_best(now)
         self._write(points)
 
     def on_learner_metrics(self, name: str, payload: bytes) -> None:
-        self.learner = decode_json(payload, {"updates": int, "model_version": int})
+        self.learner = LearnerMetrics.decode(payload)
         self._write(self._learner_points(time.time()))
 
     def on_learner_state(self, name: str, payload: bytes) -> None:
         if payload:  # an empty retained message clears the state
-            state = decode_json(payload, {"status": str})
-            self.learner_status = state["status"]
-            self._learn_best(state.get("best"))
+            state = LearnerState.decode(payload)
+            self.learner_status = state.status
+            self._learn_best(state.best)
 
     def on_worker_state(self, name: str, payload: bytes) -> None:
         if payload:
-            self._worker(name).online = decode_json(payload, {"status": str})["status"] == "online"
+            self._worker(name).online = WorkerState.decode(payload).online
 
     def on_heartbeat(self, name: str, payload: bytes) -> None:
         now = time.time()
-        hb = decode_json(payload, {"env_steps": int, "model_version": int})
+        hb = Heartbeat.decode(payload)
         w = self._worker(name)
         w.steps.update(hb, now)
-        w.env_steps = hb["env_steps"]
-        w.model_version = hb["model_version"]
-        w.outbox = int(hb.get("outbox", 0))
-        w.dropped = int(sum((hb.get("dropped") or {}).values()))
-        game = hb.get("game")
-        if isinstance(game, dict):
-            w.game_launches = _count(game.get("launches"))
-            w.game_relaunches = _count(game.get("relaunches"))
+        w.env_steps = hb.env_steps
+        w.model_version = hb.model_version
+        w.outbox = hb.outbox or 0
+        w.dropped = sum(_count(v) for v in (hb.dropped or {}).values())
+        if hb.game is not None:
+            w.game_launches, w.game_relaunches = hb.count("launches"), hb.count("relaunches")
         w.last_seen = now
         w.online = True
 
@@ -263,21 +260,13 @@ class TelemetryNode:
 
     def _learner_points(self, now: float) -> list[Point]:
         m = self.learner
+        if m is None:
+            return []
         tags = {"run": self.run_name}
-        fields: dict[str, Any] = {}
-        for k in ("updates", "samples", "model_version", "workers_online", "inbox", "missing_batches"):
-            if isinstance(m.get(k), int):
-                fields[k] = m[k]
-        for k in ("updates_per_s", "samples_per_s"):
-            if isinstance(m.get(k), (int, float)):
-                fields[k] = float(m[k])
-        rejected = m.get("rejected") or {}
-        fields["rejected_total"] = int(sum(v for v in rejected.values() if isinstance(v, int)))
-        for k, v in (m.get("train") or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                fields[f"train_{k}"] = float(v)
-        fields.update(timing_fields(m))  # where the time goes, per block; real-time control periods
+        fields = m.point_fields()
+        fields.update(timing_fields(m.to_json()))  # where the time goes, per block; real-time control periods
         points = [Point("learner", tags, fields, now)]
+        rejected = m.rejected or {}
         points += [
             Point("rejections", {**tags, "reason": r}, {"count": int(c)}, now)
             for r, c in rejected.items()
@@ -300,7 +289,9 @@ class TelemetryNode:
         """Training returns judge only while no evaluator reported (greedy evaluations are the truth)."""
         if self.evaluated or len(self.all_returns) < self.s.window:
             return
-        version = self.episode_version if self.episode_version >= 0 else int(self.learner.get("model_version", -1))
+        version = (
+            self.episode_version if self.episode_version >= 0 else (self.learner.model_version if self.learner else -1)
+        )
         if version < 0:
             return  # no model known yet: nothing to save
         avg = _mean(self.all_returns, self.s.window)
@@ -334,22 +325,24 @@ class TelemetryNode:
         best, self.best_pending = self.best_pending, None
         self._last_best_sent = time.monotonic()
         self.quicksaves_sent += 1
-        command = {
-            "name": "best",
-            **best.to_json(),
+        command = Quicksave(
+            name="best",
+            score=best.score,
+            model_version=best.model_version,
+            judged_by=best.judged_by,
+            episodes=best.episodes,
             # what a learner from before scores were stored reads
-            "mean_return": best.score,
-            "window": best.episodes,
-            "from": "telemetry",
-        }
-        self.node.publish(self.topics.command("quicksave"), encode_json(command), qos=1, kind="cmd")
+            mean_return=best.score,
+            window=best.episodes,
+        )
+        self.node.publish(self.topics.command("quicksave"), command.encode(), qos=1, kind="cmd")
         log.info("new best model: %s; asked the learner to save it", best.describe())
 
     # ---- aggregates ---------------------------------------------------------
     def aggregate_points(self, now: float) -> list[Point]:
         tags = {"run": self.run_name}
         points = []
-        version = self.learner.get("model_version")
+        version = self.learner.model_version if self.learner else None
         for w in self.workers.values():
             wt = {**tags, "worker": w.name}
             if w.returns:
@@ -402,7 +395,7 @@ class TelemetryNode:
             return {
                 "episodes": self.episodes,
                 "mean_return": _mean(self.all_returns, window),
-                "learner": dict(self.learner),
+                "learner": self.learner.given() if self.learner else {},
                 "learner_status": self.learner_status,
                 "workers": len(self.workers),
                 "workers_online": sum(w.online for w in self.workers.values()),

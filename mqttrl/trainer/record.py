@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mqttrl.config import RunConfig
 from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, score_file, write_best_dir
+from mqttrl.wire.episodes import EpisodeStats
 
 log = logging.getLogger("mqttrl.train")
 
@@ -74,16 +75,16 @@ class RunRecord:
         with self._lock:
             return self.env_steps_before + sum(self.env_steps_by_worker.values())
 
-    def on_episode(self, worker: str, e: dict) -> None:
+    def on_episode(self, worker: str, e: EpisodeStats) -> None:
         """An episode as the telemetry node decoded it: a row of episodes.csv."""
-        steps = e.get("env_steps")
+        steps = e.env_steps
         with self._lock:
             if self._closed:
                 return
-            if isinstance(steps, int):
+            if steps is not None:
                 self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
             wall = round(time.monotonic() - self.t0, 3)
-            row = [wall, worker, e.get("env"), e["return"], e["length"], e.get("terminated"), e.get("model_version")]
+            row = [wall, worker, e.env, e.episode_return, e.length, e.terminated, e.model_version]
             self._episodes.writerow(row + [steps])
 
     def on_evaluation(self, result: dict, weights, payload: bytes | None) -> None:

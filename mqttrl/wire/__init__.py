@@ -1,11 +1,17 @@
 """Wire formats: everything that crosses the broker is encoded and validated here.
 
 No pickle and no ``torch.load``: sample batches are a versioned header plus raw
-numpy buffers, weights are safetensors, control messages are JSON.
+numpy buffers, weights are safetensors, control messages are JSON, each one a typed record
+(:mod:`.record`; the catalogue of topics and records is :mod:`.catalog`).
 """
 
+from .commands import Quicksave, QuicksaveReply
 from .control import StepRate, decode_episodes, decode_json, encode_json
+from .episodes import EpisodeReport, EpisodeStats
 from .errors import Rejected, RejectionCounter
+from .evaluation import Evaluation
+from .flow import Flow
+from .heartbeat import Heartbeat
 from .inference import (
     InferenceReply,
     InferenceRequest,
@@ -16,6 +22,7 @@ from .inference import (
     request_obs,
     request_spec,
 )
+from .metrics import InferenceMetrics, LearnerMetrics
 from .samples import (
     COMPRESSIONS,
     BatchHeader,
@@ -27,20 +34,33 @@ from .samples import (
     decode_header,
     encode_batch,
 )
+from .states import InferenceState, LearnerState, WorkerState
 from .weights import WeightsMessage, decode_weights, encode_weights
 
 __all__ = [
     "COMPRESSIONS",
     "BatchHeader",
+    "EpisodeReport",
+    "EpisodeStats",
+    "Evaluation",
     "FieldSpec",
+    "Flow",
+    "Heartbeat",
+    "InferenceMetrics",
     "InferenceReply",
     "InferenceRequest",
+    "InferenceState",
+    "LearnerMetrics",
+    "LearnerState",
+    "Quicksave",
+    "QuicksaveReply",
     "Rejected",
     "RejectionCounter",
     "SampleBatch",
     "SampleSpec",
     "StepRate",
     "WeightsMessage",
+    "WorkerState",
     "check_compression",
     "decode_batch",
     "decode_episodes",

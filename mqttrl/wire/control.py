@@ -1,12 +1,15 @@
-"""JSON control messages (config, state, heartbeats, episodes, commands, metrics)."""
+"""JSON control messages: the codec every record (:mod:`mqttrl.wire.record`) is written in."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import Rejected
+
+if TYPE_CHECKING:
+    from .heartbeat import Heartbeat
 
 MAX_JSON = 1024 * 1024
 
@@ -53,25 +56,18 @@ def decode_json(
 
 
 def decode_episodes(payload: bytes, max_episodes: int = 10000) -> list[dict]:
-    """Episode stats: a worker sends ``{"worker": ..., "episodes": [{...}, ...]}`` (one message
-    per sample batch, since a message per episode costs a worker up to a third of its
-    throughput); a single episode object is accepted too. Each needs a finite ``return``
-    and an integer ``length``; a bad one rejects the whole message."""
-    obj = decode_json(payload)
-    items = obj.get("episodes", [obj]) if "episodes" in obj else [obj]
-    if not isinstance(items, list) or len(items) > max_episodes:
-        raise Rejected("bad_value", "episodes must be a list")
-    out = []
-    for e in items:
-        if not isinstance(e, dict):
-            raise Rejected("bad_value", "an episode is not an object")
-        r, n = e.get("return"), e.get("length")
-        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
-            raise Rejected("bad_value", f"episode return {r!r} is not a finite number")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise Rejected("bad_value", f"episode length {n!r} is not a non-negative integer")
-        out.append(e)
-    return out
+    """Deprecated: :meth:`mqttrl.wire.episodes.EpisodeReport.decode` is the record; this gives its
+    episodes as the dicts older callers read."""
+    import warnings
+
+    from .episodes import EpisodeReport
+
+    warnings.warn(
+        "mqttrl.wire.decode_episodes is deprecated; use mqttrl.wire.EpisodeReport.decode",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return [e.to_json() for e in EpisodeReport.decode(payload).episodes]
 
 
 class StepRate:
@@ -86,10 +82,9 @@ class StepRate:
         self.rate: float | None = None
         self._last: tuple[float, int] | None = None
 
-    def update(self, heartbeat: dict, now: float) -> float | None:
-        sent = heartbeat.get("time")
-        sent = sent if isinstance(sent, (int, float)) and not isinstance(sent, bool) else now
-        steps = heartbeat["env_steps"]
+    def update(self, heartbeat: Heartbeat, now: float) -> float | None:
+        sent = heartbeat.time if heartbeat.time is not None else now
+        steps = heartbeat.env_steps
         if self._last is None or sent > self._last[0] + 0.1:
             if self._last is not None:
                 self.rate = max(0.0, (steps - self._last[1]) / (sent - self._last[0]))

@@ -9,7 +9,7 @@ import time
 import paho.mqtt.client as mqtt
 
 from mqttrl.transport.topics import Topics
-from mqttrl.wire import decode_batch, decode_episodes, decode_weights
+from mqttrl.wire import EpisodeReport, decode_batch, decode_weights
 
 
 class Watcher:
@@ -75,7 +75,7 @@ class Watcher:
             elif kind in ("worker_state", "learner_state") and msg.payload:
                 self.states[name or "learner"] = json.loads(msg.payload)
             elif kind == "episodes":
-                self.episodes.extend(decode_episodes(msg.payload))
+                self.episodes.extend(e.to_json() for e in EpisodeReport.decode(msg.payload).episodes)
 
     @property
     def latest(self) -> dict:

@@ -29,7 +29,7 @@ import attrs
 from mqttrl.config import LearnerConfig, RunConfig
 from mqttrl.plugin.algorithm import AsyncLearner, Mode, SyncLearner
 from mqttrl.settings import from_section, view
-from mqttrl.wire import Rejected, SampleBatch, SampleSpec, decode_batch, decode_json
+from mqttrl.wire import Heartbeat, Rejected, SampleBatch, SampleSpec, WorkerState, decode_batch
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -521,19 +521,22 @@ class LearnerCore:
         self.samples_total += batch.count
         self.batches_total += 1
 
-    def on_heartbeat(self, worker: str, payload: bytes, now: float) -> None:
-        hb = decode_json(payload, {"model_version": int, "env_steps": int})
+    def on_heartbeat(self, worker: str, payload: bytes, now: float) -> Heartbeat:
+        """A worker's heartbeat: it is alive, on this version, this far; the record, for the
+        fleet's timing figures (decoded once)."""
+        hb = Heartbeat.decode(payload)
         status = self.workers.get(worker)
         if status is None:
             raise Rejected("unknown_sender", f"heartbeat from {worker!r}, which never announced itself")
         self._heard_from(status, now)
-        status.model_version = hb["model_version"]
-        status.env_steps = hb["env_steps"]
-        status.episodes = int(hb.get("episodes", status.episodes))
-        inc = hb.get("incarnation")
-        other = isinstance(inc, str) and status.incarnation and inc != status.incarnation
-        if isinstance(hb.get("env_restarts"), int) and not other:  # not a late one of an earlier process
-            status.env_restarts = hb["env_restarts"]
+        status.model_version = hb.model_version
+        status.env_steps = hb.env_steps
+        if hb.episodes is not None:
+            status.episodes = hb.episodes
+        other = hb.incarnation is not None and status.incarnation and hb.incarnation != status.incarnation
+        if hb.env_restarts is not None and not other:  # not a late one of an earlier process
+            status.env_restarts = hb.env_restarts
+        return hb
 
     def on_worker_state(self, worker: str, payload: bytes, now: float) -> None:
         """A birth message, a last will / clean exit (offline: the open round goes on without it), or a clear.
@@ -543,20 +546,22 @@ class LearnerCore:
         forgotten after ``forget_offline_s`` like any other."""
         if not payload:  # retained state cleared
             return
-        st = decode_json(payload, {"status": str})
+        st = WorkerState.decode(payload)
         status = self.workers.get(worker)
         if status is None:
             status = self.workers[worker] = self._new_status(worker)
-        if st["status"] == "online":
-            if isinstance(st.get("incarnation"), str):
-                status.switch_to(st["incarnation"])
+        if st.online:
+            if st.incarnation is not None:
+                status.switch_to(st.incarnation)
             status.seen_online(now)
             status.announced_at = now
-            status.info = {k: st[k] for k in ("host", "pid", "num_envs") if k in st}
+            status.info = {
+                k: v for k, v in (("host", st.host), ("pid", st.pid), ("num_envs", st.num_envs)) if v is not None
+            }
             log.info("worker %s online (%s)", worker, status.info)
         else:
             if status.online:
-                log.warning("worker %s offline (%s)", worker, st.get("reason", st["status"]))
+                log.warning("worker %s offline (%s)", worker, st.reason or st.status)
             status.went_offline(now)
             self.mode.drop(worker)
 

@@ -45,15 +45,20 @@ from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import (
+    Flow,
+    LearnerMetrics,
+    LearnerState,
+    Quicksave,
+    QuicksaveReply,
     Rejected,
     RejectionCounter,
     check_compression,
     decode_header,
-    decode_json,
     decode_weights,
     encode_json,
     encode_weights,
 )
+from mqttrl.wire.commands import COMMANDS
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -270,25 +275,23 @@ class LearnerNode:
 
     # ---- messages ----------------------------------------------------------------
     def _state_payload(self, status: str, reason: str = "") -> bytes:
-        return encode_json(
-            {
-                "status": status,
-                "reason": reason,
-                "run": self.config.run,
-                "algorithm": self.config.algorithm.name,
-                "mode": self.info.mode,
-                "model_version": self.version,
-                "epoch": self.core.epoch,
-                "updates": self.algo.updates,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "mqttrl": __version__,
-                "protocol": PROTOCOL_VERSION,
-                "time": time.time(),
-                # the best model's score: a restarted telemetry node (on any host) learns the best so far
-                **({"best": self.best.score.to_json()} if self.best.score is not None else {}),
-            }
-        )
+        return LearnerState(
+            status=status,
+            reason=reason,
+            run=self.config.run,
+            algorithm=self.config.algorithm.name,
+            mode=self.info.mode,
+            model_version=self.version,
+            epoch=self.core.epoch,
+            updates=self.algo.updates,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            mqttrl=__version__,
+            protocol=PROTOCOL_VERSION,
+            time=time.time(),
+            # the best model's score: a restarted telemetry node (on any host) learns the best so far
+            best=self.best.score.to_json() if self.best.score is not None else None,
+        ).encode()
 
     def _birth(self) -> list[Outgoing]:
         """Published (retained) on every connect. With the newest weights too: after a failover
@@ -307,8 +310,8 @@ class LearnerNode:
     def _flow_payload(self) -> bytes:
         """The flow signal; re-published every ``beat_s`` it is also the learner's beat: workers
         that stop hearing it idle (the learner or their link is away; WorkerCore.should_idle)."""
-        beat = {"pause": self.core.paused, "model_version": self.version, "beat_s": self.lc.metrics_interval_s}
-        return encode_json({**beat, "time": time.time()})
+        beat_s = self.lc.metrics_interval_s
+        return Flow(pause=self.core.paused, model_version=self.version, beat_s=beat_s, time=time.time()).encode()
 
     def publish_weights(self) -> None:
         """Publish the learner's weights as the core's current version (retained: late workers get them).
@@ -341,8 +344,7 @@ class LearnerNode:
 
     def _on_heartbeat(self, worker: str, payload: bytes, now: float) -> None:
         """The core judges the heartbeat; its timing and real-time reports feed the fleet's figures."""
-        self.core.on_heartbeat(worker, payload, now)
-        self.fleet_timing.on_heartbeat(worker, decode_json(payload))
+        self.fleet_timing.on_heartbeat(worker, self.core.on_heartbeat(worker, payload, now))
 
     def _gauges(self) -> dict[str, float]:
         """What the Prometheus endpoint shows besides the blocks (read by its thread at scrape time)."""
@@ -359,24 +361,23 @@ class LearnerNode:
             self.ledger.write("accepted", worker=worker, inc=batch.incarnation, seq=batch.seq, n=batch.count)
 
     def _on_command(self, command: str, payload: bytes) -> None:
-        cmd = decode_json(payload) if payload else {}
-        if command != "quicksave":
-            raise Rejected("bad_value", f"unknown command {command!r}; known: quicksave")
-        reply: dict[str, Any] = {}
-        if cmd.get("name") == "best":
-            path, refused = self._save_best(cmd)
-            if refused:
-                reply["refused"] = refused
-                log.info("quicksave named best refused: %s", refused)
+        if command not in COMMANDS:
+            raise Rejected("bad_value", f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
+        cmd = Quicksave.decode(payload) if payload else Quicksave()
+        reply = QuicksaveReply(path="")
+        if cmd.name == "best":
+            path, reply.refused = self._save_best(cmd.to_json())
+            if reply.refused:
+                log.info("quicksave named best refused: %s", reply.refused)
             else:
                 log.info("quicksave -> %s (%s)", path, self.best.score.describe() if self.best.score else "no score")
         else:
             path = self.save_checkpoint(f"quicksave-{self.algo.updates:010d}")
             log.info("quicksave -> %s", path)
-        target = cmd.get("reply_to")
-        if isinstance(target, str) and target.startswith(self.topics.base + "/"):
-            reply.update(path=str(path), model_version=self.version, updates=self.algo.updates)
-            self.node.publish(target, encode_json(reply), 1, False, "reply")
+        target = cmd.reply_to
+        if target is not None and target.startswith(self.topics.base + "/"):
+            reply.path, reply.model_version, reply.updates = str(path), self.version, self.algo.updates
+            self.node.publish(target, reply.encode(), 1, False, "reply")
 
     # ---- checkpoints -----------------------------------------------------------
     def _save_best(self, cmd: dict) -> tuple[Path, str | None]:
@@ -421,36 +422,25 @@ class LearnerNode:
         return self.checkpoints.save_named(name, all_tensors, meta, files)
 
     # ---- metrics -----------------------------------------------------------------
-    def _metrics(self, window: dict) -> dict:
+    def _metrics(self, window: dict) -> LearnerMetrics:
+        """The metrics message: the core's snapshot, the fleet's timing, and this node's counters."""
         now = time.time()
         dt = max(now - window["t"], 1e-6)
         core = self.core.snapshot(clock())
-        m = {
-            "time": now,
-            "model_version": core["model_version"],
-            "updates": self.algo.updates,
-            "updates_per_s": (self.algo.updates - window["updates"]) / dt,
-            "samples": core["samples"],
-            "samples_per_s": (core["samples"] - window["samples"]) / dt,
-            "batches": core["batches"],
-            "inbox": self.node.inbox.qsize(),
-            "inbox_dropped": self.node.inbox_dropped,
-            "paused_workers": core["paused_workers"],
-            "rejected": self.rejections.snapshot(),
-            "missing_batches": core["missing_batches"],
-            "worker_restarts": core["worker_restarts"],
-            "env_restarts": core["env_restarts"],
-            "epoch": core["epoch"],
-            "old_epoch_batches": core["old_epoch_batches"],
-            "workers_online": core["workers_online"],
-            "workers": core["workers"],
-            "train": core["train"],
-            "round": core["round"],
-            "timing": self.blocks.take(),
-            "timing_total": {b: round(s, 3) for b, s in self.blocks.total.items()},
+        m = LearnerMetrics(
+            time=now,
+            updates=self.algo.updates,
+            updates_per_s=(self.algo.updates - window["updates"]) / dt,
+            samples_per_s=(core["samples"] - window["samples"]) / dt,
+            inbox=self.node.inbox.qsize(),
+            inbox_dropped=self.node.inbox_dropped,
+            rejected=self.rejections.snapshot(),
+            timing=self.blocks.take(),
+            timing_total={b: round(s, 3) for b, s in self.blocks.total.items()},
+            uptime_s=now - self.started,
+            **core,
             **self.fleet_timing.take(),
-            "uptime_s": now - self.started,
-        }
+        )
         window.update(t=now, updates=self.algo.updates, samples=core["samples"])
         return m
 
@@ -530,7 +520,7 @@ class LearnerNode:
                     next_metrics = now + self.lc.metrics_interval_s
                     self.core.check_liveness(clock())
                     self.node.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")  # the beat
-                    payload = encode_json(self._metrics(window))
+                    payload = self._metrics(window).encode()
                     self.node.publish(self.topics.learner_metrics, payload, 0, False, "metrics")
                     metrics_file.write(payload.decode() + "\n")
                     metrics_file.flush()

@@ -24,7 +24,17 @@ from mqttrl.config import ConfigError, RunConfig, WorkerConfig
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.plugin.algorithm import Mode
 from mqttrl.settings import from_section, view
-from mqttrl.wire import Rejected, WeightsMessage, decode_json, decode_weights
+from mqttrl.wire import (
+    EpisodeReport,
+    EpisodeStats,
+    Flow,
+    Heartbeat,
+    LearnerState,
+    Rejected,
+    WeightsMessage,
+    decode_json,
+    decode_weights,
+)
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -149,7 +159,7 @@ class WorkerCore:
         self.env_steps = 0
         self.episodes = 0
         #: finished episodes, sent with the next sample batch
-        self.finished_episodes: list[dict] = []
+        self.finished_episodes: list[EpisodeStats] = []
         self._batch_started: float | None = None
         self._next_heartbeat: float | None = None  # None: due now
 
@@ -178,17 +188,16 @@ class WorkerCore:
 
     def on_flow(self, payload: bytes, now: float | None = None) -> None:
         """The learner's flow signal; received at ``now``, it is also the learner's beat."""
-        flow = decode_json(payload)
-        self.paused = bool(flow.get("pause", False))
-        beat = flow.get("beat_s")
-        self.learner_beat_s = float(beat) if isinstance(beat, (int, float)) and beat > 0 else 0.0
+        flow = Flow.decode(payload)
+        self.paused = flow.pause
+        self.learner_beat_s = flow.beat
         if now is not None:
             self.learner_heard = now
 
     def on_learner_state(self, payload: bytes, now: float | None = None) -> None:
         if not payload:  # a cleared retained state
             return
-        status = decode_json(payload, {"status": str})["status"]
+        status = LearnerState.decode(payload).status
         online = status == "online"
         if online != self.learner_online:
             log.info("learner is %s", status)
@@ -307,16 +316,16 @@ class WorkerCore:
         for e in ended:
             self.episodes += 1
             self.finished_episodes.append(
-                {
-                    "env": e.env_index,
-                    "return": e.episode_return,
-                    "length": e.length,
-                    "terminated": e.terminated,
-                    "model_version": self.version,
-                    "env_steps": self.env_steps,
-                    "time": wall_time,
-                    **({"demo": True} if e.demo else {}),  # a person played it (docs/demonstrations.md)
-                }
+                EpisodeStats(
+                    episode_return=e.episode_return,
+                    length=e.length,
+                    env=e.env_index,
+                    terminated=e.terminated,
+                    model_version=self.version,
+                    env_steps=self.env_steps,
+                    time=wall_time,
+                    demo=True if e.demo else None,  # a person played it (docs/demonstrations.md)
+                )
             )
 
     @property
@@ -355,13 +364,13 @@ class WorkerCore:
             self.awaiting_newer_than = self.version
         return seq, self.version
 
-    def take_episodes(self) -> dict | None:
+    def take_episodes(self) -> EpisodeReport | None:
         """The episodes message for the finished episodes not yet sent, or None."""
         if not self.finished_episodes:
             return None
-        body = {"worker": self.name, "episodes": self.finished_episodes}
+        report = EpisodeReport(self.finished_episodes, self.name)
         self.finished_episodes = []
-        return body
+        return report
 
     # ---- heartbeats ----------------------------------------------------------------
     def heartbeat_due(self, now: float) -> bool:
@@ -380,26 +389,27 @@ class WorkerCore:
         rejected: Mapping[str, int],
         env_restarts: int = 0,
         now: float | None = None,
-    ) -> dict:
-        """The heartbeat's JSON: the learner's liveness check and the dashboards read these keys.
-        ``env_restarts``: envs this process made afresh after their game crashed; ``now`` (the
-        core's clock) dates ``paused_s``, the seconds idled so far (:meth:`should_idle`)."""
+    ) -> Heartbeat:
+        """The heartbeat's counters (the node adds its timing and game reports): the learner's
+        liveness check and the dashboards read them. ``env_restarts``: envs this process made
+        afresh after their game crashed; ``now`` (the core's clock) dates ``paused_s``, the
+        seconds idled so far (:meth:`should_idle`)."""
         idled = self.idle_seconds(now) if now is not None else self.idled_s
-        return {
-            "worker": self.name,
-            "incarnation": self.incarnation,
-            "pid": pid,
-            "epoch": self.epoch,
-            "model_version": self.version,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "env_restarts": env_restarts,
-            "seq": self.seq,
-            "outbox": outbox,
-            "dropped": dict(dropped),
-            "rejected": dict(rejected),
-            "paused": self.held_back,
-            "idle": self.idle_reason,
-            "paused_s": round(idled, 3),
-            "time": wall_time,
-        }
+        return Heartbeat(
+            model_version=self.version,
+            env_steps=self.env_steps,
+            worker=self.name,
+            incarnation=self.incarnation,
+            pid=pid,
+            epoch=self.epoch,
+            episodes=self.episodes,
+            env_restarts=env_restarts,
+            seq=self.seq,
+            outbox=outbox,
+            dropped=dict(dropped),
+            rejected=dict(rejected),
+            paused=self.held_back,
+            idle=self.idle_reason,
+            paused_s=round(idled, 3),
+            time=wall_time,
+        )

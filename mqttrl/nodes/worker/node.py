@@ -50,7 +50,7 @@ from mqttrl.timing import BlockTimes, PeriodStats
 from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
-from mqttrl.wire import Rejected, RejectionCounter, decode_weights, encode_batch, encode_json
+from mqttrl.wire import Rejected, RejectionCounter, WorkerState, decode_weights, encode_batch, encode_json
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -636,9 +636,9 @@ class WorkerNode:
                 self.ledger.write("dropped", seq=seq, cause="outbox full")
 
     def _send_episodes(self) -> None:
-        body = self.core.take_episodes()
-        if body is not None:
-            self.node.publish(self.topics.episodes(self.name), encode_json(body), qos=1, kind="episodes")
+        report = self.core.take_episodes()
+        if report is not None:
+            self.node.publish(self.topics.episodes(self.name), report.encode(), qos=1, kind="episodes")
 
     def _heartbeat_if_due(self, now: float | None = None) -> None:
         if self.core.heartbeat_due(self.clock() if now is None else now):
@@ -655,14 +655,14 @@ class WorkerNode:
             env_restarts=self.env_restarts,
             now=self.clock(),
         )
-        hb["timing"] = self.blocks.take()
+        hb.timing = self.blocks.take()
         if self.game is not None:  # the game this worker launched: its starts, and those after the first
-            hb["game"] = {"launches": self.game.launches, "relaunches": self.game.relaunches}
+            hb.game = {"launches": self.game.launches, "relaunches": self.game.relaunches}
         if self.period_stats is not None:
-            hb["realtime"] = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
+            hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
         if self.envs is not None and self.envs.act_latency.n:
-            hb["act_latency"] = self.envs.act_latency.report()
-        self.node.publish(self.topics.heartbeat(self.name), encode_json(hb), qos=0, kind="heartbeat")
+            hb.act_latency = self.envs.act_latency.report()
+        self.node.publish(self.topics.heartbeat(self.name), hb.encode(), qos=0, kind="heartbeat")
 
     def _offline_state(self, reason: str) -> Outgoing:
         """The retained offline state, as the last will and on a clean exit; it expires (MQTT 5)."""
@@ -676,21 +676,19 @@ class WorkerNode:
         )
 
     def _state(self, status: str, reason: str = "") -> bytes:
-        return encode_json(
-            {
-                "status": status,
-                "reason": reason,
-                "worker": self.name,
-                "incarnation": self.core.incarnation,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "index": self.index,
-                "num_envs": self.num_envs_override,
-                "mqttrl": __version__,
-                "protocol": PROTOCOL_VERSION,
-                "time": time.time(),
-            }
-        )
+        return WorkerState(
+            status=status,
+            reason=reason,
+            worker=self.name,
+            incarnation=self.core.incarnation,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            index=self.index,
+            num_envs=self.num_envs_override,
+            mqttrl=__version__,
+            protocol=PROTOCOL_VERSION,
+            time=time.time(),
+        ).encode()
 
     # ---- inbox ---------------------------------------------------------------------
     def _drain(self, timeout: float = 0.0) -> None:

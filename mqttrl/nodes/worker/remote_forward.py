@@ -25,7 +25,7 @@ import paho.mqtt.client as mqtt
 
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
-from mqttrl.wire import Rejected, decode_json, decode_reply, encode_request, request_obs
+from mqttrl.wire import InferenceState, Rejected, decode_reply, encode_request, request_obs
 
 log = logging.getLogger("mqttrl.inference")
 
@@ -66,7 +66,7 @@ class RemoteForward:
             ],
             inbox_limit=10000,
         ).start(wait=30)
-        self.servers: dict[str, dict] = {}
+        self.servers: dict[str, InferenceState] = {}
         self._ids = itertools.count()
         self._rr = itertools.count()
         self.version = -1
@@ -91,7 +91,7 @@ class RemoteForward:
 
     # ---- server states -------------------------------------------------------
     def _online(self) -> list[str]:
-        return sorted(n for n, s in self.servers.items() if s.get("status") == "online")
+        return sorted(n for n, s in self.servers.items() if s.online)
 
     def _await_servers(self, seconds: float) -> None:
         """Read the retained server states first: without shared subscriptions (MQTT 3.1.1)
@@ -111,9 +111,9 @@ class RemoteForward:
             if kind != Kind.INFERENCE_STATE:
                 log.debug("inference client ignored a message on %s", msg.topic)
                 return
-            st = decode_json(msg.payload, {"status": str}) if msg.payload else {"status": "gone"}
+            st = InferenceState.decode(msg.payload) if msg.payload else InferenceState(status="gone")
             self.servers[check_name("server", name)] = st
-            log.debug("inference server %s is %s", name, st.get("status"))
+            log.debug("inference server %s is %s", name, st.status)
         except (Rejected, ValueError):
             pass
 
@@ -122,10 +122,10 @@ class RemoteForward:
         """The server to name in the request; "" lets any server answer (the broker balances over
         the shared subscription, or no server is known yet)."""
         online = self._online()
-        if not online or (all(self.servers[n].get("shared") for n in online) and self.node.protocol == mqtt.MQTTv5):
+        if not online or (all(self.servers[n].shared for n in online) and self.node.protocol == mqtt.MQTTv5):
             return ""
         # only servers without a shared subscription read every request; a shared one sees its share
-        named = [n for n in online if not self.servers[n].get("shared")] or online
+        named = [n for n in online if not self.servers[n].shared] or online
         return named[(next(self._rr) + attempt) % len(named)]
 
     def _send(self, obs: np.ndarray, attempt: int) -> int:

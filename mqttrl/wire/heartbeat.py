@@ -1,0 +1,54 @@
+"""A worker's heartbeat (``heartbeat/<worker>``, QoS 0, every ``worker.heartbeat_interval_s``).
+
+The worker core makes it, the worker node adds its timing and game reports, and the learner
+(liveness, progress, fleet timing), telemetry and ``mqttrl status`` read it: all through this one
+record. Only the two counters every reader needs are required, so a heartbeat of an older worker
+is still one.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .record import JsonRecord, wire_field
+
+
+@attrs.define(kw_only=True)
+class Heartbeat(JsonRecord):
+    """What a worker has done so far, and how it is doing (fields in the message's order)."""
+
+    worker: str | None = wire_field("the worker's name", None)
+    incarnation: str | None = wire_field("this process's id (a restarted worker draws a new one)", None)
+    pid: int | None = wire_field("its process id", None)
+    epoch: int | None = wire_field("the learner epoch of its model (a restarted learner starts a new one)", None)
+    model_version: int = wire_field("the model version its actor runs")
+    env_steps: int = wire_field("env steps this worker process took (all its envs)")
+    episodes: int | None = wire_field("episodes it finished", None)
+    env_restarts: int | None = wire_field("envs this process made afresh after their game crashed", None)
+    seq: int | None = wire_field("the sequence number of its last sample batch", None)
+    outbox: int | None = wire_field("messages queued for the broker", None)
+    dropped: dict | None = wire_field("messages dropped from a full outbox, by kind", None)
+    rejected: dict | None = wire_field("messages it refused, by reason", None)
+    paused: bool | None = wire_field("held back by flow control or a sync round", None)
+    idle: str | None = wire_field("why it idles now (no model, learner away, paused), or null", None)
+    paused_s: float | None = wire_field("seconds idled so far", None)
+    time: float | None = wire_field("the worker's wall clock when sent (rates use the sender's clock)", None)
+    timing: dict | None = wire_field(
+        "where its time went since the last heartbeat: per block, seconds and calls", None, omit_none=True
+    )
+    game: dict | None = wire_field(
+        "the game it launched (`[env] launch`): `launches`, `relaunches`", None, omit_none=True
+    )
+    realtime: dict | None = wire_field(
+        "a real-time worker's control periods since the last heartbeat (docs/real-time.md)", None, omit_none=True
+    )
+    act_latency: dict | None = wire_field(
+        "capture to action: a histogram of how old observations were when their actions went out",
+        None,
+        omit_none=True,
+    )
+
+    def count(self, name: str) -> int:
+        """A counter of the game report (``launches``, ``relaunches``), 0 for anything not a count."""
+        value = (self.game or {}).get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
