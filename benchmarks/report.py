@@ -27,13 +27,17 @@ PAGE = RESULTS.parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def fmt(value, measure: str) -> str:
-    """A figure as the tables write it."""
+#: figures that are counts (the others are returns or seconds)
+COUNTS = ("steps_to_target", "env_steps", "updates", "evaluations")
+
+
+def fmt(value, figure: str) -> str:
+    """A figure as the tables write it (``figure``: its name, a key of :func:`benchmarks.harness.figures.run_figures`)."""
     if value is None:
-        return "never" if measure.endswith("_to_target") else "-"
-    if measure == "steps_to_target" or measure == "env_steps":
+        return "never" if figure.endswith("_to_target") else "-"
+    if figure in COUNTS:
         return f"{value:,.0f}"
-    return f"{value:.1f} s" if measure.endswith("seconds_to_target") else f"{value:.2f}"
+    return f"{value:.1f} s" if figure.endswith("seconds_to_target") or figure == "wall_s" else f"{value:.2f}"
 
 
 def ratio(side: dict, peer: dict, measure: str) -> float | None:
@@ -92,11 +96,9 @@ def print_tables(res: dict) -> None:
     for side in res["sides"]:
         for run in side["runs"]:
             print(
-                f"| {side['name']} | {run['seed']} | "
-                + " | ".join(_cell(run["figures"].get(k), k) for k in keys)
-                + " |"
+                f"| {side['name']} | {run['seed']} | " + " | ".join(fmt(run["figures"].get(k), k) for k in keys) + " |"
             )
-        print(f"| {side['name']} | median | " + " | ".join(_cell(side["summary"].get(k), k) for k in keys) + " |")
+        print(f"| {side['name']} | median | " + " | ".join(fmt(side["summary"].get(k), k) for k in keys) + " |")
 
 
 def print_marks(res: dict, marks: list[int], interpolate: bool, window: int = 0) -> None:
@@ -128,14 +130,6 @@ def _at(side: dict, mark: int, interpolate: bool, window: int) -> list[float]:
             value = at_budget(curve, mark, window, interpolate)
             out += [value] if value is not None else []
     return out
-
-
-def _cell(value, key: str) -> str:
-    return (
-        fmt(value, key)
-        if key in ("steps_to_target", "env_steps") or key.endswith("seconds_to_target")
-        else ("-" if value is None else f"{value:g}")
-    )
 
 
 def plot(files: list[dict], path: Path) -> None:

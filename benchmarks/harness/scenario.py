@@ -72,7 +72,6 @@ class Scenario:
     eval_every_s: float | None = None
     demonstrator: str | None = None
     headline: bool = True
-    notes: str = ""
 
     def __post_init__(self):
         if self.measure not in MEASURES:
