@@ -1,4 +1,4 @@
-"""DQN's heads in torch: noisy linear layers, and the losses of the plain, C51 and QR-DQN heads.
+"""DQN's heads in torch: noisy linear layers, and the math of the C51 and QR-DQN heads' losses.
 
 The layout (layer names, outputs per action, the dueling combination per output) is
 :mod:`.numpy_heads`'s, which the numpy forward follows too.
@@ -8,7 +8,8 @@ The layout (layer names, outputs per action, the dueling combination per output)
 3. the losses, per sample (prioritized replay's priorities with ``initial_priority = "max"``):
    ``c51_project`` (the categorical projection of r + discount * z onto the support, O(B K)),
    ``edge_mass`` (the share of that target on the two edge atoms: is the support wide enough?),
-   ``c51_loss`` (cross-entropy to it), ``quantile_huber_loss`` (QR-DQN), ``td_loss`` (dispatch).
+   ``c51_loss`` (cross-entropy to it), ``quantile_huber_loss`` (QR-DQN). Which loss an update
+   takes, and its targets, are :mod:`.losses`'.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -252,37 +252,3 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, kappa: fl
     # quantile_midpoints' values, made on the device (no host-to-device copy per update)
     tau = ((2 * torch.arange(n, device=quantiles.device, dtype=torch.float64) + 1) / (2.0 * n)).to(dtype).view(1, n, 1)
     return _QuantileHuber.apply(quantiles, target, tau, 1.0 - 2.0 * tau, float(kappa))
-
-
-def td_loss(
-    spec: HeadSpec,
-    out: torch.Tensor,
-    target_out: torch.Tensor,
-    reward: torch.Tensor,
-    discount: torch.Tensor,
-    support: torch.Tensor | None,
-    kappa: float = 1.0,
-    stats: dict[str, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample loss and the target's expected value, for the taken actions' outputs ``out``
-    (B, K, with gradient) and the next state's outputs ``target_out`` (B, K, the target net's at the
-    chosen next action): Huber to r + discount * Q' (plain), cross-entropy to the projected
-    distribution (C51), quantile Huber loss to r + discount * theta' (QR). ``stats``, when given,
-    gets C51's ``target_edge_mass`` (:func:`edge_mass`, a scalar tensor)."""
-    with torch.no_grad():
-        if spec.distributional == "c51":
-            # the support's ends as float32 atoms hold them (linspace keeps both ends exact)
-            # (numpy's float32, not a torch tensor: torch.compile would break its graph here)
-            ends = (float(np.float32(spec.v_min)), float(np.float32(spec.v_max)))
-            m = c51_project(torch.softmax(target_out, dim=1), reward, discount, support, ends)
-            target_value = m @ support
-            if stats is not None:
-                stats["target_edge_mass"] = edge_mass(m)
-        else:
-            target_all = reward.unsqueeze(1) + discount.unsqueeze(1) * target_out  # B, K
-            target_value = target_all.mean(dim=1)
-    if spec.distributional == "c51":
-        return c51_loss(out, m), target_value
-    if spec.distributional == "qr":
-        return quantile_huber_loss(out, target_all, kappa), target_value
-    return F.smooth_l1_loss(out[:, 0], target_value, reduction="none"), target_value
