@@ -12,13 +12,16 @@ docs/windows.md says so. Skipped, with one reason, only where wine is not instal
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import time
 
 import numpy as np
 import pytest
 from helpers.configs import cartpole_dqn_toml
 from helpers.e2e import start_learner
-from helpers.paths import REPO
+from helpers.paths import REPO, TESTS
 from helpers.watch import Watcher
 from helpers.wine import WindowsPython, winpath
 
@@ -166,3 +169,39 @@ def test_mqttrl_workers_supervises_two_windows_workers(tmp_path, mosquitto, winp
     assert "internal error" not in out and code == 0, out[-3000:]
     assert json.loads(out.strip().splitlines()[-1]) == {"restarts": {"winsup-0": 1, "winsup-1": 0}}
     print(out[-2000:])
+
+
+@pytest.fixture
+def xvfb():
+    """An X display (Xvfb) for Wine to draw a Windows program's windows on."""
+    if not shutil.which("Xvfb"):
+        pytest.fail("Xvfb is not on PATH: apt-get install xvfb (scripts/test.sh does this)")
+    read, write = os.pipe()
+    server = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+        pass_fds=(write,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write)
+    with os.fdopen(read) as f:
+        number = f.readline().strip()
+    assert number, "Xvfb did not start"
+    yield f":{number}"
+    server.terminate()
+    server.wait(10)
+
+
+def test_the_screen_kits_keys_reach_a_windows_window(winpy, xvfb):
+    """The screen kit's Windows keys (SendInput, :mod:`mqttrl_plugins.screen.sendinput`) sent to a window
+    of a Windows program: hardware scan codes by default, with the E0 flag of the arrows; virtual
+    keys as the option. The window is brought to the front first. Under Wine 8.0 a scan-code event
+    arrives with virtual key 0 (Windows maps it to one through the keyboard layout)."""
+    winpy.shutdown()  # a wineserver the display-less tests started has a desktop without windows
+    code, out = winpy.run([winpath(TESTS / "helpers" / "win_keys_window.py")], display=xvfb, timeout=60)
+    assert code == 0, out[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["foreground"], got
+    left, a = [0x4B, 1], [0x1E, 0]  # scan code, extended
+    assert [[e[0], *e[2:]] for e in got["scancode"]] == [["down", *left], ["up", *left], ["down", *a], ["up", *a]]
+    assert got["vk"] == [["down", 0x25, *left], ["up", 0x25, *left], ["down", 0x41, *a], ["up", 0x41, *a]]

@@ -3,7 +3,8 @@ with key presses (``pip install 'mqttrl[screen]'``; docs/real-time.md).
 
 * :mod:`.window`: find a window by its title (X11 via python-xlib; Windows via ctypes, untested here)
 * :mod:`.capture`: grab its pixels (mss), shrink them (OpenCV)
-* :mod:`.keys`: hold an action's keys for the step (XTest on Linux; pynput elsewhere, untested here)
+* :mod:`.keys`: hold an action's keys for the step (XTest on Linux; SendInput on Windows, :mod:`.sendinput`,
+  with the names mapped by :mod:`.keymap`; pynput on macOS, untested here)
 * :mod:`.options`: the ``[env.kwargs]``, checked, and the user's ``module:function`` reward
 * :mod:`.env`: the gymnasium env built from them
 * :mod:`.demo_game`: Catch, a small pygame game to try it on (and the tests' game)
@@ -25,4 +26,4 @@ __all__ = ["ScreenEnv", "ScreenEnvError", "make_screen_env"]
 
 @hookimpl
 def mqttrl_register_envs(register: Callable[[str, Callable[..., gym.Env], str], None]) -> None:
-    register("screen", make_screen_env, "a game's window (mss) and keys (XTest/pynput); needs mqttrl[screen]")
+    register("screen", make_screen_env, "a game's window (mss) and keys (XTest/SendInput); needs mqttrl[screen]")

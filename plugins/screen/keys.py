@@ -1,9 +1,10 @@
 """Synthetic key presses: the keys of an action are held down for the whole step.
 
-Two backends, one interface (:class:`Keyboard`): ``xtest`` (Linux/X11: python-xlib's XTest
-extension on the display the game is on, in this process, no subprocess per key) and ``pynput``
-(Windows and macOS through pynput; untested here). Key names are X keysym names, as ``xdotool``
-spells them: ``Left``, ``Right``, ``Up``, ``Down``, ``space``, ``Return``, ``Escape``, ``Shift_L``,
+Backends, one interface (:class:`Keyboard`): ``xtest`` (Linux/X11: python-xlib's XTest
+extension on the display the game is on, in this process, no subprocess per key), ``scancode`` and
+``vk`` (Windows' ``SendInput`` through ctypes, hardware scan codes or virtual-key codes:
+:mod:`.sendinput`, names mapped by :mod:`.keymap`) and ``pynput`` (macOS; untested here). Key
+names are X keysym names, as ``xdotool`` spells them: ``Left``, ``Right``, ``Up``, ``Down``, ``space``, ``Return``, ``Escape``, ``Shift_L``,
 ``a`` ... Only changes are sent: :meth:`Keyboard.hold` releases the keys no longer wanted and
 presses the new ones, so a key held over several steps is one press. :meth:`Keyboard.press` is
 the other way to act (``key_mode = "tap"``): each key down and up at once, a key-down event every
@@ -172,10 +173,27 @@ class PynputKeyboard(Keyboard):  # pragma: no cover (Windows/macOS: untested her
         (self.controller.press if down else self.controller.release)(self._key(key))
 
 
+#: the keys backends a config may name (``keys_backend``)
+BACKENDS = ("auto", "xtest", "scancode", "vk", "pynput")
+
+
+def auto_backend(platform: str = sys.platform) -> str:
+    """``auto``'s backend: XTest on Linux, SendInput with scan codes on Windows, pynput on macOS."""
+    return {"win32": "scancode", "darwin": "pynput"}.get(platform, "xtest")
+
+
 def make_keyboard(backend: str, display: str | None, focus_window: int | None) -> Keyboard:
-    """``auto``: XTest on Linux, pynput elsewhere."""
+    """The keyboard of backend ``backend`` (:data:`BACKENDS`; ``auto``: :func:`auto_backend`)."""
     if backend == "auto":
-        backend = "pynput" if sys.platform in ("win32", "darwin") else "xtest"
+        backend = auto_backend()
     if backend == "xtest":
         return XTestKeyboard(display, focus_window)
+    if backend in ("scancode", "vk"):
+        if sys.platform != "win32":
+            raise ScreenEnvError(
+                f'screen env: keys_backend = "{backend}" is Windows\' SendInput; this is {sys.platform}'
+            )
+        from .sendinput import SendInputKeyboard
+
+        return SendInputKeyboard(backend, focus_window)
     return PynputKeyboard()

@@ -56,7 +56,8 @@ class ScreenOptions:
     reset_timeout_s: float = 10.0
     #: steps before an episode is cut (truncated); 0: only the reward function ends episodes
     max_episode_steps: int = 0
-    #: ``auto`` (XTest on Linux, pynput elsewhere), ``xtest`` or ``pynput``
+    #: ``auto`` (XTest on Linux, ``scancode`` on Windows, pynput on macOS), ``xtest``, ``scancode`` (Windows'
+    #: SendInput with hardware scan codes), ``vk`` (SendInput with virtual-key codes) or ``pynput``
     keys_backend: str = "auto"
     #: give the window the keyboard focus when the env starts (XTest)
     focus: bool = True
@@ -133,8 +134,8 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
         _fail("display", o.display, 'an X display such as ":99", or a list of them, one copy of the game on each')
     if many and not o.window:
         _fail("display", o.display, 'a list of displays needs window = "<title>" (not a region)')
-    if o.keys_backend not in ("auto", "xtest", "pynput"):
-        _fail("keys_backend", o.keys_backend, '"auto", "xtest" or "pynput"')
+    if o.keys_backend not in ("auto", "xtest", "scancode", "vk", "pynput"):
+        _fail("keys_backend", o.keys_backend, '"auto", "xtest", "scancode", "vk" or "pynput"')
     if not all(isinstance(n, str) for n in o.reset_keys):
         _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
     return o

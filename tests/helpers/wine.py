@@ -90,23 +90,26 @@ class WindowsPython:
         assert r.returncode == 0, f"scripts/windows_python.py failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         return cls(json.loads(r.stdout.strip().splitlines()[-1]), workdir), ""
 
-    def env(self) -> dict:
-        """This environment without a display, with the prefix's settings. CPython's ``._pth`` file makes
-        it ignore PYTHON* variables: commands run with ``-u``."""
+    def env(self, display: str | None = None) -> dict:
+        """This environment with the prefix's settings, without a display unless ``display`` (an X
+        display Wine then draws its windows on). CPython's ``._pth`` file makes it ignore PYTHON*
+        variables: commands run with ``-u``."""
         env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "PYTHONPATH", "VIRTUAL_ENV")}
         env.update(self.wine_env)
+        if display:
+            env["DISPLAY"] = display
         return env
 
-    def start(self, args: list[str], log_path: Path, marker: str | None = None) -> WinProc:
+    def start(self, args: list[str], log_path: Path, marker: str | None = None, display: str | None = None) -> WinProc:
         """``python.exe -u ARGS > LOG 2>&1`` under ``cmd /c``; ``marker`` (default: the log's name) must
-        be in ARGS so its process can be found (e.g. a worker's name)."""
+        be in ARGS so its process can be found (e.g. a worker's name); ``display``: see :meth:`env`."""
         marker = marker or log_path.name
         line = " ".join(_quote(a) for a in [str(self.python), "-u", *args])
         bat = self.workdir / f"{log_path.stem}-{time.monotonic_ns()}.cmd"
         bat.write_text(f'@{line} > "{winpath(log_path)}" 2>&1\r\n')
         p = subprocess.Popen(
             [self.wine, "cmd", "/c", winpath(bat)],
-            env=self.env(),
+            env=self.env(display),
             cwd=self.workdir,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -114,10 +117,10 @@ class WindowsPython:
         )
         return WinProc(self, p, log_path, marker)
 
-    def run(self, args: list[str], timeout: float = 120) -> tuple[int, str]:
+    def run(self, args: list[str], timeout: float = 120, display: str | None = None) -> tuple[int, str]:
         """Run ``python.exe -u ARGS`` to its end: (exit code, output)."""
         log = self.workdir / f"run-{time.monotonic_ns()}.log"
-        proc = self.start(args, log)
+        proc = self.start(args, log, display=display)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -154,7 +157,10 @@ class WindowsPython:
                 pass
 
     def shutdown(self) -> None:
-        """End every process of the prefix (``wineserver -k``)."""
+        """End every process of the prefix and its wineserver (``wineserver -k``, then ``-w``). A
+        wineserver started by programs without a display keeps a desktop that cannot make windows:
+        a test that draws one starts from here."""
         server = Path(self.wine).resolve().with_name("wineserver")
-        argv = [str(server) if server.exists() else "wineserver", "-k"]
-        subprocess.run(argv, env=self.env(), timeout=60, check=False, capture_output=True)
+        server_cmd = str(server) if server.exists() else "wineserver"
+        for flag in ("-k", "-w"):
+            subprocess.run([server_cmd, flag], env=self.env(), timeout=60, check=False, capture_output=True)
