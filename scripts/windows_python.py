@@ -25,6 +25,7 @@ wine64``), 1 on any other failure.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -172,10 +173,12 @@ def ensure(root: Path) -> dict:
     if wine is None:
         raise FileNotFoundError("wine is not installed (Debian: apt-get install wine64)")
     root.mkdir(parents=True, exist_ok=True)
-    exe = unpack_interpreter(root)
-    write_pth(root)
-    install(root, build_wheel(root))
-    make_prefix(root, wine)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test sessions on one checkout build it one after the other
+        exe = unpack_interpreter(root)
+        write_pth(root)
+        install(root, build_wheel(root))
+        make_prefix(root, wine)
     return {"python": str(exe), "wine": wine, "env": wine_env(root)}
 
 
