@@ -21,6 +21,7 @@ from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_sim import WallClockGame
 from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
+from mqttrl.nodes.worker.loops import RealTimeLoop
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
@@ -164,13 +165,14 @@ def test_a_game_resetting_in_the_background_leaves_no_row_in_the_samples(monkeyp
     transitions sent are those steps less the ones played in a gap."""
     ft = FakeTime()
     played_not_recorded = []
-    orig = node_mod.WorkerNode._gap_step
+    orig = RealTimeLoop.gap_step
 
-    def gap_step(self, envs, out, record):
+    def gap_step(self, out, record):
+        envs = self.envs
         played_not_recorded.append(envs.num_envs - len(envs.resetting_rows) - len(envs.failed))
-        return orig(self, envs, out, record)
+        return orig(self, out, record)
 
-    monkeypatch.setattr(node_mod.WorkerNode, "_gap_step", gap_step)
+    monkeypatch.setattr(RealTimeLoop, "gap_step", gap_step)
     params = DQNParams(hidden=[16], n_step=1)
     worker, games, topics, t = start_worker(
         monkeypatch, ft, paused=False, max_env_steps=600, params=params, game=SlowReset
@@ -191,13 +193,13 @@ def test_the_control_thread_reads_at_real_time_priority_and_does_its_chores_at_t
             policies["read"].add(os.sched_getscheduler(0))
             return super().read_obs()
 
-    orig = node_mod.WorkerNode._heartbeat
+    orig = node_mod.WorkerNode.heartbeat
 
     def heartbeat(self):
         policies["heartbeat"].add(os.sched_getscheduler(0))
         return orig(self)
 
-    monkeypatch.setattr(node_mod.WorkerNode, "_heartbeat", heartbeat)
+    monkeypatch.setattr(node_mod.WorkerNode, "heartbeat", heartbeat)
     ft = FakeTime()
     worker, _games, _topics, t = start_worker(
         monkeypatch, ft, paused=False, max_env_steps=40, game=Recording, priority=5

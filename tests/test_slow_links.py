@@ -201,7 +201,7 @@ def test_the_worker_decodes_only_the_newest_of_queued_weights():
         inbox.put(Message(worker.topics.weights, payload, True))
     inbox.put(Message(worker.topics.flow, b'{"pause": true}', True))
     worker.node.inbox = inbox
-    worker._drain()
+    worker.drain()
     assert worker.core.pending_weights.version == 5 and worker.weights_inbox.superseded == 4
     assert seen_flow == [True]  # the flow message was handled before any model was decoded
 

@@ -37,6 +37,7 @@ from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import (
     EpisodeReport,
+    EpisodeStats,
     Evaluation,
     Heartbeat,
     LearnerMetrics,
@@ -106,7 +107,7 @@ class TelemetryNode:
         run: str,
         storages: list,
         settings: TelemetrySettings | None = None,
-        on_episode: Callable[[str, dict], None] | None = None,
+        on_episode: Callable[[str, EpisodeStats], None] | None = None,
     ):
         self.topics = Topics(run)
         self.on_episode = on_episode
@@ -119,8 +120,7 @@ class TelemetryNode:
         self.all_returns: collections.deque = collections.deque(maxlen=10000)
         self.all_lengths: collections.deque = collections.deque(maxlen=10000)
         self.episodes = 0
-        #: the learner's newest metrics message (None before one came)
-        self.learner: LearnerMetrics | None = None
+        self.learner: LearnerMetrics | None = None  # its newest metrics message
         self.learner_status = "unknown"
         #: the run's resolved config (the learner's retained ``config`` message), once received
         self.config: dict | None = None

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import attrs
 
 from mqttrl.config import LearnerConfig, RunConfig
+from mqttrl.nodes.learner.worker_table import WorkerTable
 from mqttrl.plugin.algorithm import AsyncLearner, Mode, SyncLearner
 from mqttrl.settings import from_section, view
 from mqttrl.wire import Heartbeat, Rejected, SampleBatch, SampleSpec, WorkerState, decode_batch
@@ -413,10 +414,8 @@ class LearnerCore:
         self.batches_total = 0
         self.paused = False
         self.train_metrics: dict = {}
-        #: per worker, what its last metrics row said (online, restarts, missing): a change is reported first
-        self._reported: dict[str, tuple] = {}
-        #: where the next turn of the per-worker table starts, for fleets bigger than one message holds
-        self._table_cursor = 0
+        #: the metrics message's per-worker table, bounded for big fleets
+        self.table = WorkerTable(rules.metrics_workers)
         #: forgotten workers' sequence numbers, newest last (at most MAX_RETIRED): dedupe does not
         #: depend on the table of workers, nor on their retained states
         self._retired: dict[str, dict[str, int]] = {}
@@ -522,8 +521,7 @@ class LearnerCore:
         self.batches_total += 1
 
     def on_heartbeat(self, worker: str, payload: bytes, now: float) -> Heartbeat:
-        """A worker's heartbeat: it is alive, on this version, this far; the record, for the
-        fleet's timing figures (decoded once)."""
+        """A worker's heartbeat: alive, on this version, this far; the record for the fleet's timing."""
         hb = Heartbeat.decode(payload)
         status = self.workers.get(worker)
         if status is None:
@@ -609,7 +607,7 @@ class LearnerCore:
                 forget.append(w.name)
         for name in forget:
             self._retire(self.workers.pop(name))
-            self._reported.pop(name, None)
+            self.table.forget(name)
         if forget:
             log.info("forgot %d workers offline for over %.0fs", len(forget), self.rules.forget_offline_s)
         return gone
@@ -652,31 +650,6 @@ class LearnerCore:
                 out[w.name] = seqs
         return out
 
-    def _table_rows(self, workers: list[WorkerStatus]) -> list[WorkerStatus]:
-        """The workers of this metrics message's per-worker table: all of them up to
-        ``rules.metrics_workers``; past that, those whose state changed since their last row
-        (online, restarts, missing batches) first, then the others in turn. A fleet of a
-        thousand would otherwise put ~200 kB into every metrics message; the totals above the
-        table always count every worker."""
-        limit = self.rules.metrics_workers
-        if len(workers) <= limit:
-            rows = workers
-        else:
-            changed = [w for w in workers if self._reported.get(w.name) != (w.online, w.restarts, w.missing)]
-            rows = changed[:limit]
-            taken = {w.name for w in rows}
-            start = self._table_cursor % len(workers)
-            for k in range(len(workers)):
-                if len(rows) >= limit:
-                    break
-                w = workers[(start + k) % len(workers)]
-                self._table_cursor = start + k + 1
-                if w.name not in taken:
-                    rows.append(w)
-        for w in rows:
-            self._reported[w.name] = (w.online, w.restarts, w.missing)
-        return rows
-
     def snapshot(self, now: float) -> dict:
         """The core's part of the learner metrics."""
         workers = list(self.workers.values())
@@ -692,23 +665,7 @@ class LearnerCore:
             "old_epoch_batches": self.old_epoch_batches,
             "workers_online": sum(w.online for w in workers),
             "workers_known": len(workers),
-            "workers": {
-                w.name: {
-                    "online": w.online,
-                    "last_seen_s": round(now - w.last_seen, 2) if w.last_seen is not None else None,
-                    "model_version": w.model_version,
-                    "version_lag": self.version - w.model_version if w.model_version >= 0 else None,
-                    "env_steps": w.env_steps,
-                    "samples": w.samples,
-                    "missing_batches": w.missing,
-                    "incarnation": w.incarnation,
-                    "restarts": w.restarts,
-                    "env_restarts": w.env_restarts_total,
-                    "first_seq": w.first_seq,
-                    "last_seq": w.last_seq,
-                }
-                for w in self._table_rows(workers)
-            },
+            "workers": self.table.rows(workers, self.version, now),
             "train": self.train_metrics,
             "round": self.mode.snapshot(now),
         }

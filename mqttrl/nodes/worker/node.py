@@ -14,7 +14,6 @@ heartbeat says) are in :mod:`mqttrl.nodes.worker.core`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import queue
@@ -39,8 +38,10 @@ from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
 from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
+from mqttrl.nodes.worker.loops import GameLoop, make_loop
 from mqttrl.nodes.worker.policy import make_worker_policy
-from mqttrl.nodes.worker.remote_forward import InferenceUnavailable, RemoteForward
+from mqttrl.nodes.worker.remote_forward import RemoteForward
+from mqttrl.nodes.worker.step import StepRecorder
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
@@ -122,8 +123,6 @@ class WorkerNode:
         self.remote: RemoteForward | None = None
         self.actor: Actor | None = None
         self._init_timing()
-        #: env restarts so far (games that crashed and were made afresh): heartbeats report it
-        self.env_restarts = 0
         self.weights_inbox = WeightsInbox(decode_weights)  # the newest weights, big ones decoded off the game loop
         self.node = MqttNode(
             broker,
@@ -154,13 +153,10 @@ class WorkerNode:
         self.evaluation: WorkerEvaluation | None = None
         #: the info of the model loaded last (what an evaluation of it reports, e.g. its env steps)
         self.model_info: dict = {}
-        self.games_paused = False
-        self.idle_reason: str | None = None
         #: the control thread's scheduling priority: raised for the period's deadline, lowered for its chores
         self.priority = ThreadPriority(0)
-        #: a real-time step is being played but not recorded (another game of this worker resets)
-        self._gap = False
-        self._chore_s = 0.0
+        #: the game loop (free or real-time) once the first model is in, else None
+        self.loop: GameLoop | None = None
 
     # ---- what other code reads -------------------------------------------------
     @property
@@ -179,6 +175,16 @@ class WorkerNode:
     @property
     def episodes(self) -> int:
         return self.core.episodes
+
+    @property
+    def env_restarts(self) -> int:
+        """Games that crashed and were made afresh so far (heartbeats report it)."""
+        return self.envs.env_restarts if self.envs is not None else 0
+
+    @property
+    def games_paused(self) -> bool:
+        """Whether the real-time loop paused its games (they can pause): nothing useful to do."""
+        return self.loop is not None and self.loop.games_paused
 
     def stop(self, *_: Any) -> None:
         self._stop.set()
@@ -220,7 +226,7 @@ class WorkerNode:
                 return
             self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
             self.evaluation = self._make_evaluation(cfg)
-            self._load_new_weights()
+            self.load_new_weights()
             self._step_until_done(envs)
         finally:
             envs.close()
@@ -272,12 +278,15 @@ class WorkerNode:
             self.core.version,
             self.backend,
         )
+        recorder = StepRecorder(
+            self.actor, self.core, self.blocks, self.demo_recorder, self.heartbeat, self._stop.is_set
+        )
+        self.loop = make_loop(self, envs, recorder)
         try:
-            tick = self._tick_realtime if isinstance(envs, RealTimeEnvSet) else self._tick
             if isinstance(envs, RealTimeEnvSet):
                 envs.restart_clocks()  # the wait for a model is not an overrun
             while not self._stop.is_set() and not self.core.finished:
-                tick(envs)
+                self.loop.tick()
         finally:
             self.priority.low()
             self._flush()  # every recorded row is a real transition, even after an EnvFailing
@@ -293,21 +302,6 @@ class WorkerNode:
             "games_paused": int(self.games_paused),
         }
 
-    def _tick(self, envs: EnvSet) -> None:
-        """One turn of the game loop: messages, new weights, heartbeat, a vector step, maybe a batch."""
-        self._drain()
-        self._load_new_weights()
-        self._heartbeat_if_due()
-        self._evaluate_if_due(envs)
-        idle = self._idle_now()
-        if idle:
-            # idle in small slices: messages, weights and heartbeats go on; behind a link that
-            # drains its backlog in milliseconds, slices short enough to keep it busy
-            self._drain(timeout=0.005 if idle == "link_behind" else 0.05)
-            return
-        if self._step(envs):
-            self._send_when_due()
-
     # ---- greedy evaluation on this game ---------------------------------------------------
     def _make_evaluation(self, cfg: RunConfig) -> WorkerEvaluation | None:
         why_not = why_not_evaluating(cfg.train, self.info.mode, self.index)
@@ -317,7 +311,7 @@ class WorkerNode:
             return None
         return WorkerEvaluation(cfg.train.eval_episodes, cfg.train.eval_every_s, self.clock)
 
-    def _evaluate_if_due(self, envs: EnvSet) -> None:
+    def evaluate_if_due(self, envs: EnvSet) -> None:
         """Between steps, when due: the greedy episodes on this worker's own envs, nothing recorded,
         the result on ``eval/<worker>``; messages and heartbeats go on meanwhile. A game that fails
         during it ends the evaluation (no result); the env set makes it afresh as after any failure."""
@@ -327,7 +321,7 @@ class WorkerNode:
         if self.core.rules.sync and not self.core.awaiting_model:
             return  # a PPO round's share is being collected: its evaluation waits for the round's end
         if self.actor.pending():  # what was recorded goes out first (a batch never spans the gap)
-            self._send_batch()
+            self.send_batch()
         version = self.core.version
         try:
             result = ev.play(envs, self.actor, version, self.model_info, during=self._evaluation_chores)
@@ -351,10 +345,10 @@ class WorkerNode:
 
     def _evaluation_chores(self) -> None:
         """While an evaluation plays: messages (a new model waits until it ends) and heartbeats."""
-        self._drain()
-        self._heartbeat_if_due()
+        self.drain()
+        self.heartbeat_if_due()
 
-    def _idle_now(self) -> str | None:
+    def idle_now(self) -> str | None:
         """Why the worker idles now (the core's :meth:`~WorkerCore.should_idle` over this turn's
         reading of the link), None to play; a change is logged, the idle time counted."""
         now, n = self.clock(), self.node
@@ -370,182 +364,24 @@ class WorkerNode:
                 log.log(quiet, "worker %s plays again (%s no more)", self.name, IDLE_REASONS[before])
         return reason
 
-    # ---- real time ---------------------------------------------------------------------
-    def _tick_realtime(self, envs: RealTimeEnvSet) -> None:
-        """One control period: forward, send the actions, do the chores while the period runs
-        (messages, a new model, heartbeat, a batch out), wait for its end, read, record.
-
-        A worker with nothing useful to do pauses games that can pause (resumed at once when
-        there is); a game that cannot pause plays on with the newest model, its steps not
-        recorded meanwhile (they would be lost or refused as stale)."""
-        self._evaluate_if_due(envs)
-        idle = self.idle_reason = self._idle()
-        if idle and envs.pausable:
-            self.priority.low()  # nothing runs against a deadline while the games are paused
-            if not self.games_paused:
-                envs.pause()
-                self.games_paused = True
-                # a PPO round pauses the games every round: said at debug level; the other reasons at info
-                say = log.debug if self.core.awaiting_model else log.info
-                say("worker %s paused its games: %s", self.name, idle)
-            with self.blocks.timed("paused"):
-                self._drain(timeout=0.01)
-            self._load_new_weights()
-            self._heartbeat_if_due()
-            return
-        if self.games_paused:
-            envs.resume()
-            self.games_paused = False
-            log.debug("worker %s resumed its games", self.name)
-        record = idle is None  # a game that cannot pause plays on; nothing is recorded while idle
-        self.priority.high()  # forward, actions out, the wait to the period's end and the reads
-        acted = self._act(envs)
-        if acted is None:
-            return
-        actions, extras, t1 = acted
-        clock = self.blocks.clock
-        slept0, spun0 = envs.slept, envs.spun
-        self._chore_s = 0.0
-        out = envs.step(actions, during=self._chores)
-        slept = envs.slept - slept0
-        self.blocks.add("wait", slept)
-        if envs.spun > spun0:
-            self.blocks.add("spin", envs.spun - spun0)  # the part of the wait spent spinning (CPU)
-        self.blocks.add("env_step", max(0.0, clock() - t1 - slept - self._chore_s))
-        if envs.resetting_rows:
-            record = self._gap_step(envs, out, record)
-        else:
-            self._gap = False
-        self._take_step(envs, actions, extras, out, record, timed_record=True)
-
-    def _gap_step(self, envs: RealTimeEnvSet, out: tuple, record: bool) -> bool:
-        """A step in which some games were resetting on their threads (their rows hold no
-        transition): the other games were served on time, but the actor takes every game's row
-        at once, so this step is played, not recorded. At the gap's start the other games' open
-        windows end where they got to (as a truncation), so no n-step return spans the gap."""
-        if record and not self._gap:
-            obs = out[0]
-            for i in range(envs.num_envs):
-                if i not in envs.resetting_rows and i not in envs.failed:
-                    self.actor.truncate(i, obs[i])
-        self._gap = True
-        return False
-
-    def _chores(self) -> None:
-        """What a real-time worker does while a period runs (the actions are out): messages,
-        a new model (decoded and loaded; the transition in flight, acted on by the model before,
-        is recorded under the new version: one step's label, never its data), heartbeat, a due
-        batch (encoded and queued; the network thread sends it). Never waits on the network;
-        its time is measured (``chores`` in the period, per block in heartbeats). They run at the
-        thread's ordinary priority (threads they start inherit it); the deadline's is back after."""
-        self.priority.low()
-        t0 = self.blocks.clock()
-        with self.blocks.timed("receive"):
-            self._drain()
-        self._load_new_weights()
-        self._heartbeat_if_due()
-        if self.core.next_move(self.actor.pending(), self.clock()) is Move.SEND:
-            self._send_batch()
-        self._chore_s = self.blocks.clock() - t0
-        self.priority.high()
-
-    def _idle(self) -> str | None:
-        """Why the worker has nothing useful to do now, or None: waiting for a PPO round's model,
-        or what the core's :meth:`~WorkerCore.should_idle` says (link down, learner away or
-        holding workers back, outbox full); a game that can pause is paused meanwhile."""
-        if self.core.awaiting_model:
-            return "waiting for the learner's next model"
-        reason = self._idle_now()
-        return IDLE_REASONS[reason] if reason is not None else None
-
-    def _step(self, envs: EnvSet) -> bool:
-        """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
-        acted = self._act(envs)
-        if acted is None:
-            return False
-        actions, extras, t1 = acted
-        out = envs.step(actions)
-        self.blocks.add("env_step", self.blocks.clock() - t1)
-        self._take_step(envs, actions, extras, out, record=True, timed_record=False)
-        return True
-
-    def _act(self, envs: EnvSet) -> tuple[Any, dict, float] | None:
-        """The actions for every env's observation, their extras and when the forward ended (its
-        time is the ``forward`` block); None when central inference is down (logged, heartbeated)."""
-        t0 = self.blocks.clock()
-        try:
-            actions, extras = self.actor.act(envs.obs)
-        except InferenceUnavailable as e:
-            log.error("%s", e)
-            self._heartbeat()
-            return None
-        t1 = self.blocks.clock()
-        self.blocks.add("forward", t1 - t0)
-        return actions, extras, t1
-
-    def _take_step(self, envs: EnvSet, actions, extras, out: tuple, record: bool, timed_record: bool) -> None:
-        """What a vector step gave, handed to the actor (the free and the real-time loop alike):
-        a person's actions where the env reports them, crashed games' rows refilled, recorded
-        (unless ``record`` is False: an idle game that cannot pause), counted."""
-        obs, rewards, next_obs, terminated, truncated, ended = out
-        actions = envs.taken(actions)  # a person's actions where the env reports them (demonstrations)
-        if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
-            obs, actions, extras = obs.copy(), actions.copy(), {k: v.copy() for k, v in extras.items()}
-            for i in envs.failed:
-                self.actor.truncate(i, obs[i])  # the episode ends where it really got to
-                self._refill_row(envs, i, obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
-        if record:
-            with self.blocks.timed("record") if timed_record else contextlib.nullcontext():
-                self.actor.record(obs, actions, extras, rewards, next_obs, terminated, truncated)
-            if self.demo_recorder is not None:  # a person's whole episodes to a dataset (mqttrl.demos.live)
-                self.demo_recorder.step(envs, obs, actions, rewards, next_obs, terminated, truncated)
-        # a game resetting on its thread made no step (its row holds no transition)
-        self.core.stepped(envs.num_envs - len(getattr(envs, "resetting_rows", ())), ended, time.time())
-        self.env_restarts = envs.env_restarts
-
-    def _refill_row(self, envs: EnvSet, i: int, obs, actions, extras, rewards, next_obs, terminated, truncated, ended):
-        """Fill row ``i`` of a vector step in place with a real transition of env ``i``, made
-        afresh after its step failed: act on its new first observation (row ``i`` of a
-        policy call over all rows), step it alone; again while it fails (``EnvSet`` backs
-        off, and raises :class:`EnvFailing` when it keeps failing)."""
-        while True:
-            obs[i] = envs.obs[i]
-            try:
-                acts, more = self.actor.act(obs)
-            except InferenceUnavailable as e:  # the other rows are stepped already: wait for inference
-                log.error("%s", e)
-                self._heartbeat()
-                if self._stop.is_set():
-                    raise
-                continue
-            got = envs.step_env(i, acts[i])
-            if got is not None:
-                break
-        obs[i], rewards[i], next_obs[i], terminated[i], truncated[i], end = got
-        actions[i] = acts[i]
-        for k, v in more.items():
-            extras[k][i] = v[i]
-        if end is not None:
-            ended.append(end)
-
-    def _send_when_due(self) -> None:
+    def send_when_due(self) -> None:
         """Send a batch when the core says so; in sync mode that was the share: wait for the next model."""
         if self.core.next_move(self.actor.pending(), self.clock()) is not Move.SEND:
             return  # STEP on; or STOP, which the run loop reads from core.finished
-        self._send_batch()
+        self.send_batch()
         if self.core.awaiting_model:
             if self.envs is not None:  # the round's gap: a greedy evaluation on this game, when due
-                self._evaluate_if_due(self.envs)
+                self.evaluate_if_due(self.envs)
             self._wait_for_newer_model()
 
     def _flush(self) -> None:
         """On the way out: what is pending, and the episodes not yet reported."""
         if self.actor.pending():
-            self._send_batch()
+            self.send_batch()
         self._send_episodes()
 
     # ---- weights -------------------------------------------------------------------
-    def _load_new_weights(self) -> None:
+    def load_new_weights(self) -> None:
         try:
             load = self.core.weights_to_load()
         except Rejected as r:
@@ -556,7 +392,7 @@ class WorkerNode:
         if load.discard_partial:  # only in sync mode, where the actor is a SyncActor (checked when built)
             cast(SyncActor, self.actor).discard()
         if self.actor.pending():  # a batch never mixes model versions
-            self._send_batch()
+            self.send_batch()
         w = load.weights
         with self.blocks.timed("load"):
             self.actor.load_weights(w.tensors, w.info)
@@ -581,12 +417,12 @@ class WorkerNode:
         """
         deadline = self.clock() + timeout
         while self.core.awaiting_model and not self._stop.is_set():
-            self._drain(timeout=0.05)
-            self._load_new_weights()
+            self.drain(timeout=0.05)
+            self.load_new_weights()
             now = self.clock()
             if self.core.awaiting_model and now >= deadline:
                 raise SyncTimeout(self._sync_timeout_message(timeout))
-            self._heartbeat_if_due(now)
+            self.heartbeat_if_due(now)
 
     def _sync_timeout_message(self, timeout: float) -> str:
         state = "online" if self.core.learner_online else "offline"
@@ -598,7 +434,7 @@ class WorkerNode:
         )
 
     # ---- publishing ----------------------------------------------------------------
-    def _send_batch(self) -> None:
+    def send_batch(self) -> None:
         self._send_episodes()
         count = self.actor.pending()  # transitions; a pool field (DQN's frames) has its own row count
         arrays = self.actor.take()
@@ -640,11 +476,11 @@ class WorkerNode:
         if report is not None:
             self.node.publish(self.topics.episodes(self.name), report.encode(), qos=1, kind="episodes")
 
-    def _heartbeat_if_due(self, now: float | None = None) -> None:
+    def heartbeat_if_due(self, now: float | None = None) -> None:
         if self.core.heartbeat_due(self.clock() if now is None else now):
-            self._heartbeat()
+            self.heartbeat()
 
-    def _heartbeat(self) -> None:
+    def heartbeat(self) -> None:
         self._note_acks()
         hb = self.core.heartbeat(
             time.time(),
@@ -659,7 +495,8 @@ class WorkerNode:
         if self.game is not None:  # the game this worker launched: its starts, and those after the first
             hb.game = {"launches": self.game.launches, "relaunches": self.game.relaunches}
         if self.period_stats is not None:
-            hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": self.idle_reason}
+            idle = self.loop.idle_reason if self.loop is not None else None
+            hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": idle}
         if self.envs is not None and self.envs.act_latency.n:
             hb.act_latency = self.envs.act_latency.report()
         self.node.publish(self.topics.heartbeat(self.name), hb.encode(), qos=0, kind="heartbeat")
@@ -691,7 +528,7 @@ class WorkerNode:
         ).encode()
 
     # ---- inbox ---------------------------------------------------------------------
-    def _drain(self, timeout: float = 0.0) -> None:
+    def drain(self, timeout: float = 0.0) -> None:
         """Handle every queued message, waiting up to ``timeout`` for the first.
 
         A worker only needs the newest model: of the weights messages queued, only the last is
@@ -725,7 +562,7 @@ class WorkerNode:
         while not ready():
             if self._stop.is_set():
                 return False
-            self._drain(timeout=0.2)
+            self.drain(timeout=0.2)
             now = self.clock()
             if now - last_note > 10:
                 last_note = now
@@ -765,7 +602,7 @@ class WorkerNode:
 
     def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
         """The forward (where the network runs) and the algorithm's actor over it (:mod:`.policy`)."""
-        remote_as = (self.node.settings, self.topics.run, self.name, self._heartbeat_if_due)
+        remote_as = (self.node.settings, self.topics.run, self.name, self.heartbeat_if_due)
         made = make_worker_policy(cfg, self.info, obs_space, act_space, ctx, remote_as)
         self.backend, self.forward, self.actor, self.remote = made.backend, made.forward, made.actor, made.remote
 

@@ -1,0 +1,122 @@
+"""One vector step as a record, and what happens to it: the same for the free and the real-time loop.
+
+A step gives every env's row of a transition. Before the actor records it, a person's actions
+replace the policy's where the env reports them (demonstrations), and the row of a game that
+crashed mid-step is refilled with a real transition of the env made afresh; then the actor, the
+demonstration recorder and the worker core (counts, finished episodes) each get the same record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from mqttrl.envs.rollout import EnvSet
+from mqttrl.nodes.worker.remote_forward import InferenceUnavailable
+from mqttrl.plugin.algorithm import Actor
+from mqttrl.timing import BlockTimes
+
+log = logging.getLogger("mqttrl.worker")
+
+
+@attrs.define
+class VectorStep:
+    """Every env's row of one step: what the actor acted on, did, got and saw next, and which
+    episodes ended (``EpisodeEnd``)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    #: the actor's per-row extras (log-probabilities, values, ...), by name
+    extras: dict[str, np.ndarray]
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    ended: list
+
+    @classmethod
+    def of(cls, actions: Any, extras: dict, out: tuple) -> VectorStep:
+        """The record of ``envs.step(actions)``'s ``out`` (obs, rewards, next_obs, terminated, truncated, ended)."""
+        obs, rewards, next_obs, terminated, truncated, ended = out
+        return cls(obs, actions, extras, rewards, next_obs, terminated, truncated, ended)
+
+    def copy_inputs(self) -> None:
+        """Own copies of what the refill overwrites (the arrays may be the envs' or the actor's)."""
+        self.obs, self.actions = self.obs.copy(), self.actions.copy()
+        self.extras = {k: v.copy() for k, v in self.extras.items()}
+
+
+class StepRecorder:
+    """Hands each vector step on: to the actor (recorded), the demonstration recorder and the core."""
+
+    def __init__(
+        self,
+        actor: Actor,
+        core: Any,
+        blocks: BlockTimes,
+        demo_recorder: Any,
+        inference_down: Callable[[], None],
+        stopping: Callable[[], bool],
+    ):
+        self.actor = actor
+        #: the worker core: counts the step and the episodes it finished
+        self.core = core
+        self.blocks = blocks
+        #: a person's whole episodes to a dataset (:mod:`mqttrl.demos.live`), or None
+        self.demo_recorder = demo_recorder
+        #: called while central inference is down during a refill (the worker heartbeats)
+        self.inference_down = inference_down
+        self.stopping = stopping
+
+    def take(self, envs: EnvSet, step: VectorStep, record: bool, timed: bool) -> None:
+        """A person's actions where the env reports them, crashed games' rows refilled, recorded
+        (unless ``record`` is False: an idle game that cannot pause), counted; ``timed``: the
+        recording is the ``record`` block (the real-time loop times every part of its period)."""
+        step.actions = envs.taken(step.actions)  # a person's actions where the env reports them (demonstrations)
+        if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
+            step.copy_inputs()
+            for i in envs.failed:
+                self.actor.truncate(i, step.obs[i])  # the episode ends where it really got to
+                self.refill_row(envs, i, step)
+        if record:
+            with self.blocks.timed("record") if timed else contextlib.nullcontext():
+                self.actor.record(
+                    step.obs, step.actions, step.extras, step.rewards, step.next_obs, step.terminated, step.truncated
+                )
+            if self.demo_recorder is not None:
+                self.demo_recorder.step(
+                    envs, step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated
+                )
+        # a game resetting on its thread made no step (its row holds no transition)
+        self.core.stepped(envs.num_envs - len(getattr(envs, "resetting_rows", ())), step.ended, time.time())
+
+    def refill_row(self, envs: EnvSet, i: int, step: VectorStep) -> None:
+        """Fill row ``i`` of ``step`` in place with a real transition of env ``i``, made afresh
+        after its step failed: act on its new first observation (row ``i`` of a policy call over
+        all rows), step it alone; again while it fails (``EnvSet`` backs off, and raises
+        :class:`EnvFailing` when it keeps failing)."""
+        while True:
+            step.obs[i] = envs.obs[i]
+            try:
+                acts, more = self.actor.act(step.obs)
+            except InferenceUnavailable as e:  # the other rows are stepped already: wait for inference
+                log.error("%s", e)
+                self.inference_down()
+                if self.stopping():
+                    raise
+                continue
+            got = envs.step_env(i, acts[i])
+            if got is not None:
+                break
+        step.obs[i], step.rewards[i], step.next_obs[i], step.terminated[i], step.truncated[i], end = got
+        step.actions[i] = acts[i]
+        for k, v in more.items():
+            step.extras[k][i] = v[i]
+        if end is not None:
+            step.ended.append(end)
