@@ -24,6 +24,65 @@ class PcKey(NamedTuple):
     vk: int
 
 
+#: keys without the E0 prefix: name -> (scan code, virtual key)
+_PLAIN = {
+    "Escape": (0x01, 0x1B),
+    "minus": (0x0C, 0xBD),
+    "equal": (0x0D, 0xBB),
+    "BackSpace": (0x0E, 0x08),
+    "Tab": (0x0F, 0x09),
+    "bracketleft": (0x1A, 0xDB),
+    "bracketright": (0x1B, 0xDD),
+    "Return": (0x1C, 0x0D),
+    "Control_L": (0x1D, 0xA2),
+    "semicolon": (0x27, 0xBA),
+    "apostrophe": (0x28, 0xDE),
+    "grave": (0x29, 0xC0),
+    "Shift_L": (0x2A, 0xA0),
+    "backslash": (0x2B, 0xDC),
+    "comma": (0x33, 0xBC),
+    "period": (0x34, 0xBE),
+    "slash": (0x35, 0xBF),
+    "Shift_R": (0x36, 0xA1),
+    "KP_Multiply": (0x37, 0x6A),
+    "Alt_L": (0x38, 0xA4),
+    "space": (0x39, 0x20),
+    "Caps_Lock": (0x3A, 0x14),
+    "KP_7": (0x47, 0x67),
+    "KP_8": (0x48, 0x68),
+    "KP_9": (0x49, 0x69),
+    "KP_Subtract": (0x4A, 0x6D),
+    "KP_4": (0x4B, 0x64),
+    "KP_5": (0x4C, 0x65),
+    "KP_6": (0x4D, 0x66),
+    "KP_Add": (0x4E, 0x6B),
+    "KP_1": (0x4F, 0x61),
+    "KP_2": (0x50, 0x62),
+    "KP_3": (0x51, 0x63),
+    "KP_0": (0x52, 0x60),
+    "KP_Decimal": (0x53, 0x6E),
+}
+#: keys with the E0 prefix (the arrows and the block above them, the right-hand modifiers ...)
+_EXTENDED = {
+    "KP_Enter": (0x1C, 0x0D),
+    "Control_R": (0x1D, 0xA3),
+    "KP_Divide": (0x35, 0x6F),
+    "Alt_R": (0x38, 0xA5),
+    "Home": (0x47, 0x24),
+    "Up": (0x48, 0x26),
+    "Prior": (0x49, 0x21),
+    "Left": (0x4B, 0x25),
+    "Right": (0x4D, 0x27),
+    "End": (0x4F, 0x23),
+    "Down": (0x50, 0x28),
+    "Next": (0x51, 0x22),
+    "Insert": (0x52, 0x2D),
+    "Delete": (0x53, 0x2E),
+    "Super_L": (0x5B, 0x5B),
+    "Super_R": (0x5C, 0x5C),
+}
+
+
 def _table() -> dict[str, PcKey]:
     keys: dict[str, PcKey] = {}
     rows = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
@@ -35,63 +94,8 @@ def _table() -> dict[str, PcKey]:
     for i in range(10):
         keys[f"F{i + 1}"] = PcKey(0x3B + i, False, 0x70 + i)
     keys["F11"], keys["F12"] = PcKey(0x57, False, 0x7A), PcKey(0x58, False, 0x7B)
-    plain = {
-        "Escape": (0x01, 0x1B),
-        "minus": (0x0C, 0xBD),
-        "equal": (0x0D, 0xBB),
-        "BackSpace": (0x0E, 0x08),
-        "Tab": (0x0F, 0x09),
-        "bracketleft": (0x1A, 0xDB),
-        "bracketright": (0x1B, 0xDD),
-        "Return": (0x1C, 0x0D),
-        "Control_L": (0x1D, 0xA2),
-        "semicolon": (0x27, 0xBA),
-        "apostrophe": (0x28, 0xDE),
-        "grave": (0x29, 0xC0),
-        "Shift_L": (0x2A, 0xA0),
-        "backslash": (0x2B, 0xDC),
-        "comma": (0x33, 0xBC),
-        "period": (0x34, 0xBE),
-        "slash": (0x35, 0xBF),
-        "Shift_R": (0x36, 0xA1),
-        "KP_Multiply": (0x37, 0x6A),
-        "Alt_L": (0x38, 0xA4),
-        "space": (0x39, 0x20),
-        "Caps_Lock": (0x3A, 0x14),
-        "KP_7": (0x47, 0x67),
-        "KP_8": (0x48, 0x68),
-        "KP_9": (0x49, 0x69),
-        "KP_Subtract": (0x4A, 0x6D),
-        "KP_4": (0x4B, 0x64),
-        "KP_5": (0x4C, 0x65),
-        "KP_6": (0x4D, 0x66),
-        "KP_Add": (0x4E, 0x6B),
-        "KP_1": (0x4F, 0x61),
-        "KP_2": (0x50, 0x62),
-        "KP_3": (0x51, 0x63),
-        "KP_0": (0x52, 0x60),
-        "KP_Decimal": (0x53, 0x6E),
-    }
-    extended = {
-        "KP_Enter": (0x1C, 0x0D),
-        "Control_R": (0x1D, 0xA3),
-        "KP_Divide": (0x35, 0x6F),
-        "Alt_R": (0x38, 0xA5),
-        "Home": (0x47, 0x24),
-        "Up": (0x48, 0x26),
-        "Prior": (0x49, 0x21),
-        "Left": (0x4B, 0x25),
-        "Right": (0x4D, 0x27),
-        "End": (0x4F, 0x23),
-        "Down": (0x50, 0x28),
-        "Next": (0x51, 0x22),
-        "Insert": (0x52, 0x2D),
-        "Delete": (0x53, 0x2E),
-        "Super_L": (0x5B, 0x5B),
-        "Super_R": (0x5C, 0x5C),
-    }
-    keys.update({name: PcKey(scan, False, vk) for name, (scan, vk) in plain.items()})
-    keys.update({name: PcKey(scan, True, vk) for name, (scan, vk) in extended.items()})
+    keys.update({name: PcKey(scan, False, vk) for name, (scan, vk) in _PLAIN.items()})
+    keys.update({name: PcKey(scan, True, vk) for name, (scan, vk) in _EXTENDED.items()})
     return keys
 
 
