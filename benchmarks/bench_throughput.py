@@ -12,7 +12,7 @@ Starts its own mosquitto on a free port and measures, in one run:
    * ``loop``     -- the batch is taken (``actor.take()``) and thrown away;
    * ``encode``   -- ... and encoded with ``encode_batch``;
    * ``publish``  -- ... and handed to ``MqttNode.publish(qos=1, kind="samples")``
-                     (what ``WorkerNode._send_batch`` does);
+                     (what ``WorkerNode.send_batch`` does);
    * ``full``     -- ``publish`` plus one JSON message per finished episode on
                      the episodes topic, as ``WorkerNode.run`` sends them.
 
@@ -248,7 +248,7 @@ def _worker_steps(mode: str, num_envs: int, seconds: float, batch: int, node, to
     t0 = perf()
     deadline = t0 + seconds
     while True:
-        try:  # WorkerNode._drain: the inbox is polled every step
+        try:  # WorkerNode.drain: the inbox is polled every step
             inbox.get_nowait()
         except queue.Empty:
             pass

@@ -22,24 +22,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.config import ConfigError, RunConfig, write_resolved
-from mqttrl.envs.fit import check_fit, spaces_of_run
+from mqttrl.config import RunConfig, write_resolved
 from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.best import BestModels
-from mqttrl.nodes.learner.core import LearnerCore, Rules
-from mqttrl.nodes.learner.device import describe_device, resolve_device
+from mqttrl.nodes.learner.checkpointing import Checkpointing
 from mqttrl.nodes.learner.env_spec import learner_config
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY, LearnerContext, takes_context
-from mqttrl.plugin.manager import MissingDependency, get_registry
+from mqttrl.nodes.learner.setup import clock, set_up_training, take_demos
+from mqttrl.nodes.learner.setup import init_from as init_from_model
+from mqttrl.nodes.learner.weights_out import WEIGHTS_QOS, WeightsPublisher
+from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import read_score
-from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
-from mqttrl.state.init_from import load_into, read_source
-from mqttrl.state.rng import restore_rng, rng_state, seed_everything
+from mqttrl.state.checkpoint import CheckpointStore
 from mqttrl.timing import BlockTimes, FleetTiming
 from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
@@ -52,21 +48,13 @@ from mqttrl.wire import (
     QuicksaveReply,
     Rejected,
     RejectionCounter,
-    check_compression,
     decode_header,
     decode_weights,
     encode_json,
-    encode_weights,
 )
 from mqttrl.wire.commands import COMMANDS
 
 log = logging.getLogger("mqttrl.learner")
-
-#: the core's clock: worker liveness and round ages are measured on it
-clock = time.monotonic
-
-#: weights go out at QoS 1 (docs/architecture.md, "Weights on a slow link", says why not 0)
-WEIGHTS_QOS = 1
 
 
 class LearnerNode:
@@ -88,17 +76,17 @@ class LearnerNode:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         registry = get_registry()
-        self.info = registry.algorithm(config.algorithm.name)
-        self.params = config.algorithm.params
-        self.obs_space, self.act_space = _env_spaces(config, registry)
-        self._set_up_torch()
         #: where the time goes, per block (receive, sample, train_step, publish), and the workers' reports
         self.blocks = BlockTimes()
-        self._make_learner()
+        training = set_up_training(config, registry, self.blocks)
+        self.info, self.device, self.spec = training.info, training.device, training.spec
+        self.algo, self.core = training.algo, training.core
         #: where the first model's weights came from (--init-from), None: a fresh network
-        self.initialised_from: str | None = None
-        if init_from is not None:
-            self._init_from(Path(init_from), registry)
+        self.initialised_from = (
+            init_from_model(self.algo, Path(init_from), registry, config.algorithm.name)
+            if init_from is not None
+            else None
+        )
         self.fleet_timing = FleetTiming()
         self.dispatch = Dispatcher(
             self.topics,
@@ -111,46 +99,21 @@ class LearnerNode:
             log,
         )
         self.started = time.time()
-        self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=self.lc.keep_checkpoints)
+        store = CheckpointStore(self.run_dir / "checkpoints", keep=self.lc.keep_checkpoints)
+        self.checkpoints = Checkpointing(store, config, self.algo, self.core)
         #: the score of ``checkpoints/best/`` (read back at start: only a better one replaces it) and
         #: the recent versions' exact weights (a best-model save writes the model that was judged)
         self.best = BestModels(read_score(self.best_dir))
         if self.best.score is not None:
             log.info("best model so far: %s", self.best.score.describe())
+        self.weights = WeightsPublisher(config, self.algo, self.core, self.best)
         self._stop = threading.Event()
-        self._last_ckpt_update = 0
-        self.resumed_from: str | None = None
-        #: the newest published weights, re-published by the birth after a (re)connect
-        self._last_weights: bytes | None = None
-        self._start_from(resume)
+        self.resumed_from = self.checkpoints.resume(clock()) if resume else None
+        take_demos(config, training, fresh=self.resumed_from is None)
         write_resolved(config, self.run_dir / "config.json")
         self.node = self._make_client(broker)
         #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
         self.ledger: Ledger | None = None
-
-    def _set_up_torch(self) -> None:
-        """torch, the device (one line if it cannot be used), the seed and the thread count."""
-        torch = _import_torch()
-        try:
-            self.device = resolve_device(self.lc.device, torch)
-            check_compression(self.config.worker.compression)  # the workers' batches must decompress here
-        except (ConfigError, ValueError) as e:  # one line, exit 2 (docs/cli.md)
-            raise ConfigError(str(e)) from None
-        log.info("learner device: %s (learner.device = %r)", describe_device(self.device, torch), self.lc.device)
-        seed_everything(self.config.train.seed)
-        torch.set_num_threads(self.lc.torch_threads)
-
-    def _make_learner(self) -> None:
-        """The algorithm's sample spec and learner, and the core that drives it, in a new epoch."""
-        config = self.config
-        self.spec = self.info.sample_spec(self.params, self.obs_space, self.act_space)
-        make = self.info.make_learner
-        context = LearnerContext(self.device, config.train.seed, self.blocks.timed, log)
-        extra = {"context": context} if takes_context(make) else {}  # an older plugin: called as before
-        self.algo = make(self.params, self.obs_space, self.act_space, self.device, config.train.seed, **extra)
-        self.core = LearnerCore.create(Rules.from_config(config), self.spec, self.info.mode, self.algo, clock())
-        # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
-        self.core.epoch = time.time_ns() // 1_000_000
 
     def _make_client(self, broker: BrokerSettings) -> MqttNode:
         """The learner's MQTT client: a persistent session, its will and birth, manual acks."""
@@ -175,7 +138,7 @@ class LearnerNode:
 
     @property
     def best_dir(self) -> Path:
-        return self.checkpoints.root / "best"
+        return self.checkpoints.store.root / "best"
 
     @property
     def version(self) -> int:
@@ -185,63 +148,6 @@ class LearnerNode:
     def rejections(self) -> RejectionCounter:
         """The one count of refused messages, by reason: the dispatcher's."""
         return self.dispatch.rejections
-
-    def _init_from(self, path: Path, registry: Any) -> None:
-        """A new run from an earlier model: its weights in every network before the first update
-        (the run's first published version); InitFromError (one line, exit 2) when it does not fit."""
-        source = read_source(path, registry)
-        load_into(self.algo, source, self.config.algorithm.name)
-        self.initialised_from = source.origin
-        log.info("initialised the %s networks from %s", self.config.algorithm.name, source.origin)
-
-    def _start_from(self, resume: bool) -> None:
-        """The state training starts from: the newest checkpoint (``resume``), then the demonstrations."""
-        if resume:
-            self._resume()
-        self._take_demos()
-
-    def _take_demos(self) -> None:
-        """``demos.path``: the demonstration dataset, read whole and checked against the run's spaces,
-        handed to the algorithm (``AlgorithmInfo.learn_from_demos``) before any sample; pretraining only
-        in a new run, not a resumed one. A dataset that cannot be used, or an algorithm that does not
-        learn from demonstrations, stops the learner with one line (a ConfigError, exit 2)."""
-        settings = self.config.demos
-        if not settings.path:
-            return
-        if self.info.learn_from_demos is None:
-            raise ConfigError(
-                f"demos.path is set, but algorithm {self.config.algorithm.name!r} does not learn from demonstrations"
-            )
-        from mqttrl.demos.dataset import read_for_run
-
-        dataset = read_for_run(settings, self.obs_space, self.act_space)
-        started = time.monotonic()
-        figures = self.info.learn_from_demos(self.algo, dataset, settings, self.resumed_from is None)
-        log.info(
-            "demonstrations: %s; %s (%.1f s)",
-            dataset.describe(),
-            ", ".join(f"{k} {v:g}" for k, v in figures.items()),
-            time.monotonic() - started,
-        )
-
-    # ---- resume ----------------------------------------------------------------
-    def _resume(self) -> None:
-        path = self.checkpoints.latest()
-        if path is None:
-            log.warning("resume requested but %s holds no checkpoint; starting fresh", self.checkpoints.root)
-            return
-        tensors, meta = read_checkpoint(path)
-        algo_tensors = {k[len("algo/") :]: v for k, v in tensors.items() if k.startswith("algo/")}
-        self.algo.load_state_dict(algo_tensors, meta["algo"])
-        node = meta["node"]
-        self.core.restore(
-            node["version"], node["samples_total"], node["batches_total"], node.get("last_seq", {}), now=clock()
-        )
-        self.core.epoch = max(self.core.epoch, int(node.get("epoch", 0)) + 1)
-        restore_rng(meta.get("rng", {}), tensors)
-        self._last_ckpt_update = self.algo.updates
-        self.resumed_from = str(path)
-        log.info("resumed from %s: version %d, %d updates", path, self.version, self.algo.updates)
 
     def _read_retained_version(self, wait: float = 1.5) -> None:
         """Never go backwards: if the broker holds newer weights than our checkpoint, continue after them."""
@@ -270,6 +176,7 @@ class LearnerNode:
                 break
             held.append(msg)
         self.ledger = Ledger.from_env(f"learner-{self.core.epoch}.jsonl")  # the epoch is final now
+        self.checkpoints.ledger = self.ledger
         for m in held:  # keep everything else, in order
             self._handle(m)
 
@@ -302,7 +209,7 @@ class LearnerNode:
             Outgoing(self.topics.learner_state, self._state_payload("online"), 1, True, "state"),
             Outgoing(self.topics.flow, self._flow_payload(), 1, True, "flow"),
         ]
-        weights = self._last_weights  # one read: the main thread may swap in newer ones meanwhile
+        weights = self.weights.last  # one read: the main thread may swap in newer ones meanwhile
         if weights is not None:
             birth.append(Outgoing(self.topics.weights, weights, WEIGHTS_QOS, True, "weights"))
         return birth
@@ -314,26 +221,8 @@ class LearnerNode:
         return Flow(pause=self.core.paused, model_version=self.version, beat_s=beat_s, time=time.time()).encode()
 
     def publish_weights(self) -> None:
-        """Publish the learner's weights as the core's current version (retained: late workers get them).
-
-        In ``learner.weights_dtype`` on the wire (float16/bfloat16 halve the bytes); the copy kept
-        for ``best/`` is float32. How often this runs is bounded by ``learner.weights_every_s``
-        (the core opens versions no faster), which bounds every worker's weight traffic."""
-        tensors, info = self.algo.export_weights()
-        info = {
-            **info,
-            FLEET_PROGRESS_KEY: self.core.env_steps_per_worker(),
-            INGESTED_KEY: self.core.samples_total,
-            UPDATES_KEY: self.algo.updates,
-        }
-        head = (self.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
-        exact = encode_weights(*head, epoch=self.core.epoch)
-        wire_dtype = self.lc.weights_dtype
-        payload = (
-            exact if wire_dtype == "float32" else encode_weights(*head, epoch=self.core.epoch, wire_dtype=wire_dtype)
-        )
-        self.best.remember(self.version, exact)
-        self._last_weights = payload
+        """Publish the learner's weights as the core's current version (retained: late workers get them)."""
+        payload = self.weights.encode()
         self.node.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
 
     def _handle(self, msg: Message) -> None:
@@ -395,31 +284,7 @@ class LearnerNode:
     def save_checkpoint(
         self, name: str | None = None, extra: dict | None = None, files: dict[str, bytes] | None = None
     ) -> Path:
-        tensors, algo_meta = self.algo.state_dict(include_replay=self.lc.checkpoint_replay)
-        all_tensors = {f"algo/{k}": v for k, v in tensors.items()}
-        rng_meta, rng_tensors = rng_state()
-        all_tensors.update(rng_tensors)
-        meta = {
-            "algo": algo_meta,
-            "rng": rng_meta,
-            "node": {
-                "version": self.version,
-                "updates": self.algo.updates,
-                "samples_total": self.core.samples_total,
-                "batches_total": self.core.batches_total,
-                "last_seq": self.core.last_seqs(),
-                "epoch": self.core.epoch,
-                "time": time.time(),
-            },
-            "config": self.config.to_dict(),
-            **(extra or {}),
-        }
-        self._last_ckpt_update = self.algo.updates
-        if self.ledger is not None:
-            self.ledger.write("checkpoint", name=name or "periodic", updates=self.algo.updates)
-        if name is None:
-            return self.checkpoints.save_periodic(self.algo.updates, all_tensors, meta)
-        return self.checkpoints.save_named(name, all_tensors, meta, files)
+        return self.checkpoints.save(name, extra, files)
 
     # ---- metrics -----------------------------------------------------------------
     def _metrics(self, window: dict) -> LearnerMetrics:
@@ -458,11 +323,7 @@ class LearnerNode:
         if step.publish:
             with self.blocks.timed("publish"):
                 self.publish_weights()
-        if (
-            step.trained
-            and self.lc.checkpoint_every
-            and self.algo.updates - self._last_ckpt_update >= self.lc.checkpoint_every
-        ):
+        if step.trained and self.checkpoints.due():
             self.save_checkpoint()
         self._update_flow()
         return step.trained
@@ -559,27 +420,6 @@ def _timed(handler: Callable[[str, bytes, float], Any]) -> Callable[[str, bytes]
         handler(name, payload, clock())
 
     return handle
-
-
-def _env_spaces(config: RunConfig, registry: Any) -> tuple[gym.Space, gym.Space]:
-    """The run's env's spaces: its spec (``env.spec``; :mod:`.env_spec` sets it) or, without one, the env
-    made once and closed; checked against the algorithm. An unknown env id or an algorithm that cannot
-    act in it is a ConfigError (exit 2), a missing package a MissingDependency (exit 5), each one line."""
-    spaces = spaces_of_run(config, registry)
-    check_fit(config.algorithm.name, config.algorithm.params, config.env.id, spaces, registry)
-    return spaces
-
-
-def _import_torch() -> Any:
-    """torch, which only the learner needs; its absence is one line saying what to install."""
-    try:
-        import torch
-    except ImportError:  # one line, exit 5 (docs/cli.md)
-        raise MissingDependency(
-            "the learner needs torch: pip install 'mqttrl[learner]' "
-            "(on a CPU-only machine: pip install torch==<version> first, or the CPU wheel index)"
-        ) from None
-    return torch
 
 
 def run_learner(
