@@ -1,7 +1,7 @@
 """Built-in env plugin: ``id = "screen"``, a game with no API seen through its window and played
 with key presses (``pip install 'mqttrl[screen]'``; docs/real-time.md).
 
-* :mod:`.window`: find a window by its title (X11 via python-xlib; Windows via ctypes, untested here)
+* :mod:`.window`: find a window by its title (X11 via python-xlib; Windows via ctypes, :mod:`.win32window`)
 * :mod:`.capture`: grab its pixels (mss), shrink them (OpenCV)
 * :mod:`.keys`: hold an action's keys for the step (XTest on Linux; SendInput on Windows, :mod:`.sendinput`,
   with the names mapped by :mod:`.keymap`; pynput on macOS, untested here)

@@ -1,9 +1,14 @@
 """Where a game's pixels are: a window found by its title, or a fixed screen region.
 
-Linux (X11, Xvfb included): python-xlib walks the window tree for a window whose title
-(``_NET_WM_NAME`` or ``WM_NAME``) matches, and translates its inside to root-window coordinates,
+One seam, :class:`WindowSystem` (the shown windows with their titles, a window's client area on
+the screen, whether it is still shown), with one implementation per platform; the lookup by title
+(:func:`find_on`: a part of it, case-insensitive, or ``exact``) is common to both.
+
+Linux (X11, Xvfb included): :class:`X11Windows`, python-xlib walks the window tree for a window whose
+title (``_NET_WM_NAME`` or ``WM_NAME``) matches, and translates its inside to root-window coordinates,
 so the region is the window's client area exactly (no hand-tuned border offsets).
-Windows: ``FindWindowW`` and ``GetClientRect``/``ClientToScreen`` through ctypes (untested here).
+Windows: :class:`~.win32window.Win32Windows`, ``EnumWindows``/``GetWindowTextW`` and
+``GetClientRect``/``ClientToScreen`` through ctypes (tried under Wine; a real desktop has not been).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import gymnasium as gym
 
@@ -71,12 +77,61 @@ def matches(title: str, wanted: str, exact: bool) -> bool:
     return title == wanted if exact else wanted.lower() in title.lower()
 
 
-def find_window(title: str, display: str | None = None, exact: bool = False) -> Window:
-    """The one window whose title is ``title`` (``exact``) or contains it (case-insensitive);
-    a missing or ambiguous title is a :class:`ScreenEnvError` naming the windows there are."""
+# ---- the seam: one implementation per platform -------------------------------------------------
+class WindowSystem(Protocol):
+    """What the kit asks of a platform's windows; :class:`X11Windows` (Linux, Xvfb included) and
+    :class:`~.win32window.Win32Windows` (Windows) both answer it, and tests/test_screen_window_contract.py
+    runs the same checks on both (Windows under Wine). Lookup by title (:func:`find_on`) is common."""
+
+    def titled(self) -> list[tuple[int, str]]:
+        """``(handle, title)`` of every shown window that has a title."""
+        ...
+
+    def client_region(self, handle: int) -> Region | None:
+        """Where the window's inside (its client area) is on the screen; None when it has closed."""
+        ...
+
+    def lost(self, handle: int) -> str | None:
+        """None while the window is shown; else what became of it (the end of a sentence)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DisplayClosed(ScreenEnvError):
+    """The X server went away (or was restarted) while we looked."""
+
+
+def window_system(display: str | None = None) -> WindowSystem:
+    """This platform's :class:`WindowSystem` (``display``: the X display; ignored on Windows)."""
     if sys.platform == "win32":
-        return _find_window_win32(title, exact)
-    return _find_window_x11(title, display, exact)
+        from .win32window import Win32Windows
+
+        return Win32Windows(display)
+    return X11Windows(display)
+
+
+def find_on(ws: WindowSystem, title: str, exact: bool = False) -> Window:
+    """The one window of ``ws`` whose title is ``title`` (``exact``) or contains it (case-insensitive);
+    none is :class:`WindowMissing`, several a :class:`ScreenEnvError`, both naming the windows there are."""
+    windows = ws.titled()
+    titles = [t for _, t in windows]
+    hits = [(h, t) for h, t in windows if matches(t, title, exact)]
+    _check_one(title, hits, titles)
+    handle, name = hits[0]
+    region = ws.client_region(handle)
+    if region is None:  # it closed while we looked (a game starting, or restarting)
+        raise WindowMissing(title, _there(titles))
+    return Window(handle, name, region)
+
+
+def find_window(title: str, display: str | None = None, exact: bool = False) -> Window:
+    """:func:`find_on` this platform's windows (one connection for the look)."""
+    ws = window_system(display)
+    try:
+        return find_on(ws, title, exact)
+    finally:
+        ws.close()
 
 
 class Finder:
@@ -86,27 +141,20 @@ class Finder:
     to the very game being waited for, on a display of its own."""
 
     def __init__(self) -> None:
-        self.connections: dict[str | None, object] = {}
+        self.connections: dict[str | None, WindowSystem] = {}
 
     def find(self, title: str, display: str | None = None, exact: bool = False) -> Window:
-        if sys.platform == "win32":  # pragma: no cover (Windows: untested here)
-            return _find_window_win32(title, exact)
-        from Xlib import error as xerror
-
         if display not in self.connections:
-            self.connections[display] = _open_display(display)
+            self.connections[display] = window_system(display)
         try:
-            return _x11_find(self.connections[display], title, exact)
-        except xerror.ConnectionClosedError as e:  # the X server went away (or was restarted)
-            del self.connections[display]
-            raise ScreenEnvError(f"screen env: X display {display or '$DISPLAY'!r} closed: {e}") from None
+            return find_on(self.connections[display], title, exact)
+        except DisplayClosed:
+            self.connections.pop(display).close()
+            raise
 
     def close(self) -> None:
-        for d in self.connections.values():
-            try:
-                d.close()  # type: ignore[attr-defined]
-            except Exception:  # a connection the X server already closed
-                pass
+        for ws in self.connections.values():
+            ws.close()
         self.connections.clear()
 
     def __enter__(self) -> Finder:
@@ -145,6 +193,23 @@ def wait_for_window(
         time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
+def _check_one(title: str, hits: list, titles: list[str]) -> None:
+    if len(hits) == 1:
+        return
+    if not hits:
+        raise WindowMissing(title, _there(titles))
+    names = ", ".join(repr(t) for _, t in hits[:5])
+    raise ScreenEnvError(
+        f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true"
+    )
+
+
+def _there(titles: list[str]) -> str:
+    """The titles there are, for a line that says the wanted one is not among them."""
+    return ", ".join(repr(t) for t in sorted(set(titles))[:10]) or "none"
+
+
+# ---- Linux: X11 through python-xlib ------------------------------------------------------------
 def _open_display(display: str | None):
     try:
         from Xlib import display as xdisplay
@@ -187,76 +252,53 @@ def _x11_windows(d, root) -> list[tuple[object, str]]:
     return found
 
 
-def _find_window_x11(title: str, display: str | None, exact: bool) -> Window:
-    d = _open_display(display)
-    try:
-        return _x11_find(d, title, exact)
-    finally:
-        d.close()
+class X11Windows:
+    """:class:`WindowSystem` on an X display, one connection until :meth:`close`. A titled window's
+    region is its inside translated to root coordinates: the client area exactly, whatever frame
+    a window manager adds (no hand-tuned border offsets)."""
 
+    def __init__(self, display: str | None = None) -> None:
+        from Xlib import error as xerror
 
-def _x11_find(d, title: str, exact: bool) -> Window:
-    """:func:`find_window` on the open X connection ``d``."""
-    from Xlib import error as xerror
+        self.display, self.d = display, _open_display(display)
+        self._xerror = xerror
 
-    root = d.screen().root
-    windows = _x11_windows(d, root)
-    titles = [t for _, t in windows]
-    hits = [(w, t) for w, t in windows if matches(t, title, exact)]
-    _check_one(title, hits, titles)
-    win, name = hits[0]
-    try:
-        geom = win.get_geometry()
-        origin = win.translate_coords(root, 0, 0)  # the window's (0, 0) in root coordinates
-    except xerror.XError:  # it closed while we looked (a game starting, or restarting)
-        raise WindowMissing(title, _there(titles)) from None
-    return Window(win.id, name, Region(-origin.x, -origin.y, geom.width, geom.height))
+    def _closed(self, e: Exception) -> DisplayClosed:
+        return DisplayClosed(f"screen env: X display {self.display or '$DISPLAY'!r} closed: {e}")
 
+    def titled(self) -> list[tuple[int, str]]:
+        try:
+            return [(w.id, t) for w, t in _x11_windows(self.d, self.d.screen().root)]
+        except self._xerror.ConnectionClosedError as e:
+            raise self._closed(e) from None
 
-def _check_one(title: str, hits: list, titles: list[str]) -> None:
-    if len(hits) == 1:
-        return
-    if not hits:
-        raise WindowMissing(title, _there(titles))
-    names = ", ".join(repr(t) for _, t in hits[:5])
-    raise ScreenEnvError(
-        f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true"
-    )
+    def client_region(self, handle: int) -> Region | None:
+        win = self.d.create_resource_object("window", handle)
+        try:
+            geom = win.get_geometry()
+            origin = win.translate_coords(self.d.screen().root, 0, 0)  # the window's (0, 0) in root coordinates
+        except self._xerror.XError:
+            return None
+        except self._xerror.ConnectionClosedError as e:
+            raise self._closed(e) from None
+        return Region(-origin.x, -origin.y, geom.width, geom.height)
 
+    def lost(self, handle: int) -> str | None:
+        from Xlib import X
 
-def _there(titles: list[str]) -> str:
-    """The titles there are, for a line that says the wanted one is not among them."""
-    return ", ".join(repr(t) for t in sorted(set(titles))[:10]) or "none"
+        try:
+            state = self.d.create_resource_object("window", handle).get_attributes().map_state
+        except self._xerror.XError:  # BadWindow: destroyed
+            return "closed: did the game exit or crash?"
+        except self._xerror.ConnectionClosedError:
+            return f"is gone: its X display {self.display or '$DISPLAY'!r} closed"
+        return None if state == X.IsViewable else "is no longer shown (minimised or hidden)"
 
-
-def _find_window_win32(title: str, exact: bool) -> Window:  # pragma: no cover (Windows: untested here)
-    import ctypes
-    from ctypes import wintypes
-
-    user32 = ctypes.windll.user32  # type: ignore[attr-defined]
-    user32.SetProcessDPIAware()  # physical pixels, as mss grabs them
-    hits: list[tuple[int, str]] = []
-    titles: list[str] = []
-
-    @ctypes.WINFUNCTYPE(wintypes.BOOL, wintypes.HWND, wintypes.LPARAM)
-    def visit(hwnd, _):
-        if user32.IsWindowVisible(hwnd):
-            n = user32.GetWindowTextLengthW(hwnd)
-            buf = ctypes.create_unicode_buffer(n + 1)
-            user32.GetWindowTextW(hwnd, buf, n + 1)
-            if buf.value:
-                titles.append(buf.value)
-                if matches(buf.value, title, exact):
-                    hits.append((hwnd, buf.value))
-        return True
-
-    user32.EnumWindows(visit, 0)
-    _check_one(title, hits, titles)
-    hwnd, name = hits[0]
-    rect, origin = wintypes.RECT(), wintypes.POINT(0, 0)
-    user32.GetClientRect(hwnd, ctypes.byref(rect))
-    user32.ClientToScreen(hwnd, ctypes.byref(origin))
-    return Window(hwnd, name, Region(origin.x, origin.y, rect.right - rect.left, rect.bottom - rect.top))
+    def close(self) -> None:
+        try:
+            self.d.close()
+        except Exception:  # a connection the X server already closed
+            pass
 
 
 # ---- a window that closes: noticed at the next frame ------------------------------------------
@@ -267,42 +309,14 @@ class WindowWatch:
 
     def __init__(self, window: Window, display: str | None):
         self.window, self.display = window, display
-        self.d = None if sys.platform == "win32" else _open_display(display)
-        if self.d is not None:
-            self.win = self.d.create_resource_object("window", window.handle)
+        self.ws = window_system(display)
 
     def lost(self) -> str | None:
         """None while the window is shown; else what became of it (the end of a sentence)."""
-        if self.d is None:  # pragma: no cover (Windows: untested here)
-            return _lost_win32(self.window.handle)
-        from Xlib import X
-        from Xlib import error as xerror
-
-        try:
-            state = self.win.get_attributes().map_state
-        except xerror.XError:  # BadWindow: destroyed
-            return "closed: did the game exit or crash?"
-        except xerror.ConnectionClosedError:
-            return f"is gone: its X display {self.display or '$DISPLAY'!r} closed"
-        return None if state == X.IsViewable else "is no longer shown (minimised or unmapped)"
+        return self.ws.lost(self.window.handle)
 
     def close(self) -> None:
-        if self.d is not None:
-            try:
-                self.d.close()
-            except Exception:  # a connection the X server already closed
-                pass
-
-
-def _lost_win32(hwnd: int) -> str | None:  # pragma: no cover (Windows: untested here)
-    import ctypes
-
-    user32 = ctypes.windll.user32  # type: ignore[attr-defined]
-    if not user32.IsWindow(hwnd):
-        return "closed: did the game exit or crash?"
-    if user32.IsIconic(hwnd) or not user32.IsWindowVisible(hwnd):
-        return "is no longer shown (minimised or hidden)"
-    return None
+        self.ws.close()
 
 
 # ---- claims: one env per window, across processes ---------------------------------------------
