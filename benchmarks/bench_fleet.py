@@ -65,7 +65,7 @@ from paho.mqtt.properties import Properties
 from benchmarks.harness.plots import save_figure
 from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import from_dict
-from mqttrl.nodes.worker.core import Rules, WorkerCore
+from mqttrl.nodes.worker.core import WorkerCore, WorkerRules
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import decode_batch, encode_batch, encode_json
@@ -243,7 +243,7 @@ class SimWorker:
     def _parse_config(self, data: dict):
         """As the worker does; the rules (sync mode, heartbeat interval) follow from the config."""
         cfg = from_dict(data, lambda name: self.registry.algorithm(name).params)
-        self.core.begin(Rules.from_config(cfg, self.registry.algorithm(cfg.algorithm.name).mode))
+        self.core.begin(WorkerRules.from_config(cfg, self.registry.algorithm(cfg.algorithm.name).mode))
         return cfg
 
     def _state(self, status: str, reason: str = "") -> bytes:

@@ -11,7 +11,7 @@ Starts its own mosquitto on a free port and measures, in one run:
                      actions (the ceiling);
    * ``loop``     -- the batch is taken (``actor.take()``) and thrown away;
    * ``encode``   -- ... and encoded with ``encode_batch``;
-   * ``publish``  -- ... and handed to ``MqttNode.publish(qos=1, kind="samples")``
+   * ``publish``  -- ... and handed to ``MqttClient.publish(qos=1, kind="samples")``
                      (what ``WorkerNode.send_batch`` does);
    * ``full``     -- ``publish`` plus one JSON message per finished episode on
                      the episodes topic, as ``WorkerNode.run`` sends them.
@@ -23,7 +23,7 @@ Starts its own mosquitto on a free port and measures, in one run:
 2. Learner ingest: ``--ingest-messages`` pre-encoded batches of ``--batch`` valid
    CartPole transitions are published at QoS 1 from another process as fast as
    it can. Receiver A is a bare paho client that only counts (the ceiling);
-   receiver B is an ``MqttNode`` whose consumer (the main thread, as in the
+   receiver B is an ``MqttClient`` whose consumer (the main thread, as in the
    learner) does what ``LearnerCore.on_samples`` does: ``decode_batch``, header
    checks, ``spec.validate``, ``DQNLearner.add``. Measured live (publisher
    running) and from a backlog (messages queued in the broker for a persistent
@@ -148,7 +148,7 @@ def _publisher_main(host: str, port: int, conn, n_msgs: int, batch: int) -> None
     acked = [0]
     done = threading.Event()
     c = _paho_client(f"bench-pub-{os.getpid()}")
-    c.max_inflight_messages_set(64)  # MqttNode's default window
+    c.max_inflight_messages_set(64)  # MqttClient's default window
     c.max_queued_messages_set(0)  # paho queues the rest itself
 
     def on_publish(client, userdata, mid, rc, props):
@@ -320,7 +320,7 @@ def _worker_steps(mode: str, num_envs: int, seconds: float, batch: int, node, to
 def part_worker(args, settings, host: str, port: int) -> dict:
     import torch
 
-    from mqttrl.transport.client import MqttNode
+    from mqttrl.transport.client import MqttClient
 
     torch.set_num_threads(1)  # WorkerConfig.torch_threads default
     ctx = mp.get_context("spawn")
@@ -329,7 +329,7 @@ def part_worker(args, settings, host: str, port: int) -> dict:
     sub.start()
     if not parent.recv():
         raise RuntimeError("part 1 subscriber did not subscribe")
-    node = MqttNode(settings, client_id="bench-worker", persistent=False, inbox_limit=1000, outbox_limit=2000).start(
+    node = MqttClient(settings, client_id="bench-worker", persistent=False, inbox_limit=1000, outbox_limit=2000).start(
         wait=10
     )
 
@@ -574,13 +574,13 @@ def _recv_result(n: int, nbytes: int, t_start: float, t_last: float, cpu: float,
 
 
 def _recv_ingest(settings, topic: str, n_msgs: int, pub, backlog: bool, ingest: _Ingest, timeout: float) -> dict:
-    """Receiver B: an MqttNode; the main thread decodes, validates and inserts, as the learner does."""
-    from mqttrl.transport.client import MqttNode
+    """Receiver B: an MqttClient; the main thread decodes, validates and inserts, as the learner does."""
+    from mqttrl.transport.client import MqttClient
 
     cid = f"bench-ingest-{topic.replace('/', '-')}"
 
     def node():
-        return MqttNode(
+        return MqttClient(
             settings,
             client_id=cid,
             subscriptions=[(topic, 1)],
@@ -591,7 +591,7 @@ def _recv_ingest(settings, topic: str, n_msgs: int, pub, backlog: bool, ingest: 
         )
 
     nd = node().start(wait=10)
-    time.sleep(0.3)  # MqttNode.start returns once SUBSCRIBE is sent; give the SUBACK time
+    time.sleep(0.3)  # MqttClient.start returns once SUBSCRIBE is sent; give the SUBACK time
     pub_result = None
     if backlog:
         nd.stop()
@@ -871,7 +871,7 @@ def print_report(args, res: dict) -> None:
             f"{'transitions/CPU-s':>17} | {'got':>11} | publisher msgs/s"
         )
         for mode in ("live", "backlog"):
-            for k, label in (("raw", "A bare paho, counts only"), ("ingest", "B MqttNode+decode+valid.+add")):
+            for k, label in (("raw", "A bare paho, counts only"), ("ingest", "B MqttClient+decode+valid.+add")):
                 x = g[f"{mode}_{k}"]
                 print(
                     f"   {mode:<7} | {label:<30} | {x['transitions_per_s']:13.0f} | {x['min_tps']:8.0f}-{x['max_tps']:<8.0f} | "

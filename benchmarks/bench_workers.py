@@ -18,7 +18,7 @@ whose DQN batches carry frames) add, from the same run (the supervisor check is 
   rebuilt from the frames) with none and zstd, with the encode and decode CPU time;
 - learner ingest: --ingest-messages recorded batches (the config's compression; the recording
   repeated under new sender names where it is shorter) published at QoS 1, all at once, by another
-  process, and received in this process by the learner's receive path (an `MqttNode` set up as
+  process, and received in this process by the learner's receive path (an `MqttClient` set up as
   `LearnerNode` sets it up, `LearnerCore.on_samples`: decode, decompress, admission, spec check,
   `DQNLearner.add` into its frame replay, then the manual ack; no training), against a bare paho
   client receiving the same messages from the same broker: transitions/s and payload MB/s;
@@ -62,7 +62,7 @@ from mqttrl.envs.rollout import EnvSet, obs_dtype
 from mqttrl.nodes.worker.remote_forward import RemoteForward
 from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import Rejected, decode_batch, decode_json, encode_batch, encode_json, encode_weights
 
@@ -128,7 +128,7 @@ def worker_loop(
     actor.load_weights(*weights)
     envs = EnvSet(lambda: make_env(cfg.env.id, cfg.env.kwargs), n, seed=1)
     tp = Topics(cfg.run)
-    node = MqttNode(BrokerSettings(url=broker_url), client_id=f"bench-worker-{time.monotonic_ns()}").start()
+    node = MqttClient(BrokerSettings(url=broker_url), client_id=f"bench-worker-{time.monotonic_ns()}").start()
     compression = _compression(cfg)
     seq = steps = nbytes = transitions = 0
     t0 = time.perf_counter()
@@ -253,7 +253,7 @@ def _publisher_main(host: str, port: int, path: str, conn) -> None:
     acked = [0]
     done = threading.Event()
     c = _paho(f"bench-ingest-pub-{os.getpid()}")
-    c.max_inflight_messages_set(64)  # MqttNode's default window
+    c.max_inflight_messages_set(64)  # MqttClient's default window
     c.max_queued_messages_set(0)
 
     def on_publish(client, userdata, mid, rc, props):
@@ -314,9 +314,9 @@ def _recv_paho(host: str, port: int, filt: str, expect: int, pub, timeout: float
 
 
 def _recv_learner(broker_url: str, cfg, filt: str, expect: int, pub, timeout: float) -> dict:
-    """The learner's receive path in this process: MqttNode as LearnerNode sets it up, LearnerCore.on_samples
+    """The learner's receive path in this process: MqttClient as LearnerNode sets it up, LearnerCore.on_samples
     (decode, decompress, admission, spec check, DQNLearner.add), then the manual ack. No training."""
-    from mqttrl.nodes.learner.core import LearnerCore, Rules
+    from mqttrl.nodes.learner.core import LearnerCore, LearnerRules
 
     registry = get_registry()
     info = registry.algorithm(cfg.algorithm.name)
@@ -324,10 +324,10 @@ def _recv_learner(broker_url: str, cfg, filt: str, expect: int, pub, timeout: fl
     algo = info.make_learner(cfg.algorithm.params, env.observation_space, env.action_space, "cpu", 0)
     spec = info.sample_spec(cfg.algorithm.params, env.observation_space, env.action_space)
     env.close()
-    rules = attrs.evolve(Rules.from_config(cfg), require_announce=False)
+    rules = attrs.evolve(LearnerRules.from_config(cfg), require_announce=False)
     core = LearnerCore.create(rules, spec, info.mode, algo, time.monotonic())
     core.new_version(time.monotonic())  # version 1: the batches were made with it
-    node = MqttNode(
+    node = MqttClient(
         BrokerSettings(url=broker_url),
         client_id=f"bench-ingest-learner-{os.getpid()}",
         persistent=True,
@@ -556,7 +556,7 @@ def replay_memory(cfg, streams: list[list[tuple[int, dict]]], tmp: Path, source:
 def supervisor_restart(broker_url: str, run: str, tmp: Path) -> float | None:
     """Start `mqttrl workers --processes 2`, SIGKILL one worker, time until it heartbeats again."""
     tp = Topics(run)
-    watch = MqttNode(
+    watch = MqttClient(
         BrokerSettings(url=broker_url), client_id="bench-watch-hb", subscriptions=[(tp.all_heartbeats, 0)]
     ).start()
     sup = subprocess.Popen(
@@ -683,7 +683,7 @@ def main() -> None:
             figures[f"{backend}_steps_per_s"] = loops[backend]["steps_per_s"]
         # central inference: a server process serving the retained config + weights published here
         tp = Topics(cfg.run)
-        pub = MqttNode(BrokerSettings(url=broker.url), client_id="bench-learner").start()
+        pub = MqttClient(BrokerSettings(url=broker.url), client_id="bench-learner").start()
         pub.publish(tp.config, encode_json(cfg.to_dict()), qos=1, retain=True)
         pub.publish(tp.weights, encode_weights(1, cfg.algorithm.name, cfg.run, tensors, winfo), qos=1, retain=True)
         server = subprocess.Popen(
@@ -789,7 +789,7 @@ def report(figures: dict, envs: int) -> None:
     print("|---|---|---|---|---|---|")
     for key, label in (
         ("paho", "bare paho, counts only"),
-        ("learner", "learner receive path: MqttNode + LearnerCore.on_samples + DQNLearner.add (in process)"),
+        ("learner", "learner receive path: MqttClient + LearnerCore.on_samples + DQNLearner.add (in process)"),
     ):
         x = g[key]
         refused = sum((x.get("rejected") or {}).values())

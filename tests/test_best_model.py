@@ -108,7 +108,7 @@ def _telemetry(mosquitto, run: str) -> tuple[TelemetryNode, threading.Thread]:
     node = TelemetryNode(BrokerSettings(url=mosquitto.url), run, [], settings)
     thread = threading.Thread(target=node.run, daemon=True)
     thread.start()
-    assert node.node.wait_connected(15)
+    assert node.client.wait_connected(15)
     time.sleep(0.5)
     return node, thread
 
@@ -174,7 +174,7 @@ def _learner(tmp_path, mosquitto, run: str, resume: bool) -> tuple[LearnerNode, 
     node = LearnerNode(cfg, BrokerSettings(url=mosquitto.url), tmp_path / "run", resume=resume)
     thread = threading.Thread(target=node.run, daemon=True)
     thread.start()
-    assert node.node.wait_connected(30)
+    assert node.client.wait_connected(30)
     deadline = time.monotonic() + 20
     while node.version < 1 and time.monotonic() < deadline:
         time.sleep(0.05)

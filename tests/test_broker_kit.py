@@ -28,7 +28,7 @@ from helpers.procs import Proc, script
 from helpers.raw_client import Client
 
 from mqttrl.transport import client as transport
-from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, MqttNode
+from mqttrl.transport.client import BrokerSettings, BrokerUnavailable, MqttClient
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights, encode_json
 from mqttrl.wire.weights import encode_weights
@@ -99,7 +99,7 @@ def test_create_users_script(tmp_path):
 
 @pytest.fixture
 def fresh_negotiation(monkeypatch):
-    """MqttNode caches the protocol per host:port; make it probe (and so authenticate) again."""
+    """MqttClient caches the protocol per host:port; make it probe (and so authenticate) again."""
     monkeypatch.setattr(transport, "_negotiated", {})
 
 
@@ -112,7 +112,7 @@ def test_anonymous_and_wrong_password_are_refused(broker, fresh_negotiation):
     assert c.connack.is_failure and c.connack.value in (134, NOT_AUTHORIZED), c.connack
     c.close()
     with pytest.raises(BrokerUnavailable, match="refused"):
-        MqttNode(BrokerSettings(url=broker.url), "anon-node")
+        MqttClient(BrokerSettings(url=broker.url), "anon-node")
 
 
 # ---- authorization ----------------------------------------------------------------------
@@ -253,8 +253,8 @@ def test_tls_with_mqttnode(broker, broker_pki, fresh_negotiation):
             password=password or BROKER_USERS[user],
         )
 
-    worker = MqttNode(settings("w1", "localhost"), "w1", subscriptions=[(T.weights, 1)]).start()
-    learner = MqttNode(settings("learner"), "learner-tls", persistent=True).start()
+    worker = MqttClient(settings("w1", "localhost"), "w1", subscriptions=[(T.weights, 1)]).start()
+    learner = MqttClient(settings("learner"), "learner-tls", persistent=True).start()
     try:
         payload = encode_weights(7, "dqn", RUN, {"w": np.ones(300_000, np.float32)})  # 1.2 MB over TLS
         learner.publish(T.weights, payload, qos=1, retain=True, kind="weights")
@@ -273,12 +273,12 @@ def test_tls_with_mqttnode(broker, broker_pki, fresh_negotiation):
     # the test CA is not in the system store, and a wrong password is refused over TLS too
     transport._negotiated.clear()
     with pytest.raises(BrokerUnavailable, match="certificate verify failed"):
-        MqttNode(
+        MqttClient(
             BrokerSettings(url=f"mqtts://127.0.0.1:{broker.tls_port}", username="w1", password=BROKER_USERS["w1"]),
             "no-ca",
         )
     with pytest.raises(BrokerUnavailable, match="refused"):
-        MqttNode(settings("w1", password="wrong-password-123"), "bad-pw")
+        MqttClient(settings("w1", password="wrong-password-123"), "bad-pw")
 
 
 # ---- persistence --------------------------------------------------------------------------

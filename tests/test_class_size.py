@@ -22,7 +22,7 @@ ROOTS = ("mqttrl", "plugins")
 PINNED = {
     ("mqttrl/nodes/worker/node.py", "WorkerNode"): 545,  # MQTT, heartbeats, weights, sync; evaluation, building
     ("mqttrl/nodes/learner/node.py", "LearnerNode"): 345,  # MQTT, messages and commands, metrics, its loop
-    ("mqttrl/transport/client.py", "MqttNode"): 418,  # the facade over the transport's modules
+    ("mqttrl/transport/client.py", "MqttClient"): 418,  # the facade over the transport's modules
     ("mqttrl/nodes/telemetry.py", "TelemetryNode"): 405,  # records to points and the storages' loop
 }
 

@@ -396,11 +396,11 @@ def test_remove_run_disconnects_and_locks_out_its_clients(dynsec_broker, capsys)
 @needs_plugin
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])
 def test_a_refused_subscription_is_made_again_until_granted(dynsec_broker, protocol):
-    """A SUBACK with a failure code is not the end of it: MqttNode subscribes again (with a
+    """A SUBACK with a failure code is not the end of it: MqttClient subscribes again (with a
     backoff) until the broker grants it, and then gets the retained message. Here mosquitto's
     dynamic security refuses the subscription until the admin grants the right; NATS's MQTT
     refuses QoS 1 subscriptions while its cluster is missing a node (tests/test_nats_cluster.py)."""
-    from mqttrl.transport.client import MqttNode
+    from mqttrl.transport.client import MqttClient
 
     b = dynsec_broker
     a_creds, b_creds = dynsec.add_run(b.admin, "A"), dynsec.add_run(b.admin, "B")
@@ -409,7 +409,7 @@ def test_a_refused_subscription_is_made_again_until_granted(dynsec_broker, proto
     learner_b.publish(tb.weights, b"weights of B", retain=True)
     user, password = a_creds["worker"]
     settings = BrokerSettings(url=b.url, username=user, password=password, protocol=protocol)
-    node = MqttNode(settings, "sub-retry", subscriptions=[(ta.config, 1), (tb.weights, 1)]).start()
+    node = MqttClient(settings, "sub-retry", subscriptions=[(ta.config, 1), (tb.weights, 1)]).start()
     try:
         deadline = time.monotonic() + 5
         while node.subs_refused < 2 and time.monotonic() < deadline:  # the first try and one more

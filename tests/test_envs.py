@@ -377,15 +377,15 @@ def test_the_worker_steps_on_through_crashing_games(monkeypatch):
     monkeypatch.setattr(envs_mod, "make_env", lambda env_id, kwargs, registry: plan.make())
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=4, seed=1, wait_timeout=10)
-    worker.node = FakeNode(settings)
+    worker.client = FakeNode(settings)
     params = DQNParams(hidden=[16])
     cfg = RunConfig(run=RUN, algorithm=AlgorithmSection(name="dqn", params=params)).to_dict()
     cfg["worker"].update(heartbeat_interval_s=0.001, batch_size=64)
     topics = Topics(RUN)
     obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
     tensors, winfo = dqn.make_learner(params, obs_space, act_space, "cpu", 0).export_weights()
-    worker.node.inbox.put(Message(topics.config, encode_json(cfg), True))
-    worker.node.inbox.put(Message(topics.weights, encode_weights(0, "dqn", RUN, tensors, winfo), True))
+    worker.client.inbox.put(Message(topics.config, encode_json(cfg), True))
+    worker.client.inbox.put(Message(topics.weights, encode_weights(0, "dqn", RUN, tensors, winfo), True))
 
     t = threading.Thread(target=worker.run, kwargs={"max_env_steps": 4000}, daemon=True)
     t.start()
@@ -415,17 +415,19 @@ def test_the_worker_steps_on_through_crashing_games(monkeypatch):
     # only whole episodes are reported: as many as the envs ended, each as long as it really was
     episodes = [
         e
-        for _t, p in worker.node.published
+        for _t, p in worker.client.published
         if topics.parse(_t)[0] == Kind.EPISODES
         for e in EpisodeReport.decode(p).episodes
     ]
     ends = [x for x in plan.log if x[4] or x[5]]
     assert len(episodes) == len(ends) == worker.episodes
     # heartbeats carry env_restarts; the batches are valid DQN samples
-    beats = [decode_json(p)["env_restarts"] for _t, p in worker.node.published if topics.parse(_t)[0] == Kind.HEARTBEAT]
+    beats = [
+        decode_json(p)["env_restarts"] for _t, p in worker.client.published if topics.parse(_t)[0] == Kind.HEARTBEAT
+    ]
     assert beats == sorted(beats) and 0 < beats[-1] <= restarts
     spec = dqn.sample_spec(params, obs_space, act_space)
-    batches = [decode_batch(p) for _t, p in worker.node.published if topics.parse(_t)[0] == Kind.SAMPLES]
+    batches = [decode_batch(p) for _t, p in worker.client.published if topics.parse(_t)[0] == Kind.SAMPLES]
     for b in batches:
         spec.validate(b.arrays, b.count)
     # one n-step transition per real step, none lost: all but the windows still open at the end

@@ -16,7 +16,7 @@ from mqttrl.envs.make import make_env
 from mqttrl.nodes import evaluator as evaluator_mod
 from mqttrl.nodes.evaluator import EvaluatorNode
 from mqttrl.plugin.manager import get_registry
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import encode_weights
 
@@ -57,7 +57,7 @@ class Run:
         ).start()
         self.thread = threading.Thread(target=self.node.serve, daemon=True)
         self.thread.start()
-        self.publisher = MqttNode(broker, client_id=f"fe-publisher-{self.run}").start(wait=30)
+        self.publisher = MqttClient(broker, client_id=f"fe-publisher-{self.run}").start(wait=30)
 
     def publish(self, version: int) -> None:
         self.publisher.publish(Topics(self.run).weights, weights(version, self.run), qos=1, retain=True)

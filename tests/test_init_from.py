@@ -109,7 +109,7 @@ def test_the_first_published_model_is_the_loaded_one(tmp_path, mosquitto):
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watch-weights", protocol=mqtt.MQTTv5)
     c.on_message = lambda c_, u, m: got.append(m.payload)
     try:
-        assert node.node.wait_connected(30)
+        assert node.client.wait_connected(30)
         c.connect("127.0.0.1", mosquitto.port)
         c.loop_start()
         c.subscribe(Topics(run).weights, qos=1)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from mqttrl.nodes.learner.core import MAX_HOLES, AsyncAdmission, LearnerCore, Rules, SyncRounds
+from mqttrl.nodes.learner.core import MAX_HOLES, AsyncAdmission, LearnerCore, LearnerRules, SyncRounds
 from mqttrl.plugin.algorithm import AsyncLearner, SyncLearner
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
@@ -94,7 +94,7 @@ class FakeSync(_Common):
 def make(mode: str = "async", now: float = 0.0, **rules):
     learner = FakeAsync() if mode == "async" else FakeSync()
     rules.setdefault("weights_every_s", 0.0)  # the fake clock stands still: versions by updates alone
-    core = LearnerCore.create(Rules(run=RUN, **rules), SPEC, mode, learner, now)
+    core = LearnerCore.create(LearnerRules(run=RUN, **rules), SPEC, mode, learner, now)
     return core, learner
 
 
@@ -131,8 +131,8 @@ def reason(fn, *args) -> str:
 def test_fakes_implement_exactly_their_protocol():
     assert isinstance(FakeAsync(), AsyncLearner) and not isinstance(FakeAsync(), SyncLearner)
     assert isinstance(FakeSync(), SyncLearner) and not isinstance(FakeSync(), AsyncLearner)
-    assert isinstance(make("async")[0].mode, AsyncAdmission)
-    assert isinstance(make("sync")[0].mode, SyncRounds)
+    assert isinstance(make("async")[0].admission, AsyncAdmission)
+    assert isinstance(make("sync")[0].admission, SyncRounds)
 
 
 # ---- admission ---------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_wrong_round_in_sync_mode_even_within_the_async_window():
     core.new_version(0.0)
     assert reason(core.on_samples, "w0", payload("w0", 0, 1), 0.0) == "wrong_round"
     core.on_samples("w0", payload("w0", 1, 2), 0.0)
-    assert list(core.mode.round.batches) == ["w0"] and learner.rounds == []
+    assert list(core.admission.round.batches) == ["w0"] and learner.rounds == []
 
 
 def test_duplicate_sequence_numbers_and_missing_count():
@@ -245,7 +245,7 @@ def test_a_second_share_in_one_round_is_a_duplicate():
     core.new_version(0.0)
     core.on_samples("w0", payload("w0", 0, 1, count=3), 0.0)
     assert reason(core.on_samples, "w0", payload("w0", 1, 1, count=5), 0.0) == "duplicate"
-    assert core.mode.round.batches["w0"].count == 3 and core.samples_total == 3
+    assert core.admission.round.batches["w0"].count == 3 and core.samples_total == 3
 
 
 def test_spec_validation_refuses_and_counts_nothing():
@@ -309,7 +309,7 @@ def test_a_restarted_member_delivers_its_share_of_the_open_round():
     core.on_samples("w1", payload("w1", 0, 1, incarnation="a1"), 0.0)
     core.step(0.0)  # w0 still owes its share
     last_will(core, "w0", 1.0)
-    assert core.mode.round.dropped == {"w0"}
+    assert core.admission.round.dropped == {"w0"}
     core.step(1.0)  # w1 delivered, w0 dropped: the round trains
     assert len(learner.rounds) == 1 and core.version == 2
     birth(core, "w0", 2.0, incarnation="b0")
@@ -317,7 +317,7 @@ def test_a_restarted_member_delivers_its_share_of_the_open_round():
     core.on_samples("w0", payload("w0", 0, 2, incarnation="b0"), 2.0)
     step = core.step(2.0)
     assert step.trained and step.round_record["workers"] == ["w0", "w1"] and step.round_record["dropped"] == []
-    assert core.mode.round.version == 3 and core.mode.round.members == {"w0", "w1"}
+    assert core.admission.round.version == 3 and core.admission.round.members == {"w0", "w1"}
 
 
 def test_a_dropped_member_that_delivers_late_is_a_member_again():
@@ -328,7 +328,7 @@ def test_a_dropped_member_that_delivers_late_is_a_member_again():
     last_will(core, "w1", 0.5)
     birth(core, "w1", 0.6)
     core.on_samples("w1", payload("w1", 0, 1), 0.7)
-    r = core.mode.round
+    r = core.admission.round
     assert "w1" in r.members and "w1" not in r.dropped
 
 
@@ -422,11 +422,11 @@ def test_birth_makes_a_member_and_last_will_drops_it_from_the_round():
     for w in ("w0", "w1", "w2"):
         birth(core, w)
     core.new_version(0.0)
-    assert core.mode.round.members == {"w0", "w1", "w2"}
+    assert core.admission.round.members == {"w0", "w1", "w2"}
     core.on_samples("w1", payload("w1", 0, 1), 0.0)
     last_will(core, "w0")
     last_will(core, "w1")  # already delivered: its share stays in the round
-    r = core.mode.round
+    r = core.admission.round
     assert not core.workers["w0"].online and r.members == {"w1", "w2"} and r.dropped == {"w0"}
     assert list(r.batches) == ["w1"]
 
@@ -439,7 +439,7 @@ def test_liveness_timeout_marks_offline_and_drops_from_the_round():
     heartbeat(core, "w0", 5.0)
     assert core.check_liveness(10.0) == []  # 10 s is not longer than the timeout
     assert core.check_liveness(14.0) == ["w1"]
-    assert core.mode.round.members == {"w0"} and core.mode.round.dropped == {"w1"}
+    assert core.admission.round.members == {"w0"} and core.admission.round.dropped == {"w1"}
     assert core.check_liveness(15.5) == ["w0"]
     assert core.online() == set() and core.check_liveness(100.0) == []  # offline workers are not dropped twice
 
@@ -481,8 +481,8 @@ def test_round_completes_when_every_member_delivered():
         "dropped": [],
         "seconds": 4.5,
     }
-    assert core.version == 2 and core.mode.round.version == 2 and core.mode.round.members == {"w0", "w1"}
-    assert core.mode.completed == 1 and core.mode.short == 0 and not core.step(5.0).trained
+    assert core.version == 2 and core.admission.round.version == 2 and core.admission.round.members == {"w0", "w1"}
+    assert core.admission.completed == 1 and core.admission.short == 0 and not core.step(5.0).trained
 
 
 def test_round_timeout_trains_without_the_missing():
@@ -490,17 +490,19 @@ def test_round_timeout_trains_without_the_missing():
     core.on_samples("w0", payload("w0", 0, 1), 1.0)
     assert not core.step(29.9).trained
     step = core.step(30.0)
-    assert step.trained and step.round_record["missing"] == ["w1"] and core.mode.short == 1
+    assert step.trained and step.round_record["missing"] == ["w1"] and core.admission.short == 1
     assert [[b.worker for b in r] for r in learner.rounds] == [["w0"]]
 
 
 def test_round_with_no_share_keeps_waiting_and_refreshes_its_members():
     core, learner = sync_round(("w0",))
     birth(core, "w1", 10.0)  # born after the round opened: not a member
-    assert not core.step(29.0).trained and core.mode.round.members == {"w0"} and core.mode.round.started == 0.0
+    assert (
+        not core.step(29.0).trained and core.admission.round.members == {"w0"} and core.admission.round.started == 0.0
+    )
     last_will(core, "w0", 30.0)
     assert not core.step(31.0).trained
-    r = core.mode.round
+    r = core.admission.round
     assert (r.version, r.started, r.members) == (1, 31.0, {"w1"}) and learner.rounds == []
     assert not core.step(60.0).trained  # the timeout counts again from the refresh
     core.on_samples("w1", payload("w1", 0, 1), 61.0)
@@ -511,7 +513,7 @@ def test_the_first_share_of_a_fresh_run_opens_the_round():
     core, learner = sync_round(())
     birth(core, "w0")  # born after the round opened: not a member yet
     core.on_samples("w0", payload("w0", 0, 1), 0.5)
-    assert core.mode.round.members == {"w0"} and core.step(0.6).trained
+    assert core.admission.round.members == {"w0"} and core.step(0.6).trained
 
 
 def test_a_dead_member_makes_a_short_round_that_records_it():
@@ -519,8 +521,8 @@ def test_a_dead_member_makes_a_short_round_that_records_it():
     core.on_samples("w0", payload("w0", 0, 1), 1.0)
     last_will(core, "w1", 2.0)
     step = core.step(2.0)
-    assert step.trained and step.round_record["dropped"] == ["w1"] and core.mode.short == 1
-    assert core.mode.round.members == {"w0"}
+    assert step.trained and step.round_record["dropped"] == ["w1"] and core.admission.short == 1
+    assert core.admission.round.members == {"w0"}
 
 
 # ---- async training, publishing and flow ---------------------------------------------------------
@@ -567,7 +569,7 @@ def test_workers_are_held_from_the_first_due_update_until_the_first_trained_mode
     assert core.update_flow() and core.paused  # held before the first update runs
     step = core.step(1.0)
     assert step.trained and step.publish  # 1 s after version 1 opened, weights_every_s is 60: the first goes out
-    assert core.version == 2 and core.mode.warm
+    assert core.version == 2 and core.admission.warm
     assert core.update_flow() and not core.paused
     for seq in (2, 3):
         core.on_samples("w0", payload("w0", seq, core.version), 1.0)
@@ -628,7 +630,7 @@ WORKERS = st.sampled_from(["w0", "w1", "w2"])
 STALENESS, ROUND_TIMEOUT, WORKER_TIMEOUT, PUBLISH_EVERY = 2, 5.0, 10.0, 1
 
 
-class LearnerRules(RuleBasedStateMachine):
+class LearnerMachine(RuleBasedStateMachine):
     """Births, deaths, heartbeats, batches of any version and sequence number, time, training."""
 
     mode = "async"
@@ -725,7 +727,7 @@ class LearnerRules(RuleBasedStateMachine):
         last_will(self.core, worker, self.now)
         self.known.add(worker)
         if self.mode == "sync":
-            assert worker not in self.core.mode.round.members or worker in self.delivered
+            assert worker not in self.core.admission.round.members or worker in self.delivered
 
     @rule(worker=WORKERS)
     def heartbeat(self, worker):
@@ -795,11 +797,11 @@ class LearnerRules(RuleBasedStateMachine):
     @rule()
     def tick(self):
         """One turn of the shell's loop: train if due, open the next version, update the flow signal."""
-        r = self.core.mode.round if self.mode == "sync" else None
+        r = self.core.admission.round if self.mode == "sync" else None
         before = r and attrs.evolve(r, members=set(r.members), batches=dict(r.batches))
         step = self.core.step(self.now)
         if self.mode == "sync":
-            r = self.core.mode.round
+            r = self.core.admission.round
             if step.trained:
                 batches = self.learner.rounds[-1]
                 assert {b.worker: b for b in batches} == before.batches
@@ -827,7 +829,7 @@ class LearnerRules(RuleBasedStateMachine):
     def versions_agree(self):
         assert self.core.version == self.version
         if self.mode == "sync":
-            r = self.core.mode.round
+            r = self.core.admission.round
             assert r.version == self.version and set(r.batches) == self.delivered
             assert all(b.model_version == r.version for b in r.batches.values())
 
@@ -853,7 +855,9 @@ class LearnerRules(RuleBasedStateMachine):
         if self.mode == "async":
             handed = self.learner.added
         else:
-            handed = [b for _, batches in self.trained for b in batches] + list(self.core.mode.round.batches.values())
+            handed = [b for _, batches in self.trained for b in batches] + list(
+                self.core.admission.round.batches.values()
+            )
         key = [(b.worker, b.incarnation, b.seq) for b in handed]
         assert sorted(key) == sorted((b.worker, b.incarnation, b.seq) for b in self.accepted)
         assert len(set(key)) == len(key)
@@ -872,16 +876,16 @@ class LearnerRules(RuleBasedStateMachine):
             assert sum(b.count for b in self.learner.added) == total
 
 
-class SyncLearnerRules(LearnerRules):
+class SyncLearnerMachine(LearnerMachine):
     mode = "sync"
 
 
 STATEFUL = settings(
     max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-TestAsyncRules = LearnerRules.TestCase
+TestAsyncRules = LearnerMachine.TestCase
 TestAsyncRules.settings = STATEFUL
-TestSyncRules = SyncLearnerRules.TestCase
+TestSyncRules = SyncLearnerMachine.TestCase
 TestSyncRules.settings = STATEFUL
 
 

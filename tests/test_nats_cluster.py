@@ -31,7 +31,7 @@ from helpers.procs import Proc, node_env, script
 from helpers.watch import Watcher
 
 from mqttrl.ledger import read as read_ledger
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights
 
@@ -45,7 +45,7 @@ def retained(url: str, run: str, timeout: float = 60) -> dict[str, object]:
     ~20 s, "Unspecified error") while JetStream elects new leaders for its MQTT streams; the
     client tries again with backoff (as every mqttrl node does), so the wait is generous."""
     t = Topics(run)
-    node = MqttNode(
+    node = MqttClient(
         BrokerSettings(url=url), f"late-{time.monotonic_ns()}", subscriptions=[(t.config, 1), (t.weights, 1)]
     ).start(wait=timeout)
     got = {}

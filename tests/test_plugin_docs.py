@@ -183,7 +183,7 @@ def test_storage_from_the_docs_receives_every_point(doc_storage_site, mosquitto,
         )
         thread = threading.Thread(target=node.run, daemon=True)
         thread.start()
-        assert node.node.wait_connected(15)
+        assert node.client.wait_connected(15)
         time.sleep(0.3)
         tp = Topics(run)
         pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="doc-storage-pub", protocol=mqtt.MQTTv5)

@@ -59,7 +59,7 @@ def start_worker(
     monkeypatch.setattr(envs_mod, "ControlClock", functools.partial(ControlClock, now=ft.now, sleep=ft.sleep))
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1, wait_timeout=10)
-    worker.node = FakeNode(settings)
+    worker.client = FakeNode(settings)
     params = params or DQNParams(hidden=[16])
     cfg = RunConfig(run=RUN, algorithm=AlgorithmSection(name="dqn", params=params)).to_dict()
     cfg["env"].update({"control_hz": 50.0, "act_buf_len": 2, **(env or {})})
@@ -69,7 +69,7 @@ def start_worker(
     obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4 + 2 * 2,), np.float32), gym.spaces.Discrete(2)
     dqn = get_registry().algorithm("dqn")
     tensors, winfo = dqn.make_learner(params, obs_space, act_space, "cpu", 0).export_weights()
-    inbox = worker.node.inbox
+    inbox = worker.client.inbox
     inbox.put(Message(topics.config, encode_json(cfg), True))
     inbox.put(Message(topics.learner_state, encode_json({"status": "online"}), True))
     inbox.put(Message(topics.flow, encode_json({"pause": paused}), True))
@@ -87,7 +87,7 @@ def finish(worker, t) -> None:
 
 
 def published(worker, topics, kind):
-    return [p for topic, p in worker.node.published if topics.parse(topic)[0] == kind]
+    return [p for topic, p in worker.client.published if topics.parse(topic)[0] == kind]
 
 
 def test_a_real_time_worker_keeps_every_period(monkeypatch):
@@ -124,7 +124,7 @@ def test_a_worker_held_back_pauses_its_games(monkeypatch):
         time.sleep(0.005)
     assert worker.games_paused and worker.env_steps == 0
     ft.sleep(5.0)
-    worker.node.inbox.put(Message(topics.flow, encode_json({"pause": False}), True))
+    worker.client.inbox.put(Message(topics.flow, encode_json({"pause": False}), True))
     finish(worker, t)
     assert worker.env_steps == 100 and not worker.games_paused
     assert sum(g.total_ticks for g in games) == 100  # not one tick in the 5 s paused

@@ -411,7 +411,7 @@ def test_telemetry_node_feeds_tensorboard_and_wandb_the_run_and_its_config(tmp_p
     thread = threading.Thread(target=node.run, daemon=True)
     thread.start()
     try:
-        assert node.node.wait_connected(15)
+        assert node.client.wait_connected(15)
         # connected means its SUBSCRIBEs are sent, not yet granted: the retained config arriving says
         # the broker has them (one connection's packets are handled in order), the pause covers the rest
         deadline = time.monotonic() + 15

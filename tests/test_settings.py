@@ -16,8 +16,8 @@ from mqttrl import cli
 from mqttrl.cli.common import DefaultsFormatter, setting_arg
 from mqttrl.config import ConfigError, RunConfig, build, load_config
 from mqttrl.config_reference import lookup, render_doc, sections, settings_text
-from mqttrl.nodes.learner.core import Rules as LearnerRules
-from mqttrl.nodes.worker.core import Rules as WorkerRules
+from mqttrl.nodes.learner.core import LearnerRules
+from mqttrl.nodes.worker.core import WorkerRules
 from mqttrl.settings import METADATA_KEY, describe, from_section, non_negative, positive, setting, toml_value, view
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"

@@ -18,9 +18,9 @@ import pytest
 from safetensors.numpy import save as st_save
 
 from benchmarks.harness.link import PUBACK, Corrupter, Link, declare_length, encode_length, split_length
-from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, Rules
+from mqttrl.nodes.learner.core import AsyncAdmission, LearnerCore, LearnerRules
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
-from mqttrl.transport.client import BrokerSettings, Message, MqttNode
+from mqttrl.transport.client import BrokerSettings, Message, MqttClient
 from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_weights, encode_batch, encode_weights
 
 RUN = "slow-links"
@@ -52,7 +52,7 @@ class Learner:
 def make(**rules) -> tuple[LearnerCore, Learner]:
     learner = Learner()
     rules = {"publish_every": 1, "weights_every_s": 0.0, **rules}
-    core = LearnerCore.create(Rules(run=RUN, require_announce=False, **rules), SPEC, "async", learner, 0.0)
+    core = LearnerCore.create(LearnerRules(run=RUN, require_announce=False, **rules), SPEC, "async", learner, 0.0)
     return core, learner
 
 
@@ -98,7 +98,7 @@ def test_opening_times_are_forgotten_but_old_versions_stay_stale():
     core, _ = make(max_staleness_s=1.0)
     for i in range(1000):
         core.new_version(i * 0.1)
-    admission = core.mode
+    admission = core.admission
     assert isinstance(admission, AsyncAdmission) and len(admission._opened) <= 12
     assert refusal(core, batch(0, 3), 100.0) == "stale_version"
     assert refusal(core, batch(1, core.version - 5), 99.9) is None
@@ -200,7 +200,7 @@ def test_the_worker_decodes_only_the_newest_of_queued_weights():
         payload = encode_weights(v, "dqn", RUN, {"w": np.zeros(2, np.float32)})
         inbox.put(Message(worker.topics.weights, payload, True))
     inbox.put(Message(worker.topics.flow, b'{"pause": true}', True))
-    worker.node.inbox = inbox
+    worker.client.inbox = inbox
     worker.drain()
     assert worker.core.pending_weights.version == 5 and worker.weights_inbox.superseded == 4
     assert seen_flow == [True]  # the flow message was handled before any model was decoded
@@ -318,7 +318,7 @@ def test_a_corrupted_puback_recycles_the_connection_and_later_messages_are_ackno
     (keepalive stays satisfied by the broker's other bytes). With ack_timeout_s the client
     reconnects within the bound, resends, and every message, later ones too, is acknowledged."""
     link = Link(mosquitto.port)
-    node = MqttNode(BrokerSettings(f"mqtt://127.0.0.1:{link.port}"), "corrupt-w0", ack_timeout_s=1.0)
+    node = MqttClient(BrokerSettings(f"mqtt://127.0.0.1:{link.port}"), "corrupt-w0", ack_timeout_s=1.0)
     try:
         node.start(wait=10)
         connections = link.connections

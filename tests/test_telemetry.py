@@ -100,7 +100,7 @@ def _start_telemetry(mosquitto, run, storages, **settings):
     )
     thread = threading.Thread(target=node.run, daemon=True)
     thread.start()
-    assert node.node.wait_connected(15)
+    assert node.client.wait_connected(15)
     time.sleep(0.3)
     return node, thread
 

@@ -24,7 +24,7 @@ from mqttrl.transport.client import (
     BrokerSettings,
     BrokerUnavailable,
     Message,
-    MqttNode,
+    MqttClient,
     Outgoing,
     negotiate,
     negotiate_protocol,
@@ -35,10 +35,10 @@ from mqttrl.transport.client import (
 @pytest.fixture
 def nodes():
     """Make started nodes; all are stopped at the end of the test."""
-    made: list[MqttNode] = []
+    made: list[MqttClient] = []
 
-    def make(broker, client_id: str | None = None, start: bool = True, **kwargs) -> MqttNode:
-        n = MqttNode(BrokerSettings(url=broker.url), client_id or f"t-{uuid.uuid4().hex[:10]}", **kwargs)
+    def make(broker, client_id: str | None = None, start: bool = True, **kwargs) -> MqttClient:
+        n = MqttClient(BrokerSettings(url=broker.url), client_id or f"t-{uuid.uuid4().hex[:10]}", **kwargs)
         made.append(n)
         return n.start() if start else n
 
@@ -61,7 +61,7 @@ def wait_until(pred, timeout: float, step: float = 0.02) -> bool:
     return pred()
 
 
-def take(node: MqttNode, n: int, timeout: float = 10.0, skip_probes: bool = True) -> list[Message]:
+def take(node: MqttClient, n: int, timeout: float = 10.0, skip_probes: bool = True) -> list[Message]:
     """The next ``n`` messages from a node's inbox (probe messages skipped)."""
     out: list[Message] = []
     deadline = time.monotonic() + timeout
@@ -79,11 +79,11 @@ def take(node: MqttNode, n: int, timeout: float = 10.0, skip_probes: bool = True
     return out
 
 
-def nothing_more(node: MqttNode, wait: float, skip_probes: bool = True) -> list[Message]:
+def nothing_more(node: MqttClient, wait: float, skip_probes: bool = True) -> list[Message]:
     return take(node, 10**6, timeout=wait, skip_probes=skip_probes)
 
 
-def ensure_subscribed(sub: MqttNode, pub: MqttNode, topic: str, timeout: float = 10.0) -> None:
+def ensure_subscribed(sub: MqttClient, pub: MqttClient, topic: str, timeout: float = 10.0) -> None:
     """Publish probes until ``sub`` receives one, so its subscription is known to be active;
     then drain the probes that were still on their way."""
     deadline = time.monotonic() + timeout
@@ -231,10 +231,10 @@ def test_message_sent_in_the_disconnect_window_arrives_once(tmp_path, nodes, pre
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
+    from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
     url, topic = sys.argv[1:3]
     expiry = int(sys.argv[3]) if len(sys.argv) > 3 else None
-    MqttNode(
+    MqttClient(
         BrokerSettings(url=url), "will-child-" + topic.rsplit("/", 2)[-2],
         will=Outgoing(topic, b"WILL: connection lost", 1, True, "state", expiry_s=expiry),
         birth=lambda: [Outgoing(topic, b"online", 1, True, "state")],
@@ -352,7 +352,7 @@ def test_mosquitto_negotiates_mqtt5(shared_mosquitto):
 
 def test_forced_mqtt311_works_against_mosquitto(shared_mosquitto, prefix):
     s = BrokerSettings(url=shared_mosquitto.url, protocol="3.1.1")
-    node = MqttNode(s, f"v311-{uuid.uuid4().hex[:8]}", subscriptions=[(f"{prefix}/#", 1)]).start()
+    node = MqttClient(s, f"v311-{uuid.uuid4().hex[:8]}", subscriptions=[(f"{prefix}/#", 1)]).start()
     try:
         assert node.protocol == mqtt.MQTTv311
         ensure_subscribed(node, node, f"{prefix}/x")
@@ -367,8 +367,8 @@ def test_amqtt_falls_back_to_mqtt311():
     with EmbeddedBroker("amqtt") as broker:
         assert broker.kind == "amqtt"
         s = BrokerSettings(url=broker.url)
-        sub = MqttNode(s, "amqtt-sub", subscriptions=[("amqtt/+/x", 1)]).start()
-        pub = MqttNode(s, "amqtt-pub").start()
+        sub = MqttClient(s, "amqtt-sub", subscriptions=[("amqtt/+/x", 1)]).start()
+        pub = MqttClient(s, "amqtt-pub").start()
         try:
             assert sub.protocol == pub.protocol == mqtt.MQTTv311
             ensure_subscribed(sub, pub, "amqtt/p/x")
@@ -390,13 +390,13 @@ def test_unreachable_broker_raises_helpful_error():
     msg = str(ei.value)
     assert url in msg and "unreachable" in msg and "host and port" in msg
     with pytest.raises(BrokerUnavailable):
-        MqttNode(BrokerSettings(url=url), "nobody")
+        MqttClient(BrokerSettings(url=url), "nobody")
     assert issubclass(BrokerUnavailable, ConnectionError)
 
 
 def test_start_times_out_with_helpful_error():
     url = f"mqtt://127.0.0.1:{free_port()}"
-    node = MqttNode(BrokerSettings(url=url, protocol="5"), "impatient")  # no probe with a fixed protocol
+    node = MqttClient(BrokerSettings(url=url, protocol="5"), "impatient")  # no probe with a fixed protocol
     try:
         with pytest.raises(BrokerUnavailable, match="no connection to .* after 1s"):
             node.start(wait=1)
@@ -561,7 +561,7 @@ def test_failover_rotates_in_list_order_and_wraps_around(tmp_path, nodes, prefix
     dead1, dead2 = f"mqtt://127.0.0.1:{free_port()}", f"mqtt://127.0.0.1:{free_port()}"
     try:
         # a fixed protocol: nothing is probed, so the node really tries dead1 first
-        n = MqttNode(BrokerSettings(url=f"{dead1},{a.url},{dead2}", protocol="5"), f"t-{uuid.uuid4().hex[:10]}")
+        n = MqttClient(BrokerSettings(url=f"{dead1},{a.url},{dead2}", protocol="5"), f"t-{uuid.uuid4().hex[:10]}")
         try:
             n.start(wait=20)
             assert n.broker == a.url and n.moves == 1
@@ -762,7 +762,7 @@ def test_start_returns_once_the_broker_has_taken_the_subscriptions(shared_mosqui
     topic = f"{prefix}/episodes"
     link = SlowSubscribeLink(shared_mosquitto.port, delay=1.0)
     try:
-        node = MqttNode(
+        node = MqttClient(
             BrokerSettings(url=f"mqtt://127.0.0.1:{link.port}"),
             f"slow-{uuid.uuid4().hex[:8]}",
             subscriptions=[(topic, 1), (f"{prefix}/other", 1)],

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 
 #: MQTT 5 CONNACK: no session present, reason 0x87 (not authorized), no properties
 REFUSAL = b"\x20\x03\x00\x87\x00"
@@ -55,7 +55,7 @@ def test_a_broker_that_answers_without_a_session_is_left_for_the_next(shared_mos
     rude = RudeBroker(reply)
     good = shared_mosquitto.url
     # a fixed protocol: nothing is probed, so the node really tries the rude broker first
-    node = MqttNode(BrokerSettings(url=f"{rude.url},{good}", protocol="5"), f"t-{uuid.uuid4().hex[:10]}")
+    node = MqttClient(BrokerSettings(url=f"{rude.url},{good}", protocol="5"), f"t-{uuid.uuid4().hex[:10]}")
     try:
         node.start(wait=20)
         assert node.connected and node.broker == good and node.moves == 1

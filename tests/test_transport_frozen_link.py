@@ -9,7 +9,7 @@ import time
 import paho.mqtt.client as mqtt
 
 from benchmarks.harness.link import Link
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 
 
 def received(port: int, topic: str) -> list[bytes]:
@@ -24,13 +24,13 @@ def received(port: int, topic: str) -> list[bytes]:
     return c
 
 
-def publish_through_frozen_link(mosquitto, ack_timeout_s: float) -> tuple[MqttNode, Link, mqtt.Client, int]:
+def publish_through_frozen_link(mosquitto, ack_timeout_s: float) -> tuple[MqttClient, Link, mqtt.Client, int]:
     """Five QoS 1 messages sent into a link frozen after connecting; also the link's connection
     count then (the protocol probe before the node's own connection counts too)."""
     link = Link(mosquitto.port)
     sub = received(mosquitto.port, "t/frozen")
     time.sleep(0.3)
-    node = MqttNode(BrokerSettings(f"mqtt://127.0.0.1:{link.port}"), "frozen-w0", ack_timeout_s=ack_timeout_s)
+    node = MqttClient(BrokerSettings(f"mqtt://127.0.0.1:{link.port}"), "frozen-w0", ack_timeout_s=ack_timeout_s)
     node.start(wait=10)
     link.freeze()
     before = link.connections
@@ -85,7 +85,7 @@ def test_stop_waits_for_acknowledgements_and_names_what_never_got_one(mosquitto)
 
 
 def test_stop_on_a_clean_link_leaves_nothing_unacknowledged(mosquitto):
-    node = MqttNode(BrokerSettings(mosquitto.url), "clean-w0").start(wait=10)
+    node = MqttClient(BrokerSettings(mosquitto.url), "clean-w0").start(wait=10)
     for i in range(20):
         node.publish("t/clean", b"x" * 1000, qos=1, kind="samples", tag=i)
     node.stop(flush_timeout=5.0)

@@ -11,12 +11,12 @@ import time
 import paho.mqtt.client as mqtt
 
 from benchmarks.harness.link import Link
-from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
+from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 
 
 def test_a_keepalive_timeout_is_logged_and_counted_once(mosquitto, caplog):
     link = Link(mosquitto.port)
-    node = MqttNode(BrokerSettings(f"mqtt://127.0.0.1:{link.port}", keepalive=1), "keepalive-w0")
+    node = MqttClient(BrokerSettings(f"mqtt://127.0.0.1:{link.port}", keepalive=1), "keepalive-w0")
     try:
         node.start(wait=10)
         caplog.set_level(logging.WARNING, logger="mqttrl.transport")
@@ -38,7 +38,7 @@ def test_a_birth_supersedes_the_older_retained_values_queued_while_away(mosquitt
     """Retained values queued while the node had no connection (a learner's weights v1, v2) would
     go out after its birth (v3, the newest) and replace it on the broker: they are dropped."""
     topic = "t/birth/weights"
-    node = MqttNode(
+    node = MqttClient(
         BrokerSettings(mosquitto.url), "birth-w0", birth=lambda: [Outgoing(topic, b"v3", 1, True, "weights")]
     )
     got: list[bytes] = []

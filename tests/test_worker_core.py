@@ -22,7 +22,7 @@ from mqttrl.config import AlgorithmSection, RunConfig, from_dict
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
-from mqttrl.nodes.worker.core import Move, Rules, WorkerCore
+from mqttrl.nodes.worker.core import Move, WorkerCore, WorkerRules
 from mqttrl.plugin.algorithm import AlgorithmInfo, SyncActor
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
@@ -56,7 +56,7 @@ def make_core(sync: bool = False, configured: bool = True, **rules) -> WorkerCor
     core = WorkerCore(RUN, "w0", parse, incarnation="inc-1")
     if configured:
         core.on_config(config_payload())
-    core.begin(Rules(sync=sync, **rules))
+    core.begin(WorkerRules(sync=sync, **rules))
     return core
 
 
@@ -94,8 +94,8 @@ def test_a_bad_config_is_refused_and_the_worker_keeps_waiting(payload, reason):
 
 def test_rules_come_from_the_config_and_the_mode():
     cfg = parse(decode_json(config_payload(batch_size=5, max_batch_delay_s=0.25, sync_timeout_s=9.0)))
-    rules = Rules.from_config(cfg, "sync", max_env_steps=100)
-    assert rules == Rules(
+    rules = WorkerRules.from_config(cfg, "sync", max_env_steps=100)
+    assert rules == WorkerRules(
         batch_size=5,
         max_batch_delay_s=0.25,
         heartbeat_interval_s=cfg.worker.heartbeat_interval_s,
@@ -103,7 +103,7 @@ def test_rules_come_from_the_config_and_the_mode():
         sync_timeout_s=9.0,
         max_env_steps=100,
     )
-    assert not Rules.from_config(cfg, "async").sync
+    assert not WorkerRules.from_config(cfg, "async").sync
 
 
 # ---- weights --------------------------------------------------------------------------
@@ -443,10 +443,10 @@ def fake_worker(monkeypatch, mode: str, **worker_settings) -> node_mod.WorkerNod
     monkeypatch.setattr(envs_mod, "make_env", lambda env_id, kwargs, registry: gym.make("CartPole-v1"))
     settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
     worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1)
-    worker.node = FakeNode(settings)
+    worker.client = FakeNode(settings)
     topics = Topics(RUN)
-    worker.node.inbox.put(Message(topics.config, config_payload(heartbeat_interval_s=0.01, **worker_settings), True))
-    worker.node.inbox.put(Message(topics.weights, weights(0), True))
+    worker.client.inbox.put(Message(topics.config, config_payload(heartbeat_interval_s=0.01, **worker_settings), True))
+    worker.client.inbox.put(Message(topics.weights, weights(0), True))
     return worker
 
 
@@ -462,7 +462,7 @@ def run_briefly(worker: node_mod.WorkerNode, max_env_steps: int) -> None:
 
 def published(worker, kind: Kind) -> list[bytes]:
     topics = Topics(RUN)
-    return [p for t, p in worker.node.published if topics.parse(t)[0] == kind]
+    return [p for t, p in worker.client.published if topics.parse(t)[0] == kind]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -475,7 +475,7 @@ def test_the_worker_stops_at_max_env_steps(monkeypatch, mode):
     assert [(b.seq, b.model_version, b.count) for b in samples] == [(0, 0, 8)]
     assert decode_json(published(worker, Kind.WORKER_STATE)[-1])["status"] == "offline"
     assert published(worker, Kind.HEARTBEAT)
-    assert worker.forward.closed and worker.node.stopped
+    assert worker.forward.closed and worker.client.stopped
     assert worker.actor.loaded == [0] and worker.actor.discards == 0
 
 
@@ -486,7 +486,7 @@ def test_a_sync_worker_waits_for_the_next_model_between_shares(monkeypatch):
     def learner():  # publishes version 1 once the first share is out
         while not published(worker, Kind.SAMPLES):
             threading.Event().wait(0.01)
-        worker.node.inbox.put(Message(topics.weights, weights(1)))
+        worker.client.inbox.put(Message(topics.weights, weights(1)))
 
     threading.Thread(target=learner, daemon=True).start()
     run_briefly(worker, max_env_steps=16)
@@ -515,13 +515,13 @@ def test_the_worker_bounds_its_outbox_by_worker_outbox_limit(monkeypatch):
     """``worker.outbox_limit`` is the run's (it was declared and documented, but a literal 2000 was used)."""
     worker = fake_worker(monkeypatch, "async", outbox_limit=37)
     run_briefly(worker, 20)
-    assert worker.node.outbox_limit == 37
+    assert worker.client.outbox_limit == 37
 
 
 def test_an_mqtt_nodes_outbox_limit_can_be_set_once_the_config_is_in():
-    from mqttrl.transport.client import MqttNode
+    from mqttrl.transport.client import MqttClient
 
-    node = MqttNode(BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5"), client_id="t", outbox_limit=10)
+    node = MqttClient(BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5"), client_id="t", outbox_limit=10)
     node.outbox_limit = 3
     assert node.outbox_limit == 3
     with pytest.raises(ValueError, match="at least one message"):

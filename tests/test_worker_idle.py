@@ -84,7 +84,7 @@ def test_the_shell_makes_no_experience_while_its_link_is_down(monkeypatch):
     """The worker over a fake node: while the link is down it steps no env, its heartbeats go on
     (counting paused_s); when the link is back it plays again."""
     worker = fake_worker(monkeypatch, "async")
-    worker.node.connected = False
+    worker.client.connected = False
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     try:
@@ -94,7 +94,7 @@ def test_the_shell_makes_no_experience_while_its_link_is_down(monkeypatch):
         time.sleep(0.2)
         assert worker.env_steps == 0 and worker.core.idle_reason == "link_down"
         assert decode_json(published(worker, Kind.HEARTBEAT)[-1])["paused_s"] > 0
-        worker.node.connected = True
+        worker.client.connected = True
         while time.monotonic() < deadline and worker.env_steps == 0:
             time.sleep(0.02)
         assert worker.env_steps > 0 and worker.core.idle_reason is None

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics
 from mqttrl.wire import (
@@ -214,7 +214,7 @@ def watch_status(
     be, inside paho's start or rich's print, once left the command hanging) or on KeyboardInterrupt."""
     stop = stop or threading.Event()
     view = FleetView(run)
-    node = MqttNode(
+    node = MqttClient(
         broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=view.subscriptions()
     ).start(wait=10)
     console = Console()
@@ -238,7 +238,7 @@ def watch_status(
         node.stop(flush_timeout=1)
 
 
-def _drain_for(node: MqttNode, view: FleetView, seconds: float, stop: threading.Event) -> None:
+def _drain_for(node: MqttClient, view: FleetView, seconds: float, stop: threading.Event) -> None:
     """Hand every message that arrives in the next ``seconds`` (or until ``stop``) to the view."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0 and not stop.is_set():
@@ -253,7 +253,7 @@ def quicksave(broker: BrokerSettings, run: str, timeout: float = 30.0, name: str
     """Ask the learner for a checkpoint and return its reply (path, model version, updates)."""
     tp = Topics(run)
     request = uuid.uuid4().hex[:12]
-    node = MqttNode(
+    node = MqttClient(
         broker, client_id=f"mqttrl-quicksave-{request}", subscriptions=[(tp.reply(request), 1), (tp.learner_state, 1)]
     ).start(wait=10)
     try:

@@ -24,7 +24,7 @@ from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.rollout import evaluate_model, greedy_actor
 from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.plugin.manager import get_registry
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import WeightsMessage, decode_json, decode_weights
@@ -138,7 +138,7 @@ class EvaluatorNode:
         #: first evaluation of it or a newer one ends the loop)
         self.final_version: int | None = None
         self._done = threading.Event()
-        self.node = MqttNode(broker, client_id=f"mqttrl-{self.name}", subscriptions=self.seen.subscriptions())
+        self.client = MqttClient(broker, client_id=f"mqttrl-{self.name}", subscriptions=self.seen.subscriptions())
 
     @property
     def latest_version(self) -> int:
@@ -147,7 +147,7 @@ class EvaluatorNode:
 
     def start(self) -> EvaluatorNode:
         """Connect (raises when the broker cannot be reached); :meth:`serve` then runs the loop."""
-        self.node.start(wait=30)
+        self.client.start(wait=30)
         return self
 
     def run(self, target: float | None = None, max_seconds: float | None = None) -> dict | None:
@@ -186,17 +186,17 @@ class EvaluatorNode:
             return None
         finally:
             try:
-                self.node.stop(flush_timeout=2)  # the last result goes out
+                self.client.stop(flush_timeout=2)  # the last result goes out
             finally:
                 self._done.set()
 
     def _pump(self, timeout: float) -> None:
         """Handle what the inbox holds (waiting up to ``timeout`` s for the first message)."""
         try:
-            m = self.node.inbox.get(timeout=timeout)
+            m = self.client.inbox.get(timeout=timeout)
             while True:
                 self.seen.dispatch(m.topic, m.payload)
-                m = self.node.inbox.get_nowait()
+                m = self.client.inbox.get_nowait()
         except queue.Empty:
             pass
 
@@ -217,7 +217,7 @@ class EvaluatorNode:
         )
         result = record.to_json()
         self.results.append(result)
-        self.node.publish(self.topics.evaluation(self.name), record.encode(), qos=1, kind="eval")
+        self.client.publish(self.topics.evaluation(self.name), record.encode(), qos=1, kind="eval")
         log.debug(
             "model v%d: mean %.1f ± %.1f over %d episodes", w.version, result["mean"], result["std"], self.episodes
         )

@@ -50,7 +50,7 @@ from mqttrl.envs.rollout import obs_dtype
 from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import install_stop_handlers
-from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing, negotiate_protocol
+from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing, negotiate_protocol
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
 from mqttrl.wire import (
@@ -141,7 +141,7 @@ class InferenceServer:
         ]
         #: requests that named another server (seen because without shared subscriptions every server reads all)
         self.not_ours = 0
-        self.node = MqttNode(
+        self.client = MqttClient(
             broker,
             client_id=f"mqttrl-inference-{run}-{self.name}",
             subscriptions=subs,
@@ -268,7 +268,7 @@ class InferenceServer:
 
     # ---- main loop ---------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> None:
-        self.node.start(wait=30)
+        self.client.start(wait=30)
         deadline = time.monotonic() + max_seconds if max_seconds else None
         window = {"t": time.monotonic(), "req": 0, "rows": 0, "batches": 0}
         next_metrics = time.monotonic() + 1.0
@@ -286,7 +286,7 @@ class InferenceServer:
                 if deadline and now > deadline:
                     break
         finally:
-            self.node.stop(
+            self.client.stop(
                 final=[Outgoing(self.topics.inference_state(self.name), self._state("offline"), 1, True, "state")]
             )
             if self.forward is not None:
@@ -296,7 +296,7 @@ class InferenceServer:
         """Handle the next message; once a request is in, add what is already queued (requests
         that arrived during the last forward), then wait up to ``max_delay`` for more while the
         batch is not full."""
-        inbox = self.node.inbox
+        inbox = self.client.inbox
         try:
             msg = inbox.get(timeout=0.1)
         except queue.Empty:
@@ -329,7 +329,7 @@ class InferenceServer:
             part = {k: np.ascontiguousarray(v[start : start + n]) for k, v in out.items()}
             start += n
             payload = encode_reply(self.topics.run, self.name, p.request, self.version, part, epoch=self.epoch)
-            self.node.send_now(p.reply_topic, payload, kind="reply")
+            self.client.send_now(p.reply_topic, payload, kind="reply")
             self._latencies.append(time.perf_counter() - p.received)
         self.served_requests += len(batch)
         self.served_rows += len(obs)
@@ -351,7 +351,7 @@ class InferenceServer:
             rejected=self.rejections.snapshot(),
             time=time.time(),
         )
-        self.node.publish(self.topics.inference_metrics(self.name), m.encode(), qos=0, kind="metrics")
+        self.client.publish(self.topics.inference_metrics(self.name), m.encode(), qos=0, kind="metrics")
         window.update(t=now, req=self.served_requests, rows=self.served_rows, batches=self.batches)
 
 

@@ -32,7 +32,7 @@ from mqttrl.plugin.storage import Point
 from mqttrl.procs import install_stop_handlers
 from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore
 from mqttrl.timing import timing_fields
-from mqttrl.transport.client import BrokerSettings, MqttNode
+from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import (
@@ -154,7 +154,7 @@ class TelemetryNode:
         self.rejections = self.dispatch.rejections
         #: the refusal count last logged by :meth:`report_rejections`, and when
         self._rejections_logged, self._rejections_logged_at = 0, -1e18
-        self.node = MqttNode(
+        self.client = MqttClient(
             broker,
             client_id=f"mqttrl-telemetry-{run}",
             persistent=True,
@@ -335,7 +335,7 @@ class TelemetryNode:
             mean_return=best.score,
             window=best.episodes,
         )
-        self.node.publish(self.topics.command("quicksave"), command.encode(), qos=1, kind="cmd")
+        self.client.publish(self.topics.command("quicksave"), command.encode(), qos=1, kind="cmd")
         log.info("new best model: %s; asked the learner to save it", best.describe())
 
     # ---- aggregates ---------------------------------------------------------
@@ -414,7 +414,7 @@ class TelemetryNode:
         """Connect (raises when the broker cannot be reached, the storages closed); :meth:`serve`
         then runs the loop."""
         try:
-            self.node.start(wait=30)
+            self.client.start(wait=30)
         except BaseException:
             self._close_storages()
             raise
@@ -429,7 +429,7 @@ class TelemetryNode:
         try:
             while not self._stop.is_set():
                 try:
-                    msg = self.node.inbox.get(timeout=0.1)
+                    msg = self.client.inbox.get(timeout=0.1)
                     self.handle(msg.topic, msg.payload)
                 except queue.Empty:
                     pass
@@ -448,7 +448,7 @@ class TelemetryNode:
             self._write(self.aggregate_points(time.time()))
             self.report_rejections(time.monotonic(), final=True)
             self._close_storages()
-            self.node.stop()
+            self.client.stop()
 
     def telemetry_point(self, seconds: float, handled: int, wall_time: float) -> Point:
         """The ``telemetry`` point of an interval of ``seconds`` in which ``handled`` messages were

@@ -18,12 +18,12 @@ Rules this module enforces for every node:
 * the last will is set on every connect; a clean stop publishes the "offline"
   state itself and disconnects without triggering the will;
 * with ``manual_ack`` a received QoS 1 message is acknowledged only when the node
-  calls :meth:`MqttNode.ack` after handling it, so a node killed with messages in
+  calls :meth:`MqttClient.ack` after handling it, so a node killed with messages in
   its inbox gets them again from its persistent session instead of losing them;
-* a message published with a ``tag`` reports the tag from :meth:`MqttNode.take_acked`
+* a message published with a ``tag`` reports the tag from :meth:`MqttClient.take_acked`
   once the broker acknowledged it (an audit of what really left the process; :mod:`.acks`).
 
-This module negotiates the protocol and composes those pieces in :class:`MqttNode`;
+This module negotiates the protocol and composes those pieces in :class:`MqttClient`;
 :mod:`.connection` is the only place that configures paho's client.
 """
 
@@ -52,6 +52,7 @@ __all__ = [
     "BrokerSettings",
     "BrokerUnavailable",
     "Message",
+    "MqttClient",
     "MqttNode",
     "Outgoing",
     "negotiate",
@@ -217,7 +218,7 @@ def negotiate_protocol(settings: BrokerSettings, timeout: float = 5.0) -> int:
     return negotiate(settings, timeout)[0]
 
 
-class MqttNode:
+class MqttClient:
     """One MQTT client with an inbox, a bounded outbox and a publisher thread.
 
     ``birth`` is a callable returning the messages to (re)publish on every
@@ -291,7 +292,7 @@ class MqttNode:
         c.on_subscribe = self._on_subscribe
         return c
 
-    def start(self, wait: float | None = 10.0) -> MqttNode:
+    def start(self, wait: float | None = 10.0) -> MqttClient:
         """Connect in the background; with ``wait``, block until connected or raise."""
         point_at(self._client, self._failover.current, self._connect_options)
         self._client.loop_start()
@@ -635,3 +636,8 @@ class MqttNode:
         self._client.disconnect()
         self._client.loop_stop()
         self._thread.join(timeout=2)
+
+
+#: the client's name before issue 35 ("node" names a role: learner, worker, telemetry); kept so
+#: code written against it goes on working
+MqttNode = MqttClient

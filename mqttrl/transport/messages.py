@@ -14,10 +14,10 @@ class Message:
     topic: str
     payload: bytes
     retain: bool = False
-    #: with manual acks: what :meth:`MqttNode.ack` needs (not part of a message's identity)
+    #: with manual acks: what :meth:`MqttClient.ack` needs (not part of a message's identity)
     mid: int = attrs.field(default=0, eq=False)
     qos: int = attrs.field(default=0, eq=False)
-    #: which broker of a failover list sent it (:attr:`MqttNode.moves` when it arrived)
+    #: which broker of a failover list sent it (:attr:`MqttClient.moves` when it arrived)
     broker_gen: int = attrs.field(default=0, eq=False)
 
 
@@ -29,7 +29,7 @@ class Outgoing:
     retain: bool = False
     #: topic kind used for drop accounting ("samples", "weights", ...)
     kind: str = "other"
-    #: returned by ``MqttNode.take_acked`` once the broker acknowledged the message (QoS 1)
+    #: returned by ``MqttClient.take_acked`` once the broker acknowledged the message (QoS 1)
     tag: object = None
     #: MQTT 5 message expiry (seconds): the broker forgets the message, a retained one
     #: included, after this long (None: never). Ignored over MQTT 3.1.1, which has no expiry

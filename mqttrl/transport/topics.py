@@ -147,7 +147,7 @@ class Topics:
         return f"{self.base}/" + SPECS[kind].pattern.replace("{name}", "+")
 
     def subscription(self, kind: Kind) -> tuple[str, int]:
-        """``(filter, qos)`` as the table says, for ``MqttNode(subscriptions=...)``."""
+        """``(filter, qos)`` as the table says, for ``MqttClient(subscriptions=...)``."""
         return self.filter(kind), SPECS[kind].qos
 
     def parse(self, topic: str) -> tuple[Kind, str]:

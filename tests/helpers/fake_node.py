@@ -1,6 +1,6 @@
-"""What WorkerNode uses of MqttNode, for the tests of the worker shell that need no broker.
+"""What WorkerNode uses of MqttClient, for the tests of the worker shell that need no broker.
 
-One copy for every such test: when the worker starts using another MqttNode method, it is added
+One copy for every such test: when the worker starts using another MqttClient method, it is added
 here once (a missing one shows up as a thread exception in every test that drives the shell).
 """
 

@@ -36,7 +36,7 @@ log = logging.getLogger("mqttrl.learner")
 
 
 @view(LearnerConfig)
-class Rules:
+class LearnerRules:
     """The settings the rules read: a typed view of ``[learner]`` (each default and doc is the
     declaration's in :mod:`mqttrl.config`); :meth:`from_config` takes them from a run's config."""
 
@@ -55,7 +55,7 @@ class Rules:
     forget_offline_s: float
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> Rules:
+    def from_config(cls, config: RunConfig) -> LearnerRules:
         return from_section(cls, config.learner, run=config.run)
 
 
@@ -398,12 +398,14 @@ class SyncRounds:
 
 
 class LearnerCore:
-    """Admission, membership and liveness, version and flow state; training through the mode strategy."""
+    """Admission, membership and liveness, version and flow state; training through the admission
+    strategy of the algorithm's mode (``admission``: :class:`AsyncAdmission` or :class:`SyncRounds`;
+    ``mode`` is only ever the string ``"async"``/``"sync"``)."""
 
-    def __init__(self, rules: Rules, spec: SampleSpec, mode: AsyncAdmission | SyncRounds):
+    def __init__(self, rules: LearnerRules, spec: SampleSpec, admission: AsyncAdmission | SyncRounds):
         self.rules = rules
         self.spec = spec
-        self.mode = mode
+        self.admission = admission
         self.workers: dict[str, WorkerStatus] = {}
         #: this learner incarnation (the shell sets it at start); weights and batches carry it
         self.epoch = 0
@@ -423,8 +425,8 @@ class LearnerCore:
         self.env_restarts_forgotten = 0
 
     @classmethod
-    def create(cls, rules: Rules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
-        """Select the mode strategy once, from the algorithm's mode."""
+    def create(cls, rules: LearnerRules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
+        """Select the admission strategy once, from the algorithm's mode."""
         if mode == "sync":
             return cls(rules, spec, SyncRounds(learner, rules.round_timeout_s, now))
         if rules.max_staleness is not None:
@@ -475,7 +477,7 @@ class LearnerCore:
     def new_version(self, now: float) -> int:
         """Open the next model version (the shell publishes its weights)."""
         self.version += 1
-        self.mode.opened(self.version, self.online(), now)
+        self.admission.opened(self.version, self.online(), now)
         return self.version
 
     # ---- messages ----------------------------------------------------------------
@@ -506,14 +508,14 @@ class LearnerCore:
         if batch.epoch > self.epoch:
             raise Rejected("future_epoch", f"epoch {batch.epoch} > this learner's {self.epoch}: is another learner up?")
         if old_epoch:
-            if self.mode.mode == "sync":
+            if self.admission.mode == "sync":
                 raise Rejected("old_epoch", f"made with epoch {batch.epoch}'s model; rounds are of epoch {self.epoch}")
         else:
             if batch.model_version > self.version:
                 raise Rejected("future_version", f"model version {batch.model_version} > current {self.version}")
-            self.mode.check(batch, self.version, now)
+            self.admission.check(batch, self.version, now)
         self.spec.validate(batch.arrays, batch.count)
-        self.mode.take(batch)
+        self.admission.take(batch)
         self.old_epoch_batches += old_epoch
         status.samples += batch.count
         self._heard_from(status, now)
@@ -561,7 +563,7 @@ class LearnerCore:
             if status.online:
                 log.warning("worker %s offline (%s)", worker, st.reason or st.status)
             status.went_offline(now)
-            self.mode.drop(worker)
+            self.admission.drop(worker)
 
     # ---- membership ----------------------------------------------------------------
     def _new_status(self, name: str, last_seen: float | None = None) -> WorkerStatus:
@@ -600,7 +602,7 @@ class LearnerCore:
         for w in self.workers.values():
             if w.online and w.last_seen is not None and now - w.last_seen > self.rules.worker_timeout_s:
                 w.went_offline(now)
-                self.mode.drop(w.name)
+                self.admission.drop(w.name)
                 log.warning("worker %s silent for %.0fs; marked offline", w.name, now - w.last_seen)
                 gone.append(w.name)
             elif not w.online and w.offline_since is not None and now - w.offline_since > self.rules.forget_offline_s:
@@ -614,7 +616,7 @@ class LearnerCore:
 
     def step(self, now: float) -> Step:
         """Train if the mode says so; opens the next version when the new weights are to be published."""
-        step = self.mode.step(now, self.online())
+        step = self.admission.step(now, self.online())
         if step.metrics is not None:
             self.train_metrics = step.metrics
         if step.publish:
@@ -623,7 +625,7 @@ class LearnerCore:
 
     def update_flow(self) -> bool:
         """Pause workers while the learner is behind; True when the signal changed (publish it)."""
-        behind = self.mode.behind()
+        behind = self.admission.behind()
         if behind == self.paused:
             return False
         self.paused = behind
@@ -667,5 +669,5 @@ class LearnerCore:
             "workers_known": len(workers),
             "workers": self.table.rows(workers, self.version, now),
             "train": self.train_metrics,
-            "round": self.mode.snapshot(now),
+            "round": self.admission.snapshot(now),
         }

@@ -29,7 +29,7 @@ from mqttrl.config import RunConfig
 from mqttrl.envs.fit import run_spaces
 from mqttrl.envs.make import UnknownEnvError
 from mqttrl.envs.spec import EnvSpec, SpecError, made_by, spec_of_config, with_spec
-from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
+from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_json, encode_json
 
@@ -94,7 +94,7 @@ def wait_for_spec(config: RunConfig, broker: BrokerSettings, why: str, stop: thr
     One client publishes all three in order, so a worker that reads this config publishes after the clear."""
     topics = Topics(config.run)
     reason = "waiting for the env spec a worker publishes"
-    client = MqttNode(
+    client = MqttClient(
         broker,
         client_id=f"mqttrl-learner-{config.run}-spec",
         subscriptions=[(topics.env_spec, 1)],

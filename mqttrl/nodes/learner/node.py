@@ -37,7 +37,7 @@ from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import read_score
 from mqttrl.state.checkpoint import CheckpointStore
 from mqttrl.timing import BlockTimes, FleetTiming
-from mqttrl.transport.client import BrokerSettings, Message, MqttNode, Outgoing
+from mqttrl.transport.client import BrokerSettings, Message, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
 from mqttrl.wire import (
@@ -111,13 +111,13 @@ class LearnerNode:
         self.resumed_from = self.checkpoints.resume(clock()) if resume else None
         take_demos(config, training, fresh=self.resumed_from is None)
         write_resolved(config, self.run_dir / "config.json")
-        self.node = self._make_client(broker)
+        self.client = self._make_client(broker)
         #: the audit of every batch judged, when $MQTTRL_LEDGER_DIR is set (opened once the epoch is final)
         self.ledger: Ledger | None = None
 
-    def _make_client(self, broker: BrokerSettings) -> MqttNode:
+    def _make_client(self, broker: BrokerSettings) -> MqttClient:
         """The learner's MQTT client: a persistent session, its will and birth, manual acks."""
-        return MqttNode(
+        return MqttClient(
             broker,
             client_id=f"mqttrl-learner-{self.config.run}",
             persistent=True,
@@ -155,12 +155,12 @@ class LearnerNode:
         held: list[Message] = []
         while time.monotonic() < deadline:
             try:
-                msg = self.node.inbox.get(timeout=0.05)
+                msg = self.client.inbox.get(timeout=0.05)
             except queue.Empty:
                 continue
             if msg.topic == self.topics.weights:
                 try:
-                    self.node.ack(msg)
+                    self.client.ack(msg)
                     w = decode_weights(msg.payload)
                     if w.epoch >= self.core.epoch:  # a clock that went back: stay ahead of the last learner
                         self.core.epoch = w.epoch + 1
@@ -223,13 +223,13 @@ class LearnerNode:
     def publish_weights(self) -> None:
         """Publish the learner's weights as the core's current version (retained: late workers get them)."""
         payload = self.weights.encode()
-        self.node.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
+        self.client.publish(self.topics.weights, payload, qos=WEIGHTS_QOS, retain=True, kind="weights")
 
     def _handle(self, msg: Message) -> None:
         """Dispatch one message, then acknowledge it to the broker (it is ours now)."""
         with self.blocks.timed("receive"):
             self.dispatch(msg.topic, msg.payload)
-            self.node.ack(msg)
+            self.client.ack(msg)
 
     def _on_heartbeat(self, worker: str, payload: bytes, now: float) -> None:
         """The core judges the heartbeat; its timing and real-time reports feed the fleet's figures."""
@@ -266,7 +266,7 @@ class LearnerNode:
         target = cmd.reply_to
         if target is not None and target.startswith(self.topics.base + "/"):
             reply.path, reply.model_version, reply.updates = str(path), self.version, self.algo.updates
-            self.node.publish(target, reply.encode(), 1, False, "reply")
+            self.client.publish(target, reply.encode(), 1, False, "reply")
 
     # ---- checkpoints -----------------------------------------------------------
     def _save_best(self, cmd: dict) -> tuple[Path, str | None]:
@@ -278,7 +278,7 @@ class LearnerNode:
         path = self.save_checkpoint("best", extra={"best": plan.info}, files=plan.files)
         self.best.score = plan.score
         # retained: a telemetry node started from now on learns this best
-        self.node.publish(self.topics.learner_state, self._state_payload("online"), 1, True, "state")
+        self.client.publish(self.topics.learner_state, self._state_payload("online"), 1, True, "state")
         return path, None
 
     def save_checkpoint(
@@ -297,8 +297,8 @@ class LearnerNode:
             updates=self.algo.updates,
             updates_per_s=(self.algo.updates - window["updates"]) / dt,
             samples_per_s=(core["samples"] - window["samples"]) / dt,
-            inbox=self.node.inbox.qsize(),
-            inbox_dropped=self.node.inbox_dropped,
+            inbox=self.client.inbox.qsize(),
+            inbox_dropped=self.client.inbox_dropped,
             rejected=self.rejections.snapshot(),
             timing=self.blocks.take(),
             timing_total={b: round(s, 3) for b, s in self.blocks.total.items()},
@@ -332,25 +332,25 @@ class LearnerNode:
         """Publish the flow signal when it changed. Called after the inbox is drained too, so a
         pause goes out before a (slow) update, not after it."""
         if self.core.update_flow():
-            self.node.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")
+            self.client.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")
 
     def _drain_inbox(self, wait_s: float, most: int = 256) -> int:
         """Handle up to ``most`` queued messages, waiting up to ``wait_s`` for the first; how many."""
         handled = 0
         try:
-            msg = self.node.inbox.get(timeout=wait_s) if wait_s else self.node.inbox.get_nowait()
+            msg = self.client.inbox.get(timeout=wait_s) if wait_s else self.client.inbox.get_nowait()
             while True:
                 self._handle(msg)
                 handled += 1
                 if handled >= most:
                     break
-                msg = self.node.inbox.get_nowait()
+                msg = self.client.inbox.get_nowait()
         except queue.Empty:
             pass
         return handled
 
     def run(self, max_seconds: float | None = None) -> None:
-        self.node.start(wait=30)
+        self.client.start(wait=30)
         metrics_server = serve_metrics(self.lc.metrics_port, "learner", self.blocks, None, self._gauges)
         self._read_retained_version()
         self.core.new_version(clock())
@@ -380,9 +380,9 @@ class LearnerNode:
                 if now >= next_metrics:
                     next_metrics = now + self.lc.metrics_interval_s
                     self.core.check_liveness(clock())
-                    self.node.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")  # the beat
+                    self.client.publish(self.topics.flow, self._flow_payload(), 1, True, "flow")  # the beat
                     payload = self._metrics(window).encode()
-                    self.node.publish(self.topics.learner_metrics, payload, 0, False, "metrics")
+                    self.client.publish(self.topics.learner_metrics, payload, 0, False, "metrics")
                     metrics_file.write(payload.decode() + "\n")
                     metrics_file.flush()
                 if deadline and now > deadline:
@@ -399,7 +399,7 @@ class LearnerNode:
             log.info("final checkpoint %s", path)
         except Exception:
             log.exception("final checkpoint failed")
-        self.node.stop(
+        self.client.stop(
             final=[Outgoing(self.topics.learner_state, self._state_payload("offline", "stopped"), 1, True, "state")]
         )
 

@@ -18,7 +18,7 @@ import gymnasium as gym
 
 from mqttrl.config import ConfigError, RunConfig
 from mqttrl.envs.fit import check_fit, spaces_of_run
-from mqttrl.nodes.learner.core import LearnerCore, Rules
+from mqttrl.nodes.learner.core import LearnerCore, LearnerRules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
 from mqttrl.plugin.algorithm import AlgorithmInfo, LearnerContext, takes_context
 from mqttrl.plugin.manager import MissingDependency
@@ -57,7 +57,7 @@ def set_up_training(config: RunConfig, registry: Any, blocks: BlockTimes) -> Tra
     context = LearnerContext(device, config.train.seed, blocks.timed, log)
     extra = {"context": context} if takes_context(make) else {}  # an older plugin: called as before
     algo = make(params, obs_space, act_space, device, config.train.seed, **extra)
-    core = LearnerCore.create(Rules.from_config(config), spec, info.mode, algo, clock())
+    core = LearnerCore.create(LearnerRules.from_config(config), spec, info.mode, algo, clock())
     # a new epoch per learner process: its weights win over any earlier learner's, even at a lower version
     core.epoch = time.time_ns() // 1_000_000
     return Training(info, obs_space, act_space, device, spec, algo, core)

@@ -45,7 +45,7 @@ def new_incarnation() -> str:
 
 
 @view(WorkerConfig)
-class Rules:
+class WorkerRules:
     """The settings the rules read: a typed view of ``[worker]`` (each default and doc is the
     declaration's in :mod:`mqttrl.config`) and the mode; :meth:`from_config` makes it."""
 
@@ -59,7 +59,7 @@ class Rules:
     max_env_steps: int | None = None
 
     @classmethod
-    def from_config(cls, config: RunConfig, mode: Mode, max_env_steps: int | None = None) -> Rules:
+    def from_config(cls, config: RunConfig, mode: Mode, max_env_steps: int | None = None) -> WorkerRules:
         return from_section(cls, config.worker, sync=mode == "sync", max_env_steps=max_env_steps)
 
 
@@ -132,7 +132,7 @@ class WorkerCore:
         self.incarnation = incarnation or new_incarnation()
         self._parse_config = parse_config
         self.config: RunConfig | None = None
-        self.rules = Rules()
+        self.rules = WorkerRules()
         #: the loaded model's learner epoch and version (-1: none yet), and the newest accepted
         #: weights not yet loaded
         self.epoch = 0
@@ -207,7 +207,7 @@ class WorkerCore:
             self.learner_heard = now
 
     # ---- starting --------------------------------------------------------------
-    def begin(self, rules: Rules) -> None:
+    def begin(self, rules: WorkerRules) -> None:
         """Envs and actor are built: stepping starts under ``rules``."""
         self.rules = rules
 

@@ -35,7 +35,7 @@ from mqttrl.envs.realtime_clock import ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.ledger import Ledger
-from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, Rules, WorkerCore
+from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, WorkerCore, WorkerRules
 from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
 from mqttrl.nodes.worker.loops import GameLoop, make_loop
@@ -48,7 +48,7 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.procs import StopSignals
 from mqttrl.prometheus import serve_metrics
 from mqttrl.timing import BlockTimes, PeriodStats
-from mqttrl.transport.client import BrokerSettings, MqttNode, Outgoing
+from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
 from mqttrl.wire import Rejected, RejectionCounter, WorkerState, decode_weights, encode_batch, encode_json
@@ -124,7 +124,7 @@ class WorkerNode:
         self.actor: Actor | None = None
         self._init_timing()
         self.weights_inbox = WeightsInbox(decode_weights)  # the newest weights, big ones decoded off the game loop
-        self.node = MqttNode(
+        self.client = MqttClient(
             broker,
             client_id=f"mqttrl-worker-{run}-{self.name}",
             persistent=False,
@@ -191,7 +191,7 @@ class WorkerNode:
 
     # ---- the run, top to bottom -------------------------------------------------
     def run(self, max_env_steps: int | None = None) -> None:
-        self.node.start(wait=None)
+        self.client.start(wait=None)
         reason = "stopped"
         try:
             if self._wait_for("config", lambda: self.core.config is not None):
@@ -224,7 +224,7 @@ class WorkerNode:
             self._make_policy(cfg, envs.envs[0].observation_space, envs.envs[0].action_space, ctx)
             if not self._wait_for("weights", lambda: self.core.has_model):
                 return
-            self.core.begin(Rules.from_config(cfg, self.info.mode, max_env_steps))
+            self.core.begin(WorkerRules.from_config(cfg, self.info.mode, max_env_steps))
             self.evaluation = self._make_evaluation(cfg)
             self.load_new_weights()
             self._step_until_done(envs)
@@ -244,8 +244,8 @@ class WorkerNode:
         own_env = for_worker(cfg.env, self.name, self.index)
         if own_env is not cfg.env:
             cfg = attrs.evolve(cfg, env=own_env)
-        self.node.ack_timeout_s = cfg.worker.ack_timeout_s
-        self.node.outbox_limit = cfg.worker.outbox_limit
+        self.client.ack_timeout_s = cfg.worker.ack_timeout_s
+        self.client.outbox_limit = cfg.worker.outbox_limit
         return cfg
 
     def _checked_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext] | None:
@@ -298,7 +298,7 @@ class WorkerNode:
             "episodes": self.core.episodes,
             "model_version": self.core.version,
             "env_restarts": self.env_restarts,
-            "outbox": self.node.outbox_size,
+            "outbox": self.client.outbox_size,
             "games_paused": int(self.games_paused),
         }
 
@@ -333,7 +333,7 @@ class WorkerNode:
             )
             envs.reset_all()
             return
-        self.node.publish(self.topics.evaluation(self.name), result.encode(), qos=1, kind="eval")
+        self.client.publish(self.topics.evaluation(self.name), result.encode(), qos=1, kind="eval")
         log.info(
             "worker %s evaluated model %d: mean %.1f over %d episodes (%.1f s)",
             self.name,
@@ -351,7 +351,7 @@ class WorkerNode:
     def idle_now(self) -> str | None:
         """Why the worker idles now (the core's :meth:`~WorkerCore.should_idle` over this turn's
         reading of the link), None to play; a change is logged, the idle time counted."""
-        now, n = self.clock(), self.node
+        now, n = self.clock(), self.client
         link = Link(n.connected, n.outbox_size, n.outbox_limit, n.oldest_unacked_age(now))
         reason = self.core.should_idle(now, link)
         before = self.core.idle_reason
@@ -457,14 +457,14 @@ class WorkerNode:
             self._note_acks()
             self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
         t1 = self.blocks.clock()
-        self.node.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
+        self.client.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
         self.blocks.add("encode", t1 - t0)
         self.blocks.add("publish", self.blocks.clock() - t1)
 
     def _note_acks(self) -> None:
         """Take the acknowledged and dropped batches (always: the client keeps them until taken)
         and write them to the ledger when there is one."""
-        acked, dropped = self.node.take_acked(), self.node.take_dropped()
+        acked, dropped = self.client.take_acked(), self.client.take_dropped()
         if self.ledger is not None:
             for seq in acked:
                 self.ledger.write("acked", seq=seq)
@@ -474,7 +474,7 @@ class WorkerNode:
     def _send_episodes(self) -> None:
         report = self.core.take_episodes()
         if report is not None:
-            self.node.publish(self.topics.episodes(self.name), report.encode(), qos=1, kind="episodes")
+            self.client.publish(self.topics.episodes(self.name), report.encode(), qos=1, kind="episodes")
 
     def heartbeat_if_due(self, now: float | None = None) -> None:
         if self.core.heartbeat_due(self.clock() if now is None else now):
@@ -485,8 +485,8 @@ class WorkerNode:
         hb = self.core.heartbeat(
             time.time(),
             os.getpid(),
-            self.node.outbox_size,
-            self.node.dropped,
+            self.client.outbox_size,
+            self.client.dropped,
             self.rejections.snapshot(),
             env_restarts=self.env_restarts,
             now=self.clock(),
@@ -499,7 +499,7 @@ class WorkerNode:
             hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": idle}
         if self.envs is not None and self.envs.act_latency.n:
             hb.act_latency = self.envs.act_latency.report()
-        self.node.publish(self.topics.heartbeat(self.name), hb.encode(), qos=0, kind="heartbeat")
+        self.client.publish(self.topics.heartbeat(self.name), hb.encode(), qos=0, kind="heartbeat")
 
     def _offline_state(self, reason: str) -> Outgoing:
         """The retained offline state, as the last will and on a clean exit; it expires (MQTT 5)."""
@@ -536,14 +536,14 @@ class WorkerNode:
         so flow, learner state and config are never handled behind a model being decoded."""
         newest = None
         try:
-            msg = self.node.inbox.get(timeout=timeout) if timeout else self.node.inbox.get_nowait()
+            msg = self.client.inbox.get(timeout=timeout) if timeout else self.client.inbox.get_nowait()
             while True:
                 if msg.topic == self.topics.weights:
                     self.weights_inbox.superseded += newest is not None
                     newest = msg
                 else:
                     self.dispatch(msg.topic, msg.payload)
-                msg = self.node.inbox.get_nowait()
+                msg = self.client.inbox.get_nowait()
         except queue.Empty:
             pass
         if newest is not None:
@@ -588,7 +588,7 @@ class WorkerNode:
         if run_spec is not None:
             check_env_against(mine, run_spec)
             return
-        self.node.publish(self.topics.env_spec, encode_json(mine.to_json()), 1, True, "env_spec")
+        self.client.publish(self.topics.env_spec, encode_json(mine.to_json()), 1, True, "env_spec")
         log.info("published the env spec of run %r (the learner waits for it): %s", self.topics.run, mine.spaces)
 
     def _make_envs(self, cfg: RunConfig) -> tuple[EnvSet, ActorContext]:
@@ -602,16 +602,16 @@ class WorkerNode:
 
     def _make_policy(self, cfg: RunConfig, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext) -> None:
         """The forward (where the network runs) and the algorithm's actor over it (:mod:`.policy`)."""
-        remote_as = (self.node.settings, self.topics.run, self.name, self.heartbeat_if_due)
+        remote_as = (self.client.settings, self.topics.run, self.name, self.heartbeat_if_due)
         made = make_worker_policy(cfg, self.info, obs_space, act_space, ctx, remote_as)
         self.backend, self.forward, self.actor, self.remote = made.backend, made.forward, made.actor, made.remote
 
     def _shutdown(self, reason: str = "stopped") -> None:
         """Flush (bounded: the broker's acknowledgements are waited for), then record what never
         got one: a ``dropped`` ledger line per batch and one warning, never a silent loss."""
-        self.node.stop(final=[self._offline_state(reason)])
+        self.client.stop(final=[self._offline_state(reason)])
         self._note_acks()
-        unsent = self.node.take_unsent()
+        unsent = self.client.take_unsent()
         if unsent:
             log.warning(
                 "worker %s: %d sample batch(es) not acknowledged by the broker when it stopped (lost)",

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from mqttrl.transport.client import BrokerSettings, Message, MqttNode
+from mqttrl.transport.client import BrokerSettings, Message, MqttClient
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
 from mqttrl.wire import InferenceState, Rejected, decode_reply, encode_request, request_obs
 
@@ -57,7 +57,7 @@ class RemoteForward:
         self.retries = retries
         self.reply_topic = self.topics.infer_reply(worker)
         self.request_topic = self.topics.infer_request(worker)
-        self.node = MqttNode(
+        self.client = MqttClient(
             broker,
             client_id=f"mqttrl-infer-client-{run}-{worker}",
             subscriptions=[
@@ -87,7 +87,7 @@ class RemoteForward:
         """Servers hold the weights; the worker calls :meth:`require_version` instead."""
 
     def close(self) -> None:
-        self.node.stop(flush_timeout=1)
+        self.client.stop(flush_timeout=1)
 
     # ---- server states -------------------------------------------------------
     def _online(self) -> list[str]:
@@ -99,7 +99,7 @@ class RemoteForward:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not self._online():
             try:
-                msg = self.node.inbox.get(timeout=0.05)
+                msg = self.client.inbox.get(timeout=0.05)
             except queue.Empty:
                 continue
             if msg.topic != self.reply_topic:
@@ -122,7 +122,7 @@ class RemoteForward:
         """The server to name in the request; "" lets any server answer (the broker balances over
         the shared subscription, or no server is known yet)."""
         online = self._online()
-        if not online or (all(self.servers[n].shared for n in online) and self.node.protocol == mqtt.MQTTv5):
+        if not online or (all(self.servers[n].shared for n in online) and self.client.protocol == mqtt.MQTTv5):
             return ""
         # only servers without a shared subscription read every request; a shared one sees its share
         named = [n for n in online if not self.servers[n].shared] or online
@@ -133,7 +133,7 @@ class RemoteForward:
         rid = next(self._ids)
         server = self._target(attempt)
         payload = encode_request(self.topics.run, self.worker, rid, max(self.version, 0), obs, self.reply_topic, server)
-        self.node.send_now(self.request_topic, payload, kind="request")
+        self.client.send_now(self.request_topic, payload, kind="request")
         return rid
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
@@ -147,7 +147,7 @@ class RemoteForward:
                 if left <= 0:
                     break
                 try:
-                    msg = self.node.inbox.get(timeout=left)
+                    msg = self.client.inbox.get(timeout=left)
                 except queue.Empty:
                     break
                 if msg.topic != self.reply_topic:
