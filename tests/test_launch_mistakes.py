@@ -66,7 +66,7 @@ def test_dqn_on_box_actions_names_the_algorithms_that_fit(tmp_path):
     line = last_line(out := train(tmp_path, CARTPOLE, "--set", "env.id=Pendulum-v1"))
     assert out.returncode == errors.EXIT_USAGE
     assert line.startswith("mqttrl: config error:") and "needs a Discrete action space" in line
-    assert "algorithms that fit: ppo, sac" in line and "internal error" not in line
+    assert "algorithms that fit: crossq, ppo, sac" in line and "internal error" not in line
 
 
 def test_another_algorithm_on_a_sac_config_names_the_space_not_a_sac_key(tmp_path):
@@ -75,13 +75,13 @@ def test_another_algorithm_on_a_sac_config_names_the_space_not_a_sac_key(tmp_pat
     out = train(tmp_path, PENDULUM, "--set", "algorithm.name=dqn")
     line = last_line(out)
     assert out.returncode == errors.EXIT_USAGE
-    assert "needs a Discrete action space" in line and "algorithms that fit: ppo, sac" in line
+    assert "needs a Discrete action space" in line and "algorithms that fit: crossq, ppo, sac" in line
 
 
 def test_the_learner_refuses_a_misfit_in_one_line(tmp_path):
     argv = [str(BIN / "mqttrl-learner"), "--config", CARTPOLE, "--set", "env.id=Pendulum-v1"]
     out = run([*argv, "--run-dir", str(tmp_path / "r")], tmp_path)
-    assert out.returncode == errors.EXIT_USAGE and "algorithms that fit: ppo, sac" in last_line(out)
+    assert out.returncode == errors.EXIT_USAGE and "algorithms that fit: crossq, ppo, sac" in last_line(out)
 
 
 # ---- 2: exit codes as docs/cli.md's table says -------------------------------------------------------

@@ -484,7 +484,7 @@ def test_broken_plugins_are_refused_and_the_rest_load(broken_site, registry_from
     # nothing a refused plugin registered is in the registry
     assert not {"typo/", "unmarked/", "raising/"} & set(reg.envs)
     assert "typo_store" not in reg.storages and "badalgo" not in reg.algorithms
-    assert set(reg.algorithms) == {"dqn", "ppo", "sac"} and reg.envs["gym/"].plugin == "gym_envs"
+    assert set(reg.algorithms) == {"dqn", "ppo", "sac", "crossq"} and reg.envs["gym/"].plugin == "gym_envs"
     # a good plugin overriding a built-in: attributed to it, and the warning names both plugins
     assert reg.storages["files"].plugin == "zz_override" and report["zz_override"]["storages"] == ["files"]
     assert "error" not in report["zz_override"]
@@ -505,6 +505,7 @@ def test_registrations_are_attributed_to_their_plugin(corridor_site, registry_fr
         "dqn": "dqn",
         "ppo": "ppo",
         "sac": "sac",
+        "crossq": "sac",
         "corridor_dqn": "corridor",
     }
     assert {n: r.plugin for n, r in reg.envs.items()} == {

@@ -130,8 +130,10 @@ def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, int]:
 def net_info(obs_dim: int, act_space: gym.spaces.Box, params: SACParams) -> dict[str, Any]:
     """The policy network as its weights' ``info`` describes it: an MLP ``body.{0,2,...}`` (Linear +
     ReLU) over the flat observation, then ``mean`` and ``log_std`` linear heads; the action box the
-    squashed action is scaled into. The numpy and torch forwards and the export all follow it."""
-    return {
+    squashed action is scaled into. The numpy and torch forwards and the export all follow it.
+    CrossQ's params (with ``batch_norm_eps``) add it: a BatchRenorm ``norm.{i}`` before each Linear
+    and before the heads, applied with its running statistics outside the learner."""
+    info = {
         "obs_dim": int(obs_dim),
         "act_dim": int(np.prod(act_space.shape, dtype=np.int64)),
         "hidden": [int(h) for h in params.hidden],
@@ -140,6 +142,10 @@ def net_info(obs_dim: int, act_space: gym.spaces.Box, params: SACParams) -> dict
         "log_std_min": LOG_STD_MIN,
         "log_std_max": LOG_STD_MAX,
     }
+    eps = getattr(params, "batch_norm_eps", None)
+    if eps is not None:
+        info["batch_norm_eps"] = float(eps)
+    return info
 
 
 def check_info(info: Mapping[str, Any], obs_dim: int, act_dim: int) -> None:

@@ -1,9 +1,12 @@
 """SAC's networks in torch: the squashed Gaussian policy, the critic ensemble, and a torch forward.
 
 * ``PolicyNet``: ``body.{0,2,...}`` Linear + ReLU, then ``mean`` and ``log_std`` heads (the layout of
-  :func:`.common.net_info`, which the numpy forward and the export follow);
+  :func:`.common.net_info`, which the numpy forward and the export follow); CrossQ's (``info`` with
+  ``batch_norm_eps``) has a :class:`.batch_renorm.BatchRenorm` ``norm.{i}`` before each Linear and
+  one before the heads;
 * ``CriticEnsemble``: N MLP critics Q(s, a) held as stacked weights (N, in, out) and run with one
-  batched matmul per layer, so REDQ's ten critics cost about one wide critic, not ten calls;
+  batched matmul per layer, so REDQ's ten critics cost about one wide critic, not ten calls; with
+  ``norm`` (CrossQ) a BatchRenorm per critic before each layer, the input (s, a) included;
 * ``TorchPolicyForward``: the policy's outputs for actors and inference servers, as the numpy one.
 """
 
@@ -21,21 +24,27 @@ from torch import nn
 
 from mqttrl.plugin import load_module
 
+from .batch_renorm import BatchRenorm
 from .common import LOG_STD_MAX, LOG_STD_MIN, SACParams, action_scale, check_info, check_spaces, net_info
 from .losses import squashed_log_prob
 
 
 class PolicyNet(nn.Module):
-    """The squashed Gaussian policy of ``info`` (:func:`.common.net_info`)."""
+    """The squashed Gaussian policy of ``info`` (:func:`.common.net_info`); ``renorm``: the training
+    settings of its BatchRenorm layers where ``info`` has them (momentum, warmup, r_max, d_max)."""
 
-    def __init__(self, info: Mapping[str, Any]):
+    def __init__(self, info: Mapping[str, Any], renorm: Mapping[str, Any] | None = None):
         super().__init__()
         layers: list[nn.Module] = []
-        width = int(info["obs_dim"])
-        for h in info["hidden"]:
-            layers += [nn.Linear(width, int(h)), nn.ReLU()]
-            width = int(h)
+        widths = [int(info["obs_dim"]), *[int(h) for h in info["hidden"]]]
+        for fan_in, fan_out in itertools.pairwise(widths):
+            layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+        width = widths[-1]
         self.body = nn.Sequential(*layers)
+        self.norm: nn.ModuleList | None = None
+        if info.get("batch_norm_eps") is not None:  # CrossQ: before each Linear and before the heads
+            eps = float(info["batch_norm_eps"])
+            self.norm = nn.ModuleList(BatchRenorm((w,), eps=eps, **(renorm or {})) for w in widths)
         self.mean = nn.Linear(width, int(info["act_dim"]))
         self.log_std = nn.Linear(width, int(info["act_dim"]))
         center, half = action_scale(info)
@@ -44,7 +53,13 @@ class PolicyNet(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log_std), each (B, A); log_std squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
-        x = self.body(obs.flatten(1).float())
+        x = obs.flatten(1).float()
+        if self.norm is None:
+            x = self.body(x)
+        else:
+            for i in range(len(self.norm) - 1):
+                x = torch.relu(self.body[2 * i](self.norm[i](x)))
+            x = self.norm[-1](x)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(self.log_std(x)) + 1.0)
         return self.mean(x), log_std
 
@@ -63,13 +78,15 @@ class PolicyNet(nn.Module):
 
 class CriticEnsemble(nn.Module):
     """``n`` critics Q(s, a), MLPs of ``hidden`` with ReLU, as stacked weights ``w{i}`` (n, in, out)
-    and ``b{i}`` (n, 1, out); each critic initialised as torch's Linear, U(+-1/sqrt(fan_in))."""
+    and ``b{i}`` (n, 1, out); each critic initialised as torch's Linear, U(+-1/sqrt(fan_in)). With
+    ``norm`` (BatchRenorm's settings: CrossQ), ``norm.{i}`` normalises each critic's input to layer i."""
 
-    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: list[int]):
+    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: list[int], norm: Mapping[str, Any] | None = None):
         super().__init__()
         sizes = [obs_dim + act_dim, *[int(h) for h in hidden], 1]
         self.n = n
         self.depth = len(sizes) - 1
+        self.norm = None if norm is None else nn.ModuleList(BatchRenorm((n, w), **norm) for w in sizes[:-1])
         for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
             bound = 1.0 / math.sqrt(fan_in)
             self.register_parameter(f"w{i}", nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound)))
@@ -84,6 +101,8 @@ class CriticEnsemble(nn.Module):
             w, b = getattr(self, f"w{i}"), getattr(self, f"b{i}")
             if subset is not None:
                 w, b = w[subset], b[subset]
+            if self.norm is not None:  # CrossQ has no target critics: never a subset
+                x = self.norm[i](x)
             x = torch.baddbmm(b, x, w)
             if i < self.depth - 1:
                 x = torch.relu(x)

@@ -5,7 +5,8 @@ described by :func:`.common.net_info`) and gives the same outputs as the torch f
 ~1e-6 in float32: ``mean`` (the Gaussian's mean before tanh), ``log_std`` (squashed into
 [LOG_STD_MIN, LOG_STD_MAX]) and ``action``, the greedy action ``tanh(mean)`` scaled into the
 env's box. Sampling stays in the actor, so the same actor runs over a torch forward or an
-inference server.
+inference server. CrossQ's policy (``info["batch_norm_eps"]``) applies its BatchRenorm layers as
+torch's eval mode does, with their running statistics: ``(x - mean) / sqrt(var + eps) * weight + bias``.
 """
 
 from __future__ import annotations
@@ -29,18 +30,45 @@ def policy_shapes(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     a = int(info["act_dim"])
     for head in ("mean", "log_std"):
         shapes[f"{head}.weight"], shapes[f"{head}.bias"] = (a, width), (a,)
+    if info.get("batch_norm_eps") is not None:  # CrossQ: before each Linear and before the heads
+        for i, w in enumerate([int(info["obs_dim"]), *[int(h) for h in info["hidden"]]]):
+            for part in NORM_PARTS:
+                shapes[f"norm.{i}.{part}"] = (w,)
+            shapes[f"norm.{i}.steps"] = (1,)
     return shapes
 
 
+#: a BatchRenorm layer's tensors the forward uses (``steps``, its training count, travels unused)
+NORM_PARTS = ("weight", "bias", "running_mean", "running_var")
+#: their values in a fresh layer
+_NORM_INIT = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0, "steps": 0.0}
+
+
 def initial_policy_weights(info: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """torch's default Linear init, U(+-1/sqrt(fan_in)), for the policy ``info`` describes."""
+    """torch's default Linear init, U(+-1/sqrt(fan_in)), for the policy ``info`` describes (a
+    BatchRenorm layer as torch starts it: the identity, with running mean 0 and variance 1)."""
     out = {}
-    for name, shape in policy_shapes(info).items():
-        fan_in = shape[-1] if name.endswith("weight") else None
-        if fan_in is None:  # a bias: the fan-in of its weight
-            fan_in = policy_shapes(info)[name[: -len("bias")] + "weight"][1]
+    shapes = policy_shapes(info)
+    for name, shape in shapes.items():
+        if name.startswith("norm."):
+            out[name] = np.full(shape, _NORM_INIT[name.rsplit(".", 1)[1]], np.float32)
+            continue
+        fan_in = shape[-1] if name.endswith("weight") else shapes[name[: -len("bias")] + "weight"][1]
         bound = 1.0 / np.sqrt(fan_in)
         out[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
+    return out
+
+
+def norm_affine(tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """CrossQ's BatchRenorm layers in eval mode as ``x * scale + shift`` (float32); [] for SAC's policy."""
+    if info.get("batch_norm_eps") is None:
+        return []
+    eps = float(info["batch_norm_eps"])
+    out = []
+    for i in range(len(info["hidden"]) + 1):
+        w, b, mean, var = (np.asarray(tensors[f"norm.{i}.{part}"], np.float64) for part in NORM_PARTS)
+        scale = w / np.sqrt(var + eps)
+        out.append((scale.astype(np.float32), (b - mean * scale).astype(np.float32)))
     return out
 
 
@@ -74,8 +102,9 @@ class NumpyPolicyForward:
             h: (np.asarray(tensors[f"{h}.weight"], np.float32).T.copy(), np.asarray(tensors[f"{h}.bias"], np.float32))
             for h in ("mean", "log_std")
         }
+        norms = norm_affine(tensors, info)
         center, half = action_scale(info)
-        self.layers, self.heads = layers, heads  # the swap, after every check
+        self.layers, self.heads, self.norms = layers, heads, norms  # the swap, after every check
         self.center, self.half = center.astype(np.float32), half.astype(np.float32)
         self.info = dict(info)
 
@@ -86,8 +115,12 @@ class NumpyPolicyForward:
 
     def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
         x = np.asarray(obs, np.float32).reshape(len(obs), -1)
-        for w, b in self.layers:
+        for i, (w, b) in enumerate(self.layers):
+            if self.norms:
+                x = x * self.norms[i][0] + self.norms[i][1]
             x = np.maximum(x @ w + b, 0.0)
+        if self.norms:
+            x = x * self.norms[-1][0] + self.norms[-1][1]
         mean = x @ self.heads["mean"][0] + self.heads["mean"][1]
         log_std = squash_log_std(x @ self.heads["log_std"][0] + self.heads["log_std"][1]).astype(np.float32)
         action = (self.center + self.half * np.tanh(mean)).astype(np.float32)
