@@ -424,7 +424,7 @@ def leftover_games(logs: Path) -> None:
 
 # ---- the report -------------------------------------------------------------------------------------
 def accepted_from(ledgers: Path) -> list[tuple[float, str]]:
-    from mqttrl.ledger import read as read_ledger
+    from mqttrl.observe.ledger import read as read_ledger
 
     out = []
     for path in ledgers.glob("learner-*.jsonl"):
@@ -435,7 +435,7 @@ def accepted_from(ledgers: Path) -> list[tuple[float, str]]:
 def refusals(ledgers: Path) -> dict[str, int]:
     """Every refusal in the learners' ledgers by reason, those of batches accepted once before
     (a resend after a reconnect: a duplicate) included; the join counts a batch once."""
-    from mqttrl.ledger import read as read_ledger
+    from mqttrl.observe.ledger import read as read_ledger
 
     out = collections.Counter()
     for path in ledgers.glob("learner-*.jsonl"):

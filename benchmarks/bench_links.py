@@ -13,7 +13,7 @@ Each faulted worker reaches the broker through its own fault-injecting TCP proxy
 * ``flap``      2 s up, 2 s silent, for 60 s
 * ``corrupt``   one PUBACK whose remaining length is rewritten to declare 2,000,000 bytes
 
-Every node writes an audit ledger (``MQTTRL_LEDGER_DIR``, ``mqttrl/ledger.py``). At the end the
+Every node writes an audit ledger (``MQTTRL_LEDGER_DIR``, ``mqttrl/observe/ledger.py``). At the end the
 ledgers are joined per worker: batches sent, acknowledged by the broker, accepted, refused by
 reason, dropped by cause, and unexplained (sent, never judged, no recorded cause). Recovery is
 the time from a fault's end (for RST and corruption: the moment it happened) to the first batch
@@ -52,7 +52,7 @@ from benchmarks.harness.link import PUBACK, Link, declare_length
 from benchmarks.harness.machine import REPO
 from benchmarks.harness.procs import Broker
 from mqttrl.broker.embedded import free_port
-from mqttrl.ledger import read as read_ledger
+from mqttrl.observe.ledger import read as read_ledger
 
 BIN = Path(sys.executable).parent
 WORKERS = ("clean", "latency", "cap", "silent20", "silent90", "rst", "flap", "corrupt")

@@ -322,7 +322,7 @@ def window_figures(start: dict, end: dict, inside: dict[str, list[dict]], period
     """The fleet's figures over the window: each worker's run counters at the end less those at
     the start (a worker that restarted meanwhile counts from zero), the exact per-heartbeat maxima
     and p99s of the heartbeats in between, and the per-block times those heartbeats report."""
-    from mqttrl.timing import ERROR_BUCKETS_MS, add_windows, percentile_from_histogram
+    from mqttrl.observe.timing import ERROR_BUCKETS_MS, add_windows, percentile_from_histogram
 
     hist = [0] * (len(ERROR_BUCKETS_MS) + 1)
     sums = dict.fromkeys(("periods", "overruns", "skipped", "lost_s", "reset_s", "paused_s"), 0.0)

@@ -11,7 +11,7 @@ A real mosquitto (persistence on), a learner, 4 workers and telemetry run for
 * ``worker_stop``   SIGSTOP a worker past the liveness timeout, then SIGCONT
 * envs that raise: every env step raises with probability ``--p-raise`` (a crashing game)
 
-Every node writes an audit ledger (``MQTTRL_LEDGER_DIR``, see ``mqttrl/ledger.py``).
+Every node writes an audit ledger (``MQTTRL_LEDGER_DIR``, see ``mqttrl/observe/ledger.py``).
 At the end the workers' ledgers (sent, acknowledged by the broker, dropped) are
 joined with the learners' (accepted, refused by reason): every batch sent is
 accepted, refused with a reason, or lost with a named cause; anything else is
@@ -60,7 +60,7 @@ from benchmarks.harness.machine import REPO
 from benchmarks.harness.procs import Broker, Proc, repo_env
 from mqttrl.broker.embedded import free_port
 from mqttrl.config import load_config
-from mqttrl.ledger import read as read_ledger
+from mqttrl.observe.ledger import read as read_ledger
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import Rejected, decode_weights

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.harness.plots import plot_curves
 from benchmarks.harness.results import RESULTS, load_all
-from mqttrl.curves import at_budget, median_gap
+from mqttrl.observe.curves import at_budget, median_gap
 
 PAGE = RESULTS.parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -102,7 +102,7 @@ def print_tables(res: dict) -> None:
 
 
 def print_marks(res: dict, marks: list[int], interpolate: bool, window: int = 0) -> None:
-    """Each side's median greedy mean at each budget of env steps (:func:`mqttrl.curves.at_budget`),
+    """Each side's median greedy mean at each budget of env steps (:func:`mqttrl.observe.curves.at_budget`),
     and its median gap to the first side with a 90 % bootstrap interval over seeds (:func:`median_gap`)."""
     base = res["sides"][0]
     print("| side | " + " | ".join(f"at {m:,}" for m in marks) + " |")

@@ -26,7 +26,7 @@ __all__ = ["PROTOCOL_VERSION", "Policy", "Result", "__version__", "hookimpl", "l
 
 #: names imported when first used (a module ``__getattr__``), so that ``import mqttrl`` stays cheap for the nodes
 _LAZY = {
-    "load_policy": "mqttrl.policy",  # mqttrl/policy.py
+    "load_policy": "mqttrl.policy",  # mqttrl/policy/__init__.py
     "Policy": "mqttrl.policy",
     "train": "mqttrl.api",  # mqttrl/api.py: a whole run on this machine from Python
     "Result": "mqttrl.api",
@@ -37,7 +37,7 @@ _SUBMODULES = ("api", "config", "policy", "plugin", "export")
 
 
 def __getattr__(name: str):
-    """``mqttrl.load_policy``, ``mqttrl.Policy`` (mqttrl/policy.py), ``mqttrl.train`` and
+    """``mqttrl.load_policy``, ``mqttrl.Policy`` (mqttrl/policy/__init__.py), ``mqttrl.train`` and
     ``mqttrl.Result`` (mqttrl/api.py), imported when first used, so that ``import mqttrl`` stays
     cheap for the nodes."""
     import importlib

@@ -21,3 +21,22 @@ def alias(old: str, new: str) -> None:
         stacklevel=3,
     )
     sys.modules[old] = importlib.import_module(new)
+
+
+#: every old module path that is now an alias: old -> new (docs/architecture.md's map shows the new)
+MOVED = {
+    "mqttrl.algorithm": "mqttrl.plugin.algorithm",
+    "mqttrl.hookspecs": "mqttrl.plugin.hookspecs",
+    "mqttrl.storage": "mqttrl.plugin.storage",
+    # issue 35: the loose root modules grouped into packages that say what they hold
+    "mqttrl.settings": "mqttrl.config.settings",
+    "mqttrl.config_convert": "mqttrl.config.convert",
+    "mqttrl.config_reference": "mqttrl.config.reference",
+    "mqttrl.timing": "mqttrl.observe.timing",
+    "mqttrl.prometheus": "mqttrl.observe.prometheus",
+    "mqttrl.ledger": "mqttrl.observe.ledger",
+    "mqttrl.curves": "mqttrl.observe.curves",
+    "mqttrl.policy_source": "mqttrl.policy.source",
+    "mqttrl.procs": "mqttrl.system.procs",
+    "mqttrl.devices": "mqttrl.system.devices",
+}

@@ -8,7 +8,7 @@ import pytest
 
 # ---- capture to action ----------------------------------------------------------------------------
 def test_latency_stats_report_and_the_runs_percentiles_from_summed_histograms():
-    from mqttrl.timing import LatencyStats, combine_latency
+    from mqttrl.observe.timing import LatencyStats, combine_latency
 
     fast, slow = LatencyStats(), LatencyStats()
     for _ in range(99):

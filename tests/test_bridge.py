@@ -28,7 +28,7 @@ from helpers.servers import Mosquitto
 from helpers.watch import Watcher
 
 from benchmarks.harness.link import Link
-from mqttrl.ledger import read as read_ledger
+from mqttrl.observe.ledger import read as read_ledger
 from mqttrl.transport.topics import TABLE, Kind, Topics
 from mqttrl.wire import decode_weights
 

@@ -1,4 +1,4 @@
-"""Curves compared at equal env steps (``mqttrl.curves``) and ``mqttrl compare`` over run directories.
+"""Curves compared at equal env steps (``mqttrl.observe.curves``) and ``mqttrl compare`` over run directories.
 
 The run directories are written as ``mqttrl train`` writes them (``evaluations.csv`` with the
 record's columns, ``summary.json``); the figures are checked by hand.
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from mqttrl import cli
-from mqttrl.curves import at_budget, default_marks, first_reaching, median_gap
+from mqttrl.observe.curves import at_budget, default_marks, first_reaching, median_gap
 from mqttrl.trainer.record import EVAL_COLUMNS
 
 CURVE = [(0, 1.0, -10.0), (100, 2.0, -8.0), (100, 3.0, -6.0), (250, 4.0, -2.0), (400, 5.0, 1.0)]

@@ -14,13 +14,15 @@ import re
 
 import pytest
 
+from mqttrl._deprecated import MOVED
+
 ROOT = pathlib.Path(__file__).parent.parent
 DOC = (ROOT / "docs" / "architecture.md").read_text()
 MAP_SECTION = DOC[: DOC.index("## Roles and processes")]
 
 
 #: old import paths kept for plugins (they warn on import; the modules they alias are walked)
-DEPRECATED_ALIASES = {"mqttrl.algorithm", "mqttrl.storage", "mqttrl.hookspecs"}
+DEPRECATED_ALIASES = set(MOVED)
 
 
 @functools.cache

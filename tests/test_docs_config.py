@@ -7,7 +7,7 @@ whose header names a ``default`` and a ``meaning`` column (``| key | default | m
 or the generated ``| key | type | default | unit | meaning |``) and whose rows start with
 ``| `key` |``. The default is written as TOML (``none`` for an unset default) and must equal
 the class's; the meaning must not be empty. The config sections' tables are generated from
-the declarations (:mod:`mqttrl.config_reference`) and must equal what it writes.
+the declarations (:mod:`mqttrl.config.reference`) and must equal what it writes.
 """
 
 from __future__ import annotations
@@ -233,12 +233,12 @@ def test_set_examples_load(expected, tmp_path):
 
 def test_the_settings_tables_are_generated_from_the_declarations():
     """Each config section's table sits between markers and equals what the declarations give."""
-    from mqttrl.config_reference import MARKER, render_doc, sections
+    from mqttrl.config.reference import MARKER, render_doc, sections
 
     text = DOC.read_text()
     marked = [m.group(2) for m in MARKER.finditer(text)]
     assert sorted(marked) == sorted(sections()), f"settings markers in docs/configuration.md: {marked}"
     assert text == render_doc(text), (
         "docs/configuration.md's settings tables are out of date: "
-        "run python -m mqttrl.config_reference docs/configuration.md"
+        "run python -m mqttrl.config.reference docs/configuration.md"
     )

@@ -17,7 +17,7 @@ from helpers.configs import cartpole_dqn_toml
 from helpers.procs import Proc, node_env, script
 from helpers.watch import Watcher
 
-from mqttrl.ledger import read as read_ledger
+from mqttrl.observe.ledger import read as read_ledger
 from mqttrl.transport.topics import Topics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

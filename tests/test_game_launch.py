@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mqttrl.config.settings import ConfigError
 from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings, StopWhileLaunching
 from mqttrl.envs.rollout import EnvSet
-from mqttrl.settings import ConfigError
 
 TESTS = Path(__file__).parent
 BIN = Path(sys.executable).parent

@@ -23,8 +23,8 @@ from helpers.run_files import episodes_by_worker, learner_updates, wait_for
 
 from benchmarks.harness.learner_host import QUICK_LEARNER_SETS, headless_env, node_env
 from mqttrl.config import from_dict
+from mqttrl.config.settings import ConfigError
 from mqttrl.envs.launch import LaunchSettings, for_worker
-from mqttrl.settings import ConfigError
 
 ROOT = Path(__file__).parent.parent
 BIN = Path(sys.executable).parent

@@ -20,7 +20,7 @@ import pytest
 
 from mqttrl.cli import errors
 from mqttrl.policy import load_policy
-from mqttrl.policy_source import newest_run_named
+from mqttrl.policy.source import newest_run_named
 from mqttrl.state.best import GREEDY_EVAL, BestScore, score_file
 from mqttrl.wire.episodes import EpisodeStats
 

@@ -30,7 +30,7 @@ from helpers.nats import NatsCluster
 from helpers.procs import Proc, node_env, script
 from helpers.watch import Watcher
 
-from mqttrl.ledger import read as read_ledger
+from mqttrl.observe.ledger import read as read_ledger
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_weights

@@ -1,4 +1,4 @@
-"""Which model a path names, and why (mqttrl.policy_source): every path a user would try loads, a run
+"""Which model a path names, and why (mqttrl.policy.source): every path a user would try loads, a run
 directory means its best model only when a greedy evaluation judged it (else its newest checkpoint),
 the choice is printed; predict answers Stable-Baselines3's call shape; every bad path is one line."""
 
@@ -338,7 +338,7 @@ def test_a_run_name_means_its_newest_timestamped_run_directory(tmp_path):
     import os
     import shutil
 
-    from mqttrl.policy_source import locate
+    from mqttrl.policy.source import locate
 
     runs = tmp_path / "runs"
     older = runs / "cartpole-dqn-20260101-000000"
@@ -356,6 +356,6 @@ def test_a_run_name_means_its_newest_timestamped_run_directory(tmp_path):
 
 
 def newest_run(path):
-    from mqttrl.policy_source import newest_run_named
+    from mqttrl.policy.source import newest_run_named
 
     return newest_run_named(path)

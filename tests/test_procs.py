@@ -12,7 +12,7 @@ import time
 
 from helpers.procs import node_env
 
-from mqttrl.procs import (
+from mqttrl.system.procs import (
     CREATE_NEW_PROCESS_GROUP,
     CTRL_BREAK_EVENT,
     child_popen_kwargs,
@@ -85,7 +85,7 @@ def test_the_supervisor_starts_children_with_the_platform_kwargs(tmp_path, monke
 CHILD = textwrap.dedent(
     """
     import pathlib, sys, time
-    from mqttrl.procs import install_stop_handlers
+    from mqttrl.system.procs import install_stop_handlers
     out = pathlib.Path(sys.argv[1])
     stopping = []
     install_stop_handlers(lambda *_: stopping.append(1))

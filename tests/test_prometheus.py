@@ -14,8 +14,8 @@ import pytest
 
 from benchmarks.harness.procs import stop_server
 from mqttrl.broker.embedded import _wait_port, free_port
-from mqttrl.prometheus import serve_metrics
-from mqttrl.timing import BlockTimes, PeriodStats
+from mqttrl.observe.prometheus import serve_metrics
+from mqttrl.observe.timing import BlockTimes, PeriodStats
 
 
 def query(port: int, promql: str) -> list:

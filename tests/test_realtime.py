@@ -10,7 +10,7 @@ import pytest
 from mqttrl.envs.realtime import ActionHistory, RealTimeEnv, RealTimeEnvSet, can_pause, game_of
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_sim import WallClockGame
-from mqttrl.timing import BlockTimes, PeriodStats, percentile_from_histogram
+from mqttrl.observe.timing import BlockTimes, PeriodStats, percentile_from_histogram
 from mqttrl.wire.heartbeat import Heartbeat
 
 
@@ -249,7 +249,7 @@ def test_a_game_that_hangs_is_restarted_like_a_crash():
 def test_the_learner_combines_its_workers_reports():
     """Heartbeats -> learner metrics -> storages: the worst worker's window p99 and max, the
     run's percentiles from the summed histograms, summed counters and block times."""
-    from mqttrl.timing import FleetTiming, timing_fields
+    from mqttrl.observe.timing import FleetTiming, timing_fields
 
     reports = []
     for errs in ([0.0002] * 99 + [0.004], [0.0003] * 90 + [0.030] * 10):

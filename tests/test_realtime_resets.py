@@ -16,7 +16,7 @@ from mqttrl.config import EnvConfig
 from mqttrl.envs.realtime import RESETTING, RealTimeEnvSet, can_pause, with_game_speed
 from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
 from mqttrl.envs.realtime_sim import WallClockGame
-from mqttrl.timing import PeriodStats
+from mqttrl.observe.timing import PeriodStats
 
 
 class Game(gym.Env):

@@ -15,10 +15,19 @@ import pytest
 from mqttrl import cli
 from mqttrl.cli.common import DefaultsFormatter, setting_arg
 from mqttrl.config import ConfigError, RunConfig, build, load_config
-from mqttrl.config_reference import lookup, render_doc, sections, settings_text
+from mqttrl.config.reference import lookup, render_doc, sections, settings_text
+from mqttrl.config.settings import (
+    METADATA_KEY,
+    describe,
+    from_section,
+    non_negative,
+    positive,
+    setting,
+    toml_value,
+    view,
+)
 from mqttrl.nodes.learner.core import LearnerRules
 from mqttrl.nodes.worker.core import WorkerRules
-from mqttrl.settings import METADATA_KEY, describe, from_section, non_negative, positive, setting, toml_value, view
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib
 import pathlib
+import re
 import subprocess
 import sys
 import tomllib
 
 import pytest
+
+from mqttrl._deprecated import MOVED
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -90,3 +93,13 @@ def test_a_bare_import_reaches_the_documented_api():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_every_moved_module_still_imports_under_its_old_path_with_a_warning_naming_the_new(old, new):
+    """Issue 35 grouped the loose root modules into packages; code written against the old paths
+    goes on working for a release, told where the module went."""
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=re.escape(new)):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)

@@ -1249,15 +1249,20 @@ def test_rejected_requires_a_known_reason():
 
 
 def test_step_rate_uses_the_senders_clock_and_never_goes_negative():
-    from mqttrl.wire import StepRate
+    from mqttrl.wire import Heartbeat, StepRate
+
+    def beat(steps: int, sent: float | None) -> Heartbeat:
+        return Heartbeat(model_version=0, env_steps=steps, time=sent)
 
     r = StepRate()
-    assert r.update({"env_steps": 0, "time": 100.0}, now=5000.0) is None  # one heartbeat: no rate yet
-    assert r.update({"env_steps": 1000, "time": 102.0}, now=5000.0) == pytest.approx(500.0)
+    assert r.update(beat(0, 100.0), now=5000.0) is None  # one heartbeat: no rate yet
+    assert r.update(beat(1000, 102.0), now=5000.0) == pytest.approx(500.0)
     # arrives bunched up right after (same sender second): ignored, not 1e6 steps/s
-    assert r.update({"env_steps": 1010, "time": 102.05}, now=5000.0) == pytest.approx(500.0)
+    assert r.update(beat(1010, 102.05), now=5000.0) == pytest.approx(500.0)
     # the worker restarted and its counter began again
-    assert r.update({"env_steps": 10, "time": 104.0}, now=5000.0) == 0.0
+    assert r.update(beat(10, 104.0), now=5000.0) == 0.0
+    # a heartbeat without the sender's clock is dated by its arrival
+    assert StepRate().update(beat(5, None), now=1.0) is None
 
 
 @pytest.mark.parametrize("epoch", ["-1", "x", "1.5", str(2**62)])

@@ -137,7 +137,7 @@ def test_every_record_round_trips(record):
 def test_the_learner_metrics_record_declares_every_key_the_learner_core_and_fleet_timing_give():
     """The learner node builds its metrics with keyword arguments: a key the core's snapshot or
     the fleet timing gives that the record does not declare would fail here, not on the wire."""
-    from mqttrl.timing import FleetTiming
+    from mqttrl.observe.timing import FleetTiming
 
     fields = {f.name for f in attrs.fields(LearnerMetrics)}
     core_keys = {

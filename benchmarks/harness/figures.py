@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from mqttrl.curves import Point, first_reaching
+from mqttrl.observe.curves import Point, first_reaching
 
 
 def run_figures(curve: Sequence[Point], target: float) -> dict:

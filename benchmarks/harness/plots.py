@@ -31,7 +31,7 @@ def save_figure(fig, path: Path) -> None:
 def plot_curves(series: Sequence[tuple[str, list]], path: Path, title: str, target: float | None = None) -> None:
     """Two panels: greedy mean against the env steps each evaluated model was trained on (runs at
     equal data) and against seconds. ``series``: (name, curves), a curve per seed, each a list of
-    (env_steps, seconds, mean) points as :mod:`mqttrl.curves` has them."""
+    (env_steps, seconds, mean) points as :mod:`mqttrl.observe.curves` has them."""
     fig, (by_steps, by_clock) = new_figure(1, 2, figsize=(13, 5), sharey=True)
     for k, (name, curves) in enumerate(series):
         for j, curve in enumerate(c for c in curves if c):

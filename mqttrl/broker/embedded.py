@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from mqttrl.procs import detached_popen_kwargs
+from mqttrl.system.procs import detached_popen_kwargs
 
 log = logging.getLogger("mqttrl.broker")
 

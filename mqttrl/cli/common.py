@@ -190,8 +190,8 @@ def setting_arg(p: argparse.ArgumentParser, key: str, *flags: str, **kwargs: Any
     """A flag that mirrors the setting ``key`` (``"train.workers"``): its help (unless given),
     type, choices and the default it names come from the setting's declaration, so --help says what the
     config would use. The flag's own default is None: without it, the run's config stands."""
-    from mqttrl.config_reference import lookup, plain
-    from mqttrl.settings import toml_value
+    from mqttrl.config.reference import lookup, plain
+    from mqttrl.config.settings import toml_value
 
     d = lookup(key)
     kwargs.setdefault("type", _FLAG_TYPES.get(d.type))
@@ -245,7 +245,7 @@ def _refuse_misfit(config: str | None, overrides: list[str], registry) -> None:
 
 def model_args(p: argparse.ArgumentParser) -> None:
     """PATH and --which: the model a command reads (`mqttrl enjoy`, `mqttrl export`)."""
-    from mqttrl.policy_source import WHICH
+    from mqttrl.policy.source import WHICH
 
     p.add_argument(
         "path",

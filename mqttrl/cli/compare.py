@@ -21,7 +21,7 @@ import attrs
 
 from mqttrl.api import read_curve
 from mqttrl.cli.common import Command
-from mqttrl.curves import Point, at_budget, default_marks, first_reaching, median_gap
+from mqttrl.observe.curves import Point, at_budget, default_marks, first_reaching, median_gap
 
 #: a summary's target_return at or beyond this is "no target" (benchmarks set 1e9 to use the whole budget)
 NO_TARGET = 1e8

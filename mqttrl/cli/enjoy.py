@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from mqttrl.cli.common import Command, model_args
-from mqttrl.policy_source import describe_choice
+from mqttrl.policy.source import describe_choice
 
 
 def positive_int(value: str) -> int:

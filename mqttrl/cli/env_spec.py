@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def as_toml(spec: dict) -> str:
     """``[env.spec]`` with one line per key (the spaces as inline tables)."""
-    from mqttrl.settings import toml_value
+    from mqttrl.config.settings import toml_value
 
     lines = ["[env.spec]"] + [f"{key} = {toml_value(value)}" for key, value in spec.items()]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import sys
 
 from mqttrl.cli.common import Command, model_args
 from mqttrl.cli.errors import EXIT_MISSING
-from mqttrl.policy_source import describe_choice
+from mqttrl.policy.source import describe_choice
 
 #: largest absolute difference between the exported model's outputs and the numpy policy's that passes
 TOLERANCE = 1e-4

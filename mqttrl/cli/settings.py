@@ -1,6 +1,6 @@
 """``mqttrl settings [SECTION]``: every setting with its type, default, unit and doc.
 
-Printed from the declarations (:mod:`mqttrl.config_reference`), the same source as the loader,
+Printed from the declarations (:mod:`mqttrl.config.reference`), the same source as the loader,
 docs/configuration.md and the nodes' rules; ``algorithm.NAME`` lists an installed algorithm's
 hyperparameters from its plugin's class.
 """
@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _algorithm_params(name: str):
+    from mqttrl.config.settings import describe
     from mqttrl.plugin.manager import UnknownPluginError, get_registry
-    from mqttrl.settings import describe
 
     try:
         return describe(get_registry().algorithm(name).params)
@@ -43,7 +43,7 @@ def _algorithm_params(name: str):
 def selected(section: str | None) -> dict[str, list]:
     """The settings to print, by section title; one line naming what exists for a wrong name."""
     from mqttrl.config import ConfigError, did_you_mean
-    from mqttrl.config_reference import lookup, sections
+    from mqttrl.config.reference import lookup, sections
 
     everything = sections()
     if section is None:
@@ -65,7 +65,7 @@ def selected(section: str | None) -> dict[str, list]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from mqttrl.config_reference import heading, markdown_table, settings_text
+    from mqttrl.config.reference import heading, markdown_table, settings_text
 
     chosen = selected(args.section)
     blocks = []

@@ -7,7 +7,7 @@ import json
 import threading
 
 from mqttrl.cli.common import Command, broker_args, settings_or_local
-from mqttrl.procs import install_stop_handlers
+from mqttrl.system.procs import install_stop_handlers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> None:
     import socket
     import time
 
-    from mqttrl.procs import install_stop_handlers
+    from mqttrl.system.procs import install_stop_handlers
     from mqttrl.trainer.supervisor import Child, Supervisor
 
     log = logging.getLogger("mqttrl.workers")

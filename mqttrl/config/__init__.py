@@ -1,9 +1,9 @@
 """Run configuration: the sections' settings, a TOML file over their defaults, ``--set`` over that.
 
-Every setting is declared once, below, with :func:`~mqttrl.settings.setting` (type, default,
+Every setting is declared once, below, with :func:`~mqttrl.config.settings.setting` (type, default,
 unit, doc, validation); the loader, ``mqttrl settings``, ``--help``, the reference tables of
-docs/configuration.md (:mod:`mqttrl.config_reference`) and the nodes' rules read that one
-declaration. Values are converted to the declared types by cattrs (:mod:`mqttrl.config_convert`).
+docs/configuration.md (:mod:`mqttrl.config.reference`) and the nodes' rules read that one
+declaration. Values are converted to the declared types by cattrs (:mod:`mqttrl.config.convert`).
 Unknown keys and bad values fail with one line naming the key, the value and what is allowed
 (a misspelled key gets "did you mean ...?"). The algorithm's own hyperparameters are an attrs
 class supplied by its plugin, so ``algorithm.lr`` is checked just like ``learner.publish_every``.
@@ -22,16 +22,16 @@ from typing import Any
 import attrs
 
 from mqttrl import PROTOCOL_VERSION
-from mqttrl.config_convert import structure
+from mqttrl.config.convert import structure
 
-# the declaration vocabulary lives in mqttrl.settings; plugins import it from here as well
-from mqttrl.settings import ConfigError as ConfigError
-from mqttrl.settings import non_negative as non_negative
-from mqttrl.settings import one_of as one_of
-from mqttrl.settings import positive as positive
-from mqttrl.settings import setting as setting
-from mqttrl.settings import unit_interval as unit_interval
-from mqttrl.settings import unit_positive as unit_positive
+# the declaration vocabulary lives in mqttrl.config.settings; plugins import it from here as well
+from mqttrl.config.settings import ConfigError as ConfigError
+from mqttrl.config.settings import non_negative as non_negative
+from mqttrl.config.settings import one_of as one_of
+from mqttrl.config.settings import positive as positive
+from mqttrl.config.settings import setting as setting
+from mqttrl.config.settings import unit_interval as unit_interval
+from mqttrl.config.settings import unit_positive as unit_positive
 
 #: what learner.device accepts: "auto" (CUDA when torch sees it, else CPU), "cpu", "cuda", "cuda:N", "mps"
 TORCH_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")

@@ -20,7 +20,7 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 
-from mqttrl.settings import ConfigError, type_name
+from mqttrl.config.settings import ConfigError, type_name
 
 
 class Expected(ValueError):

@@ -2,7 +2,7 @@
 
 One source, three readers: the tables of docs/configuration.md (between
 ``<!-- settings:SECTION -->`` and ``<!-- /settings:SECTION -->`` markers, rewritten by
-``python -m mqttrl.config_reference docs/configuration.md``), ``mqttrl settings [SECTION]``, and
+``python -m mqttrl.config.reference docs/configuration.md``), ``mqttrl settings [SECTION]``, and
 the help of CLI flags that mirror a setting (:func:`lookup`).
 """
 
@@ -25,7 +25,7 @@ from mqttrl.config import (
     WorkerConfig,
     did_you_mean,
 )
-from mqttrl.settings import Described, describe, toml_value, type_name
+from mqttrl.config.settings import Described, describe, toml_value, type_name
 
 #: the name of the top-level keys (``run``) in ``mqttrl settings`` and the doc markers
 TOP = "top"
@@ -128,18 +128,18 @@ def settings_text(section: str, settings: list[Described], width: int = 100) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mqttrl.config_reference FILE [--check]``: rewrite FILE's settings tables
+    """``python -m mqttrl.config.reference FILE [--check]``: rewrite FILE's settings tables
     (``--check``: exit 1 if they are out of date instead)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m mqttrl.config_reference FILE [--check]", file=sys.stderr)
+        print("usage: python -m mqttrl.config.reference FILE [--check]", file=sys.stderr)
         return 2
     path = Path(args[0])
     old = path.read_text()
     new = render_doc(old)
     if "--check" in args:
         if new != old:
-            print(f"{path}: settings tables are out of date; run python -m mqttrl.config_reference {path}")
+            print(f"{path}: settings tables are out of date; run python -m mqttrl.config.reference {path}")
             return 1
         return 0
     path.write_text(new)

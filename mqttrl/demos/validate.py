@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.settings import ConfigError
+from mqttrl.config.settings import ConfigError
 
 #: the arrays of one episode file, and nothing else
 EPISODE_ARRAYS = ("obs", "actions", "rewards")

@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from mqttrl.settings import ConfigError
+from mqttrl.config.settings import ConfigError
 
 
 class EnvMismatch(ConfigError):

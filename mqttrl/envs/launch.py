@@ -32,8 +32,8 @@ from typing import Any
 
 import attrs
 
+from mqttrl.config.settings import ConfigError
 from mqttrl.envs.rollout import EnvFailing
-from mqttrl.settings import ConfigError
 
 log = logging.getLogger("mqttrl.envs")
 

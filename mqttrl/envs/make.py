@@ -6,8 +6,8 @@ import importlib
 
 import gymnasium as gym
 
+from mqttrl.config.settings import ConfigError
 from mqttrl.plugin.manager import MissingDependency, Registry, UnknownPluginError, get_registry
-from mqttrl.settings import ConfigError
 
 
 class UnknownEnvError(UnknownPluginError, ConfigError):

@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Callable
 
-from mqttrl.timing import PeriodStats
+from mqttrl.observe.timing import PeriodStats
 
 CLOCK_MODES = ("elastic", "strict")
 

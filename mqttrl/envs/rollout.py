@@ -22,8 +22,8 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.settings import ConfigError
-from mqttrl.timing import LatencyStats
+from mqttrl.config.settings import ConfigError
+from mqttrl.observe.timing import LatencyStats
 from mqttrl.wire.evaluation import Evaluation
 
 log = logging.getLogger("mqttrl.envs")

@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 import gymnasium as gym
 
+from mqttrl.config.settings import ConfigError
 from mqttrl.envs.spaces import SpaceError, space_from_json, space_to_json
-from mqttrl.settings import ConfigError
 
 #: bumped when the record changes in a way an older reader cannot take
 SPEC_VERSION = 1

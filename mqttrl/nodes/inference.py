@@ -44,12 +44,12 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from mqttrl.config import ConfigError, from_dict
-from mqttrl.devices import describe_device, resolve_device
 from mqttrl.envs.fit import spaces_of_run
 from mqttrl.envs.rollout import obs_dtype
 from mqttrl.plugin.algorithm import Forward
 from mqttrl.plugin.manager import get_registry
-from mqttrl.procs import install_stop_handlers
+from mqttrl.system.devices import describe_device, resolve_device
+from mqttrl.system.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing, negotiate_protocol
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name

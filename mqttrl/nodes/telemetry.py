@@ -27,11 +27,11 @@ from typing import Any
 
 import attrs
 
+from mqttrl.observe.timing import timing_fields
 from mqttrl.plugin.manager import get_registry
 from mqttrl.plugin.storage import Point
-from mqttrl.procs import install_stop_handlers
 from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore
-from mqttrl.timing import timing_fields
+from mqttrl.system.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics

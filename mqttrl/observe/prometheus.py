@@ -2,8 +2,8 @@
 
 ``serve_metrics(port, node, blocks, stats, gauges)`` starts ``prometheus_client``'s HTTP server
 on its own registry (nothing global) with a collector that reads, at scrape time, the node's
-:class:`~mqttrl.timing.BlockTimes` totals, a real-time worker's
-:class:`~mqttrl.timing.PeriodStats` and a few gauges: nothing is done on the control thread
+:class:`~mqttrl.observe.timing.BlockTimes` totals, a real-time worker's
+:class:`~mqttrl.observe.timing.PeriodStats` and a few gauges: nothing is done on the control thread
 for Prometheus. Metrics (label ``node``; ``block`` for the first two):
 
 - ``mqttrl_block_seconds_total``, ``mqttrl_block_calls_total``: time and calls per block
@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from mqttrl.timing import ERROR_BUCKETS_MS, BlockTimes, PeriodStats
+from mqttrl.observe.timing import ERROR_BUCKETS_MS, BlockTimes, PeriodStats
 
-log = logging.getLogger("mqttrl.prometheus")
+log = logging.getLogger("mqttrl.observe.prometheus")
 
 
 class NodeCollector:

@@ -4,7 +4,7 @@ A node times its blocks (a worker: env step, forward, encode, publish, wait; a l
 receive, sample, train step, publish) with :class:`BlockTimes`, and a real-time worker
 records how late each control period ended with :class:`PeriodStats`. Both are read the same
 way by heartbeats, metrics messages, telemetry, ``summary.json`` and the Prometheus endpoint
-(:mod:`mqttrl.prometheus`): a snapshot is a small JSON-able dict. No clock reads here except
+(:mod:`mqttrl.observe.prometheus`): a snapshot is a small JSON-able dict. No clock reads here except
 in :meth:`BlockTimes.timed`, which takes an injectable clock, so tests drive them with made-up
 times.
 """

@@ -28,6 +28,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.config.settings import ConfigError
 from mqttrl.plugin.algorithm import (
     Actor,
     ActorContext,
@@ -38,7 +39,6 @@ from mqttrl.plugin.algorithm import (
     SyncLearner,
 )
 from mqttrl.plugin.storage import Point, Storage
-from mqttrl.settings import ConfigError
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ observations in numpy: no broker, no learner, no torch (a game PC's plain instal
 * a run directory (``mqttrl train``'s or ``mqttrl-learner --run-dir``'s), its ``checkpoints/``
   folder or its ``checkpoints/latest`` marker: with ``which="auto"``, its best model when a greedy
   evaluation judged it (``best/score.json``), else its newest checkpoint, since training returns
-  are noisy and include exploration; ``which="best"`` or ``"latest"`` choose (:mod:`mqttrl.policy_source`);
+  are noisy and include exploration; ``which="best"`` or ``"latest"`` choose (:mod:`mqttrl.policy.source`);
 * a checkpoint directory (``meta.json`` + ``state.safetensors``; ``checkpoints/best/`` gives the
   exact weights of the judged version, its ``weights.safetensors``): the run config is in its
   ``meta.json``; the policy's tensors are taken out of the learner state in numpy (the
@@ -51,7 +51,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, ActorContext, Tensors
-from mqttrl.policy_source import (
+from mqttrl.policy.source import (
     EXPECTED,
     WEIGHTS_FILE,
     Choice,
@@ -75,7 +75,7 @@ _UNSET: Any = object()
 _MAX_ACTORS = 8
 
 
-# ---- reading the model (which one: mqttrl.policy_source) -----------------------------------
+# ---- reading the model (which one: mqttrl.policy.source) -----------------------------------
 class _LazyTensors(Mapping):
     """The tensors of a checkpoint's ``state.safetensors`` under ``prefix`` (the prefix removed),
     each read from the file when asked for: a policy never reads a checkpoint's replay buffer."""
@@ -410,7 +410,7 @@ def load_policy(
     a checkpoint directory or a weights file); ``policy.source`` says which model and why (also logged).
 
     ``which``: for a run directory, ``"auto"`` (its best model when a greedy evaluation judged it, else
-    its newest checkpoint), ``"best"`` or ``"latest"`` (see :mod:`mqttrl.policy_source`).
+    its newest checkpoint), ``"best"`` or ``"latest"`` (see :mod:`mqttrl.policy.source`).
     ``observation_space`` and ``action_space``: the spaces to act in (both, or the run's env is
     made once to read them; a bare weights file without a run config needs them). ``epsilon``:
     DQN's exploration rate for ``predict(..., deterministic=False)`` (default: the run's

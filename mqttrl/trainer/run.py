@@ -24,7 +24,7 @@ from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.nodes.evaluator import EvaluatorNode
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
-from mqttrl.procs import install_stop_handlers
+from mqttrl.system.procs import install_stop_handlers
 from mqttrl.trainer.plan import plan_children, storage_options
 from mqttrl.trainer.progress import Progress
 from mqttrl.trainer.record import RunRecord
@@ -456,7 +456,7 @@ def _print_summary(s: dict) -> None:
 def next_steps(run_dir: Path) -> list[str]:
     """What to run next on a finished run: play its model, export it or train on."""
     quoted = shlex.quote(str(run_dir))
-    from mqttrl.policy_source import PolicyLoadError, locate
+    from mqttrl.policy.source import PolicyLoadError, locate
 
     try:
         locate(run_dir)

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from mqttrl.procs import child_popen_kwargs, request_stop
+from mqttrl.system.procs import child_popen_kwargs, request_stop
 
 log = logging.getLogger("mqttrl.supervisor")
 
@@ -86,7 +86,7 @@ class Child:
 
     def stop(self, timeout: float | None = None) -> None:
         """Ask it to stop, wait ``timeout`` s, then kill it; killed at once when the request cannot be
-        sent (:func:`~mqttrl.procs.request_stop`: a Windows console event that cannot reach it)."""
+        sent (:func:`~mqttrl.system.procs.request_stop`: a Windows console event that cannot reach it)."""
         timeout = self.stop_timeout if timeout is None else timeout
         if self.proc is None:
             return

@@ -1,5 +1,5 @@
 """Typed JSON records: one declaration per message gives its encoder, its decoder's checks and
-its docs table, as :mod:`mqttrl.settings` does for the config sections.
+its docs table, as :mod:`mqttrl.config.settings` does for the config sections.
 
 A record is an ``attrs`` class whose fields are declared with :func:`wire_field` (a doc line each).
 Decoding is written once here for every record:

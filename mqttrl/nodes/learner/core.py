@@ -27,9 +27,9 @@ from collections.abc import Mapping
 import attrs
 
 from mqttrl.config import LearnerConfig, RunConfig
+from mqttrl.config.settings import from_section, view
 from mqttrl.nodes.learner.worker_table import WorkerTable
 from mqttrl.plugin.algorithm import AsyncLearner, Mode, SyncLearner
-from mqttrl.settings import from_section, view
 from mqttrl.wire import Heartbeat, Rejected, SampleBatch, SampleSpec, WorkerState, decode_batch
 
 log = logging.getLogger("mqttrl.learner")

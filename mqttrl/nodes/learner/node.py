@@ -24,19 +24,19 @@ from typing import Any
 
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, write_resolved
-from mqttrl.ledger import Ledger
 from mqttrl.nodes.learner.best import BestModels
 from mqttrl.nodes.learner.checkpointing import Checkpointing
 from mqttrl.nodes.learner.env_spec import learner_config
 from mqttrl.nodes.learner.setup import clock, set_up_training, take_demos
 from mqttrl.nodes.learner.setup import init_from as init_from_model
 from mqttrl.nodes.learner.weights_out import WEIGHTS_QOS, WeightsPublisher
+from mqttrl.observe.ledger import Ledger
+from mqttrl.observe.prometheus import serve_metrics
+from mqttrl.observe.timing import BlockTimes, FleetTiming
 from mqttrl.plugin.manager import get_registry
-from mqttrl.procs import StopSignals
-from mqttrl.prometheus import serve_metrics
 from mqttrl.state.best import read_score
 from mqttrl.state.checkpoint import CheckpointStore
-from mqttrl.timing import BlockTimes, FleetTiming
+from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, Message, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics

@@ -20,11 +20,11 @@ from mqttrl.config import ConfigError, RunConfig
 from mqttrl.envs.fit import check_fit, spaces_of_run
 from mqttrl.nodes.learner.core import LearnerCore, LearnerRules
 from mqttrl.nodes.learner.device import describe_device, resolve_device
+from mqttrl.observe.timing import BlockTimes
 from mqttrl.plugin.algorithm import AlgorithmInfo, LearnerContext, takes_context
 from mqttrl.plugin.manager import MissingDependency
 from mqttrl.state.init_from import load_into, read_source
 from mqttrl.state.rng import seed_everything
-from mqttrl.timing import BlockTimes
 from mqttrl.wire import check_compression
 
 log = logging.getLogger("mqttrl.learner")

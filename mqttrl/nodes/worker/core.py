@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from mqttrl.config import ConfigError, RunConfig, WorkerConfig
+from mqttrl.config.settings import from_section, view
 from mqttrl.envs.rollout import EpisodeEnd
 from mqttrl.plugin.algorithm import Mode
-from mqttrl.settings import from_section, view
 from mqttrl.wire import (
     EpisodeReport,
     EpisodeStats,

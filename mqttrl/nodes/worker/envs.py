@@ -29,9 +29,9 @@ from mqttrl.envs.realtime import (
 )
 from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
 from mqttrl.envs.rollout import EnvSet
+from mqttrl.observe.timing import PeriodStats
 from mqttrl.plugin.algorithm import ActorContext
 from mqttrl.plugin.manager import get_registry
-from mqttrl.timing import PeriodStats
 
 #: the interpreter's thread switch interval in a real-time worker (Python's default is 5 ms): the
 #: control thread waking from its sleep waits for the GIL while another thread (the MQTT client's,

@@ -19,8 +19,8 @@ from mqttrl.envs.rollout import EnvSet
 from mqttrl.nodes.worker.core import IDLE_REASONS, Move, WorkerCore
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable
 from mqttrl.nodes.worker.step import StepRecorder, VectorStep
+from mqttrl.observe.timing import BlockTimes
 from mqttrl.plugin.algorithm import Actor
-from mqttrl.timing import BlockTimes
 
 log = logging.getLogger("mqttrl.worker")
 

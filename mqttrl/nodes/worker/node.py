@@ -34,7 +34,6 @@ from mqttrl.envs.realtime import RealTimeEnvSet
 from mqttrl.envs.realtime_clock import ThreadPriority
 from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
-from mqttrl.ledger import Ledger
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, WorkerCore, WorkerRules
 from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
@@ -43,11 +42,12 @@ from mqttrl.nodes.worker.policy import make_worker_policy
 from mqttrl.nodes.worker.remote_forward import RemoteForward
 from mqttrl.nodes.worker.step import StepRecorder
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
+from mqttrl.observe.ledger import Ledger
+from mqttrl.observe.prometheus import serve_metrics
+from mqttrl.observe.timing import BlockTimes, PeriodStats
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
 from mqttrl.plugin.manager import get_registry
-from mqttrl.procs import StopSignals
-from mqttrl.prometheus import serve_metrics
-from mqttrl.timing import BlockTimes, PeriodStats
+from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name

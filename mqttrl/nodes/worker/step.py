@@ -19,8 +19,8 @@ import numpy as np
 
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable
+from mqttrl.observe.timing import BlockTimes
 from mqttrl.plugin.algorithm import Actor
-from mqttrl.timing import BlockTimes
 
 log = logging.getLogger("mqttrl.worker")
 

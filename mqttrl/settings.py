@@ -1,0 +1,5 @@
+"""Deprecated: import ``mqttrl.config.settings`` (this path worked in earlier releases and still does, with a warning)."""
+
+from mqttrl._deprecated import alias
+
+alias(__name__, "mqttrl.config.settings")
