@@ -18,12 +18,14 @@ from helpers.paths import REPO
 MAX_LINES = 300
 ROOTS = ("mqttrl", "plugins")
 
-#: the classes over MAX_LINES today (2026-11-28), each at most this long: to be split, never to grow
+#: the classes over MAX_LINES today (2026-11-28), each at most this long: to be split, never to grow.
+#: Issue 35 took two under the bound (DQNLearner, LearnerCore) and these four down; what each still
+#: holds is said beside it
 PINNED = {
     ("mqttrl/nodes/worker/node.py", "WorkerNode"): 545,  # MQTT, heartbeats, weights, sync; evaluation, building
     ("mqttrl/nodes/learner/node.py", "LearnerNode"): 345,  # MQTT, messages and commands, metrics, its loop
     ("mqttrl/transport/client.py", "MqttClient"): 418,  # the facade over the transport's modules
-    ("mqttrl/nodes/telemetry.py", "TelemetryNode"): 405,  # records to points and the storages' loop
+    ("mqttrl/nodes/telemetry.py", "TelemetryNode"): 382,  # records to points, the best model, the storages' loop
 }
 
 
