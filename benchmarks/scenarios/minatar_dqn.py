@@ -27,13 +27,15 @@ MINATAR_DQN = dict(
 )
 
 
-def sb3_dqn(name: str = "SB3 DQN", library: str = "sb3", algo: str = "DQN", **extra) -> Baseline:
+def sb3_dqn(
+    name: str = "SB3 DQN", library: str = "sb3", algo: str = "DQN", env: str = "minatar/breakout", **extra
+) -> Baseline:
     """SB3 DQN, or with ``library``/``algo`` another of that family, on MinAtar's torso and settings."""
     return Baseline(
         name,
         library,
         algo,
-        "minatar/breakout",
+        env,
         MINATAR_DQN | extra,
         policy="CnnPolicy",
         torso="minatar",
