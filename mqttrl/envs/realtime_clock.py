@@ -21,17 +21,21 @@ sleeping thread wakes up late by the OS timer's slack and the scheduler's wake-u
 spinning one does not; the spin's CPU time is counted (``spin_s`` in :class:`PeriodStats`).
 
 No threads; ``now`` and ``sleep`` are injectable so tests run on a fake clock.
-:class:`ThreadPriority` raises the control thread's scheduling priority where the OS allows it.
+:class:`ThreadPriority` raises the control thread's scheduling priority where the OS allows it
+(and, on Windows, the system timer's resolution: :mod:`mqttrl.envs.realtime_os`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
+import sys
 import time
+import weakref
 from collections.abc import Callable
+from typing import Any
 
+from mqttrl.envs.realtime_os import PosixRealTime, real_time_os
 from mqttrl.observe.timing import PeriodStats
 
 CLOCK_MODES = ("elastic", "strict")
@@ -159,7 +163,7 @@ class ControlClock:
 
 class ThreadPriority:
     """The calling thread's scheduling priority, raised for the control period's deadline and
-    lowered for the period's chores.
+    lowered for the period's chores; on Windows also the system timer's period while it plays.
 
     :meth:`high` puts the thread in ``SCHED_FIFO`` at ``priority`` (Linux; needs root or
     ``CAP_SYS_NICE``): when its sleep ends it preempts every ordinary thread at once (the learner
@@ -167,29 +171,41 @@ class ThreadPriority:
     :meth:`low` puts it back in ``SCHED_OTHER`` for the period's chores (messages, a model
     decoded and loaded, a batch encoded), so they never hold a core against other real-time
     threads. The threads a thread starts inherit its policy: the worker starts its helper
-    threads while low. Where the OS refuses (not Linux, no privilege) it says so in one log line
-    and does nothing from then on; ``priority`` 0 does nothing.
+    threads while low. On Windows (``platform`` ``win32``) the same two steps are
+    ``THREAD_PRIORITY_TIME_CRITICAL`` and ``THREAD_PRIORITY_NORMAL``, and the first :meth:`high`
+    also asks for a 1 ms system timer (``timeBeginPeriod``), given back by :meth:`close` or, at
+    the latest, when the object is collected or the interpreter exits
+    (:mod:`mqttrl.envs.realtime_os`). Where the OS refuses (no privilege, no such call) it says so
+    in one log line and does nothing from then on; ``priority`` 0 does nothing. ``platform`` and
+    ``win32`` (the Windows calls) are parameters so tests can run the Windows branch on Linux.
     """
 
-    def __init__(self, priority: int):
+    def __init__(self, priority: int, platform: str = sys.platform, win32: Any = None):
         self.priority = int(priority)
-        self.enabled = self.priority > 0 and hasattr(os, "sched_setscheduler")
         self.raised = False
+        self.entered = False
+        self.system, why = real_time_os(platform, win32) if self.priority > 0 else (PosixRealTime(), None)
+        self.enabled = self.priority > 0 and why is None and self.system.available
         if self.priority > 0 and not self.enabled:
-            log.info("real time: this OS has no sched_setscheduler; the control thread keeps its priority")
+            log.info("real time: %s; the control thread keeps its priority", why or self.system.missing)
+        #: the timer period is given back however the worker ends (Windows drops it at exit too)
+        self._leave = weakref.finalize(self, self.system.leave)
 
     def high(self) -> None:
         if not self.enabled or self.raised:
             return
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.priority))
-        except (OSError, ValueError) as e:
+        if not self.entered:
+            self.entered = True
+            why = self.system.enter()
+            if why:
+                log.info("real time: %s", why)
+        why = self.system.raise_thread(self.priority)
+        if why:
             self.enabled = False
             log.info(
-                "real time: the control thread keeps its normal priority (SCHED_FIFO %d refused: %s; "
-                "needs root or CAP_SYS_NICE; worker.realtime_priority = 0 skips the attempt)",
-                self.priority,
-                e,
+                "real time: the control thread keeps its normal priority (%s; worker.realtime_priority = 0 "
+                "skips the attempt)",
+                why,
             )
             return
         self.raised = True
@@ -197,9 +213,17 @@ class ThreadPriority:
     def low(self) -> None:
         if not self.raised:
             return
-        try:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        except OSError as e:  # lowering is always allowed; a failure here is worth a line
-            log.warning("real time: could not lower the control thread's priority (%s)", e)
+        why = self.system.lower_thread()
+        if why:  # lowering is always allowed; a failure here is worth a line
+            log.warning("real time: could not lower the control thread's priority (%s)", why)
             return
         self.raised = False
+
+    def level(self) -> str:
+        """The calling thread's priority as the OS reads it back: ``high``, ``normal`` or its own words."""
+        return self.system.level()
+
+    def close(self) -> None:
+        """The worker leaves real time: the thread's ordinary priority, the system timer's period back."""
+        self.low()
+        self._leave()
