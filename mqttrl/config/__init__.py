@@ -178,7 +178,8 @@ class WorkerConfig:
         10,
         doc="real time (`env.control_hz`): the control thread runs at this SCHED_FIFO priority (1-99) from the "
         "period's reads to its actions, back at the ordinary one for the period's chores (Linux, as root or with "
-        "CAP_SYS_NICE; elsewhere one log line and the ordinary priority). 0: never raised",
+        "CAP_SYS_NICE; on Windows any value above 0 means THREAD_PRIORITY_TIME_CRITICAL and a 1 ms system timer, "
+        "timeBeginPeriod(1); where refused, one log line and the ordinary priority). 0: never raised",
         validator=fifo_priority,
     )
     ack_timeout_s: float = setting(
