@@ -18,6 +18,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -25,6 +26,7 @@ from helpers.paths import REPO, TESTS
 from helpers.wine import WindowsPython, winpath
 
 from mqttrl.envs.realtime_clock import ThreadPriority
+from mqttrl.envs.realtime_guard import Deadline
 from mqttrl.envs.realtime_os import (
     THREAD_PRIORITY_NORMAL,
     THREAD_PRIORITY_TIME_CRITICAL,
@@ -126,13 +128,45 @@ def test_priority_zero_makes_no_call_and_missing_calls_are_one_line(caplog):
         assert "the Windows calls could not be loaded" in caplog.records[-1].getMessage()
 
 
+class PerThreadWin32(FakeWin32):
+    """Thread priorities kept per thread, as Windows keeps them (a new thread starts NORMAL)."""
+
+    def __init__(self):
+        super().__init__()
+        self.levels: dict[int, int] = {}
+
+    def set_thread_priority(self, level):
+        self.levels[threading.get_ident()] = level
+        return True
+
+    def get_thread_priority(self):
+        return self.levels.get(threading.get_ident(), THREAD_PRIORITY_NORMAL)
+
+
+def test_windows_a_games_helper_thread_follows_its_callers_priority():
+    fake = PerThreadWin32()
+    tp = ThreadPriority(10, platform="win32", win32=fake)
+    game = Deadline(5.0, platform="win32", win32=fake)
+    try:
+        tp.high()
+        assert game.call("read_obs", tp.level) == "high"  # the helper raised itself to its caller's
+        tp.low()
+        assert game.call("read_obs", tp.level) == "normal"
+        tp.high()
+        assert game.call("reset", tp.level) == "high"
+    finally:
+        game.close()
+        tp.close()
+
+
 # ---- the contract, on each platform -------------------------------------------------------------
 def check_contract(seen: dict, windows: bool) -> None:
     """What both platforms must answer (the clock only as far as Wine can show it)."""
     assert seen["enabled"] and seen["before"] == "normal", seen
     if windows or seen["raised"]:  # Linux without CAP_SYS_NICE keeps its priority (one log line)
         assert seen["raised"] and seen["high"] == "high" and seen["again"] == "high", seen
-    assert seen["low"] == "normal" and seen["closed"] == "normal", seen
+        assert seen["helper_high"] == "high", seen  # the game's helper thread follows its caller
+    assert seen["low"] == seen["helper_low"] == "normal" and seen["closed"] == "normal", seen
     assert seen["timer"] == (TIMERR_NOERROR if windows else None) and seen["timer_after"] is None, seen
     clock = seen["clock"]
     assert clock["periods"] == 100, clock

@@ -7,16 +7,22 @@ worker's env set treats it as a crash (closes the env, makes it afresh, keeps it
 :class:`~mqttrl.envs.rollout.EnvSet`'s restart path). The hung call is left to its thread
 (a daemon), which is abandoned: the next call gets a fresh one. The helper thread runs at its
 caller's scheduling priority (a control thread at ``SCHED_FIFO`` reads its game at that level,
-not through a thread of ordinary priority that waits for a core).
+not through a thread of ordinary priority that waits for a core). On Windows, where a new thread
+starts at ``THREAD_PRIORITY_NORMAL`` whatever its creator's, each call carries the caller's
+``GetThreadPriority`` and the helper sets its own to it (``platform`` and ``win32``, the Windows
+calls of :mod:`mqttrl.envs.realtime_os`, are parameters so tests run that branch on Linux).
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from mqttrl.envs.realtime_os import THREAD_PRIORITY_ERROR_RETURN, THREAD_PRIORITY_NORMAL, Win32Calls
 
 
 class GameHung(TimeoutError):
@@ -26,16 +32,18 @@ class GameHung(TimeoutError):
 class Deadline:
     """Calls on one daemon thread, each waited for at most ``timeout_s``."""
 
-    def __init__(self, timeout_s: float, name: str = "game"):
+    def __init__(self, timeout_s: float, name: str = "game", platform: str = sys.platform, win32: Any = None):
         self.timeout_s = timeout_s
         self.name = name
         self._jobs: queue.SimpleQueue | None = None
         self._tid: int | None = None
         self._policy: tuple[int, int] | None = None
+        #: Windows: the calls that read and set a thread's priority (None elsewhere, or not loadable)
+        self._win32 = _win32_calls(win32) if platform == "win32" else None
 
     def _start(self) -> queue.SimpleQueue:
         jobs: queue.SimpleQueue = queue.SimpleQueue()
-        thread = threading.Thread(target=self._serve, args=(jobs,), name=f"mqttrl-{self.name}", daemon=True)
+        thread = threading.Thread(target=self._serve, args=(jobs, self._win32), name=f"mqttrl-{self.name}", daemon=True)
         thread.start()
         self._tid = thread.native_id
         self._policy = _policy()  # inherited from the caller
@@ -53,12 +61,15 @@ class Deadline:
         self._policy = policy
 
     @staticmethod
-    def _serve(jobs: queue.SimpleQueue) -> None:
+    def _serve(jobs: queue.SimpleQueue, win32: Any = None) -> None:
+        level = THREAD_PRIORITY_NORMAL  # Windows: a new thread's, whatever its creator's
         while True:
             job = jobs.get()
             if job is None:
                 return
-            fn, args, kwargs, box, done = job
+            fn, args, kwargs, box, done, wanted = job
+            if wanted not in (None, level, THREAD_PRIORITY_ERROR_RETURN) and win32.set_thread_priority(wanted):
+                level = wanted  # refused: the next call tries again
             try:
                 box.append((True, fn(*args, **kwargs)))
             except BaseException as e:  # handed to the caller, raised there
@@ -72,7 +83,8 @@ class Deadline:
             self._match_priority()
         box: list = []
         done = threading.Event()
-        self._jobs.put((fn, args, kwargs, box, done))
+        wanted = self._win32.get_thread_priority() if self._win32 is not None else None
+        self._jobs.put((fn, args, kwargs, box, done, wanted))
         if not done.wait(self.timeout_s):
             self._jobs = None  # that thread is stuck in the game: the next call gets a fresh one
             raise GameHung(f"{what} gave no answer within {self.timeout_s:g}s (env.obs_timeout_s): the game hangs")
@@ -94,4 +106,15 @@ def _policy() -> tuple[int, int] | None:
     try:
         return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
     except OSError:
+        return None
+
+
+def _win32_calls(win32: Any) -> Any:
+    """The Windows calls (``win32``, or ctypes' :class:`~mqttrl.envs.realtime_os.Win32Calls`); None
+    where they cannot be loaded: the helper thread then keeps its ordinary priority."""
+    if win32 is not None:
+        return win32
+    try:
+        return Win32Calls()
+    except (OSError, AttributeError):
         return None

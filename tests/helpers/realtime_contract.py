@@ -3,7 +3,8 @@
 Run as a script by Linux's python and by the Windows CPython under Wine: enter real time and raise
 the control thread (:class:`~mqttrl.envs.realtime_clock.ThreadPriority`'s ``high``), read the
 priority back from the OS, run the anchored clock (:class:`~mqttrl.envs.realtime_clock.ControlClock`,
-the worker's spin) at ``HZ`` for ``SECONDS`` while raised, lower the thread, read it back, leave
+the worker's spin) at ``HZ`` for ``SECONDS`` while raised, read the priority on a game's helper
+thread (:class:`~mqttrl.envs.realtime_guard.Deadline`), lower the thread, read both back, leave
 real time, and print what it saw as one JSON line. Under Wine the timers are Linux's: the period
 errors say nothing about a Windows PC's jitter.
 """
@@ -16,6 +17,7 @@ import sys
 import time
 
 from mqttrl.envs.realtime_clock import ControlClock, ThreadPriority
+from mqttrl.envs.realtime_guard import Deadline
 from mqttrl.observe.timing import PeriodStats
 
 HZ = 50.0
@@ -56,8 +58,12 @@ def main() -> None:
     seen["raised"], seen["high"] = priority.raised, priority.level()
     seen["timer"] = priority.system.timer_result  # timeBeginPeriod's result (Windows), else None
     seen["clock"] = run_clock(HZ, SECONDS)
+    game = Deadline(10.0)  # a game's reads run on its helper thread, at the caller's priority
+    seen["helper_high"] = game.call("read_obs", priority.level)
     priority.low()
     seen["low"] = priority.level()
+    seen["helper_low"] = game.call("read_obs", priority.level)
+    game.close()
     priority.high()  # again, as every period does
     seen["again"] = priority.level()
     priority.close()
