@@ -288,7 +288,7 @@ class WorkerNode:
             while not self._stop.is_set() and not self.core.finished:
                 self.loop.tick()
         finally:
-            self.priority.low()
+            self.priority.close()  # the ordinary priority; on Windows the system timer's period given back
             self._flush()  # every recorded row is a real transition, even after an EnvFailing
 
     def _gauges(self) -> dict[str, float]:
