@@ -39,6 +39,14 @@ In the same window, under the same load:
     flock /work/notes/bench.lock nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --quick
     flock /work/notes/bench.lock nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --workers 1 8 16 32 --seconds 60
 
+Without root (most game PCs): ``--priority no-root`` runs the fleet without ``CAP_SYS_NICE``
+(``setpriv``), so the workers' ``SCHED_FIFO`` is refused as it is there and they play at the
+ordinary priority; ``--priority fifo no-root`` measures both, one after the other, per N. The
+knobs an unprivileged PC has: ``--learner-nice`` (the learner under ``nice``), ``--spin-ms``
+(``worker.realtime_spin_s``), ``--timer-slack-ns`` (the workers' timer slack, prctl)::
+
+    nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --workers 8 --priority fifo no-root --learner-nice 10
+
 Needs ``pip install rtgym`` for the side-by-side (not an mqttrl dependency; without it the
 rtgym column is left out) and ``mosquitto`` on the PATH.
 """
@@ -368,7 +376,9 @@ def window_figures(start: dict, end: dict, inside: dict[str, list[dict]], period
     }
 
 
-def learner_sets(hz: float, hidden: int, replay_ratio: float, pausable: bool) -> list[str]:
+def learner_sets(
+    hz: float, hidden: int, replay_ratio: float, pausable: bool, spin_ms: float | None = None
+) -> list[str]:
     sets = [
         f"env.control_hz={hz}",
         f"env.kwargs={{env = 'CartPole-v1', world_hz = {hz}, can_pause = {'true' if pausable else 'false'}}}",
@@ -383,11 +393,37 @@ def learner_sets(hz: float, hidden: int, replay_ratio: float, pausable: bool) ->
         "worker.heartbeat_interval_s=1.0",
         "train.target_return=none",
     ]
+    if spin_ms is not None:
+        sets.append(f"worker.realtime_spin_s={spin_ms / 1000}")
     return [a for s in sets for a in ("--set", s)]
 
 
-def run_fleet(n: int, args, work: Path, extra_children) -> dict:
-    """One fleet of ``n`` workers: up, a measured window with the faults, down; its figures."""
+#: ``--priority no-root``: the fleet's processes without ``CAP_SYS_NICE`` (as a game PC without root):
+#: ``SCHED_FIFO`` is refused (the worker logs one line and plays at the ordinary priority), and no
+#: nice below 0 either
+NO_ROOT = ["setpriv", "--bounding-set", "-sys_nice", "--inh-caps", "-sys_nice"]
+#: prctl's PR_SET_TIMERSLACK
+PR_SET_TIMERSLACK = 29
+
+
+def node_argv(priority: str, timer_slack_ns: int | None) -> list[str]:
+    """``python -m mqttrl`` as the fleet runs it: without ``CAP_SYS_NICE`` for ``no-root``; with
+    ``timer_slack_ns``, the process's timer slack set first (prctl, inherited by its threads)."""
+    if timer_slack_ns is None:
+        py = [sys.executable, "-m", "mqttrl"]
+    else:
+        code = (
+            "import ctypes, os, sys; "
+            f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_TIMERSLACK}, {int(timer_slack_ns)}, 0, 0, 0); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'mqttrl', *sys.argv[1:]])"
+        )
+        py = [sys.executable, "-c", code]
+    return (NO_ROOT if priority == "no-root" else []) + py
+
+
+def run_fleet(n: int, args, work: Path, extra_children, priority: str = "fifo") -> dict:
+    """One fleet of ``n`` workers (``priority``: ``fifo`` as root, ``no-root`` without
+    ``CAP_SYS_NICE``): up, a measured window with the faults, down; its figures."""
     from mqttrl.broker.embedded import free_port
 
     work.mkdir(parents=True, exist_ok=True)
@@ -395,10 +431,15 @@ def run_fleet(n: int, args, work: Path, extra_children) -> dict:
     logs.mkdir(exist_ok=True)
     broker = Broker(work / "broker", free_port())
     broker.start()
-    py = [sys.executable, "-m", "mqttrl"]
+    py = node_argv(priority, args.timer_slack_ns)
+    nice = ["nice", "-n", str(args.learner_nice)] if args.learner_nice else []
     conn = ["--broker", broker.url]
-    sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable)
-    learner_argv = py + ["learner", "--config", str(CONFIG), "--run-dir", str(work / "run"), *sets, *conn]
+    sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable, args.spin_ms)
+    learner_argv = (
+        nice
+        + node_argv(priority, None)
+        + ["learner", "--config", str(CONFIG), "--run-dir", str(work / "run"), *sets, *conn]
+    )
     learner = Proc("learner", learner_argv, logs / "learner.log")
     workers = [
         Proc(f"w{i}", py + ["worker", "--run", RUN, "--name", f"w{i}", "--index", str(i), *conn], logs / f"w{i}.log")
@@ -441,7 +482,12 @@ def run_fleet(n: int, args, work: Path, extra_children) -> dict:
         t_b = time.monotonic()
         end = hbs.newest(t_b)
         load1 = os.getloadavg()
-        row = {"workers": n, "window_s": round(t_b - t_a, 1), "faults": events}
+        row = {"workers": n, "priority": priority, "window_s": round(t_b - t_a, 1), "faults": events}
+        row["knobs"] = {
+            "learner_nice": args.learner_nice,
+            "spin_ms": args.spin_ms,
+            "timer_slack_ns": args.timer_slack_ns,
+        }
         row.update(window_figures(start, end, hbs.between(t_a, t_b), 1.0 / args.hz))
         row["worst_windows"] = hbs.worst_windows(t_a, t_b)
         row["learner_alive_at_end"] = learner.alive()
@@ -484,6 +530,19 @@ def main() -> None:
     ap.add_argument("--startup-s", type=float, default=120.0, help="give up when the fleet is not stepping by then")
     ap.add_argument("--settle-s", type=float, default=5.0, help="after every worker steps, before the window")
     ap.add_argument("--quick", action="store_true", help="N = 1 and 8, 30 s each")
+    ap.add_argument(
+        "--priority",
+        nargs="+",
+        choices=["fifo", "no-root"],
+        default=["fifo"],
+        help="each N once per entry: fifo (as root: the workers' SCHED_FIFO), no-root (the fleet without "
+        "CAP_SYS_NICE: SCHED_FIFO refused, the ordinary priority, as on a game PC without root)",
+    )
+    ap.add_argument("--learner-nice", type=int, default=0, help="the learner runs under nice -n this (0: not niced)")
+    ap.add_argument("--spin-ms", type=float, help="worker.realtime_spin_s in ms (default: the setting's default)")
+    ap.add_argument(
+        "--timer-slack-ns", type=int, help="the workers' timer slack (prctl, before exec; Linux's default 50000)"
+    )
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--rtgym-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sleep-child", action="store_true", help=argparse.SUPPRESS)
@@ -539,12 +598,22 @@ def main() -> None:
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-realtime-"))
     for n in args.workers:
-        row = run_fleet(n, args, tmp / f"n{n}", children)
-        results.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "hist"}), flush=True)
+        for priority in args.priority:
+            row = run_fleet(n, args, tmp / f"n{n}-{priority}", children, priority)
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "hist"}), flush=True)
+    print_table(results)
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
+        )
+    print(f"runs in {tmp}", file=sys.stderr)
+
+
+def print_table(results: list[dict]) -> None:
     print()
     print(
-        f"{'N':>3} | {'periods':>7} | {'p50 ms':>6} | {'p99 ms':>6} | {'max ms':>7} | {'overruns':>8} | "
+        f"{'N':>3} {'priority':>8} | {'periods':>7} | {'p50 ms':>6} | {'p99 ms':>6} | {'max ms':>7} | {'overruns':>8} | "
         f"{'lost s':>6} || rtgym p50/p99/max ms, overruns, lost s || sleep loop p50/p99/max ms"
     )
     for r in results:
@@ -557,14 +626,9 @@ def main() -> None:
         sl = r["sleep_loop"]
         sleep = f"{sl['p50_ms']:.2f}/{sl['p99_ms']:.2f}/{sl['max_ms']:.1f}" if sl else "-"
         print(
-            f"{r['workers']:>3} | {r['periods']!s:>7} | {r['p50_ms']!s:>6} | {r['p99_ms']!s:>6} | {r['max_ms']!s:>7} | "
+            f"{r['workers']:>3} {r['priority']:>8} | {r['periods']!s:>7} | {r['p50_ms']!s:>6} | {r['p99_ms']!s:>6} | {r['max_ms']!s:>7} | "
             f"{r['overruns']!s:>8} | {r['lost_s']!s:>6} || {side} || {sleep}"
         )
-    if args.out:
-        args.out.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
-        )
-    print(f"runs in {tmp}", file=sys.stderr)
 
 
 if __name__ == "__main__":

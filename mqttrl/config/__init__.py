@@ -182,6 +182,14 @@ class WorkerConfig:
         "timeBeginPeriod(1); where refused, one log line and the ordinary priority). 0: never raised",
         validator=fifo_priority,
     )
+    realtime_spin_s: float = setting(
+        0.0003,
+        unit="s",
+        doc="real time (`env.control_hz`): the last this long of each control period is spun (the clock read in a "
+        "loop) instead of slept, so the OS timer's slack and the sleeping thread's wake-up latency are not added to "
+        "the period's error; it costs this much CPU a period. 0: sleep to the period's end",
+        validator=non_negative,
+    )
     ack_timeout_s: float = setting(
         60.0,
         unit="s",

@@ -22,7 +22,7 @@ from mqttrl.observe.timing import PeriodStats
 
 HZ = 50.0
 SECONDS = 2.0
-#: the worker's spin (mqttrl.nodes.worker.envs.REALTIME_SPIN_S)
+#: the worker's spin (``worker.realtime_spin_s``'s default)
 SPIN_S = 0.0003
 
 

@@ -38,10 +38,6 @@ from mqttrl.plugin.manager import get_registry
 #: receiving a model) holds it, up to this long
 REALTIME_SWITCH_INTERVAL_S = 0.0005
 
-#: a real-time worker's clock spins (reads the clock) the last this many seconds of each period
-#: instead of sleeping them: the OS's timer slack and wake-up latency are not added to the error
-REALTIME_SPIN_S = 0.0003
-
 
 @attrs.define
 class WorkerEnvs:
@@ -91,7 +87,7 @@ def make_worker_envs(
             num_envs,
             seed,
             env_id=cfg.env.id,
-            make_clock=lambda: ControlClock(**rt, stats=stats, spin_s=REALTIME_SPIN_S),
+            make_clock=lambda: ControlClock(**rt, stats=stats, spin_s=cfg.worker.realtime_spin_s),
             obs_timeout_s=obs_timeout(cfg.env),
             on_restart=on_restart,
         )
