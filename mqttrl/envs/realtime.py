@@ -59,7 +59,8 @@ class RealTimeGame(Protocol):
     ``(obs, reward, terminated, truncated, info)`` for the time since the last read (the newest
     frame, the reward accumulated meanwhile); ``reset(seed=, options=)`` is gymnasium's. Optional:
     ``pause()``/``resume()`` (the game's clock stops; mqttrl pauses a game while its worker has
-    nothing useful to do) and ``set_speed(factor)``.
+    nothing useful to do), ``release_controls()`` (a game that cannot pause lets go of its
+    controls instead: no key held, a virtual pad neutral) and ``set_speed(factor)``.
     """
 
     def send_action(self, action: Any) -> None: ...
@@ -355,6 +356,8 @@ class RealTimeEnv(gym.Wrapper):
         if self.pausable and not self.clock.paused and self._reset_job is None:
             self.game.pause()
             self._game_paused = True
+        elif self.game is not None and callable(getattr(self.game, "release_controls", None)):
+            self.game.release_controls()  # a game that runs on: no key held, a virtual pad neutral
         self.clock.pause()
 
     def resume(self) -> None:

@@ -5,6 +5,8 @@ with key presses (``pip install 'mqttrl[screen]'``; docs/real-time.md).
 * :mod:`.capture`: grab its pixels (mss), shrink them (OpenCV)
 * :mod:`.keys`: hold an action's keys for the step (XTest on Linux; SendInput on Windows, :mod:`.sendinput`,
   with the names mapped by :mod:`.keymap`; pynput on macOS, untested here)
+* :mod:`.gamepad`: or a virtual Xbox 360 pad for a Box action (vgamepad/ViGEm on Windows, uinput
+  through python-evdev on Linux, a recording fake), for games steered with axes
 * :mod:`.options`: the ``[env.kwargs]``, checked, and the user's ``module:function`` reward
 * :mod:`.env`: the gymnasium env built from them
 * :mod:`.demo_game`: Catch, a small pygame game to try it on (and the tests' game)

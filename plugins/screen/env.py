@@ -31,8 +31,9 @@ import gymnasium as gym
 import numpy as np
 
 from .capture import Grabber, Stillness, rgb, shrink
-from .keys import make_keyboard
-from .options import check_result, load_reward, parse_options
+from .gamepad import Gamepad, Layout, make_backend
+from .keys import Keyboard, make_keyboard
+from .options import ScreenOptions, check_result, load_reward, parse_options
 from .window import (
     Finder,
     Region,
@@ -64,6 +65,22 @@ def _alive(pid: int, serial: str) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def open_pad(o: ScreenOptions, keyboard: Keyboard) -> Gamepad:
+    """The virtual gamepad of ``o.gamepad``, opened (one line when it cannot be: the keys closed)."""
+    layout = Layout(list(o.gamepad), o.gamepad_deadzone, o.gamepad_threshold)
+    try:
+        return Gamepad(make_backend(o.gamepad_backend), layout)
+    except ScreenEnvError:
+        keyboard.close()
+        raise
+
+
+def pad_space(pad: Gamepad) -> gym.spaces.Box:
+    """The Box action of a pad's layout: a dimension a control, 0..1 for a trigger, -1..1 otherwise."""
+    low, high = pad.layout.bounds()
+    return gym.spaces.Box(low, high, dtype=np.float32)
 
 
 class ScreenEnv(gym.Env):
@@ -99,7 +116,9 @@ class ScreenEnv(gym.Env):
         except ScreenEnvError:
             self.keyboard.close()
             raise
-        self.action_space = gym.spaces.Discrete(len(self.actions))
+        #: the virtual gamepad a Box action drives (``gamepad``), else None: keys
+        self.pad = open_pad(o, self.keyboard) if o.gamepad else None
+        self.action_space = pad_space(self.pad) if self.pad else gym.spaces.Discrete(len(self.actions))
         shape = (o.height, o.width) if o.gray else (o.height, o.width, 3)
         self.observation_space = gym.spaces.Box(0, 255, self._stacked_shape(shape), np.uint8)
         self.frames: deque[np.ndarray] = deque(maxlen=o.frame_stack)
@@ -110,6 +129,12 @@ class ScreenEnv(gym.Env):
         self.steps = 0
         #: seconds the last grab took (the window's pixels to an RGB array)
         self.last_grab_s = 0.0
+
+    def release_controls(self) -> None:
+        """Let go of the controls: no key held, the pad neutral (a reset, an episode's end, a pause)."""
+        self.keyboard.release_all()
+        if self.pad is not None:
+            self.pad.neutral()
 
     def _stacked_shape(self, frame_shape: tuple[int, ...]) -> tuple[int, ...]:
         h, w = frame_shape[:2]
@@ -175,7 +200,9 @@ class ScreenEnv(gym.Env):
     # ---- gymnasium
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.keyboard.release_all()
+        if self.pad is not None:
+            self.pad.reopen()  # a pad given up after a driver failure: plugged in again, or one line
+        self.release_controls()
         if self.opts.window:  # the game may have moved or been restarted
             self._bind()
         if self.opts.reset_keys:
@@ -291,7 +318,11 @@ class ScreenEnv(gym.Env):
 
     # ---- the real-time protocol (mqttrl.envs.realtime): [env] control_hz keeps the clock
     def send_action(self, action: int) -> None:
-        """Hold the keys of ``action`` from now on, or tap them (``key_mode``); returns at once."""
+        """Hold the keys of ``action`` from now on, or tap them (``key_mode``), or set the gamepad to
+        it (``gamepad``); returns at once."""
+        if self.pad is not None:
+            self.pad.act(action)
+            return
         keys = self.actions[int(action)]
         if self.opts.key_mode == "tap":
             self.keyboard.press(keys)
@@ -308,7 +339,7 @@ class ScreenEnv(gym.Env):
         self.steps += 1
         truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
         if done or truncated:
-            self.keyboard.release_all()
+            self.release_controls()
         # when the frame was grabbed (time.monotonic()): the worker counts capture to action from it
         return self.observe(), reward, done, truncated, {"frame_at": self.last_frame_at}
 
@@ -338,6 +369,8 @@ class ScreenEnv(gym.Env):
             return
         self._closed = True
         try:
+            if self.pad is not None:
+                self.pad.close()
             self.keyboard.close()
         finally:
             self._close_watch()

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .gamepad import BACKENDS as PAD_BACKENDS
+from .gamepad import CONTROLS
 from .window import ScreenEnvError
 
 
@@ -61,6 +63,16 @@ class ScreenOptions:
     keys_backend: str = "auto"
     #: give the window the keyboard focus when the env starts (XTest)
     focus: bool = True
+    #: a virtual gamepad instead of keys (a Box action, one control per dimension): stick axes
+    #: ``lx ly rx ry`` ([-1, 1], +y up), triggers ``lt rt`` ([0, 1]), buttons ``a b x y lb rb back
+    #: start ls rs up down left right`` (held above ``gamepad_threshold``); e.g. ``["lx", "rt", "lt"]``
+    gamepad: list = field(default_factory=list)
+    #: ``auto`` (``vgamepad`` on Windows: ViGEmBus; ``uinput`` on Linux: python-evdev) or ``record`` (a dry run)
+    gamepad_backend: str = "auto"
+    #: stick values nearer 0 than this are 0 (the rest rescaled to stay continuous)
+    gamepad_deadzone: float = 0.0
+    #: a button dimension holds its button while above this
+    gamepad_threshold: float = 0.5
 
     @property
     def displays(self) -> list[str | None]:
@@ -98,8 +110,7 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ScreenEnvError(f"screen env: unknown option {key!r}{hint}; options: {', '.join(allowed)}")
     o = ScreenOptions(**kwargs)
-    if not o.keys or not all(isinstance(k, list) and all(isinstance(n, str) for n in k) for k in o.keys):
-        _fail("keys", o.keys, 'a list of key lists, one per action, e.g. [[], ["Left"], ["Right"]]')
+    _check_actions(o)
     if not isinstance(o.reward, str) or o.reward.count(":") != 1:
         _fail("reward", o.reward, 'give "module:function", a function of the frame returning (reward, done)')
     if bool(o.window) == bool(o.region):
@@ -139,6 +150,27 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
     if not all(isinstance(n, str) for n in o.reset_keys):
         _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
     return o
+
+
+def _check_actions(o: ScreenOptions) -> None:
+    """``keys`` (a Discrete action) or ``gamepad`` (a Box action), and the gamepad's options."""
+    if o.gamepad and o.keys:
+        _fail("gamepad", o.gamepad, "give keys (a Discrete action) or gamepad (a Box action), not both")
+    if not o.gamepad and (
+        not o.keys or not all(isinstance(k, list) and all(isinstance(n, str) for n in k) for k in o.keys)
+    ):
+        _fail("keys", o.keys, 'a list of key lists, one per action, e.g. [[], ["Left"], ["Right"]]')
+    if not isinstance(o.gamepad, list) or not all(isinstance(n, str) and n in CONTROLS for n in o.gamepad):
+        _fail("gamepad", o.gamepad, f"a list of controls, one per action dimension, of {', '.join(CONTROLS)}")
+    if len(set(o.gamepad)) != len(o.gamepad):
+        _fail("gamepad", o.gamepad, "each control once (one action dimension each)")
+    if o.gamepad_backend not in PAD_BACKENDS:
+        _fail("gamepad_backend", o.gamepad_backend, " or ".join(f'"{b}"' for b in PAD_BACKENDS))
+    if not _is_number(o.gamepad_deadzone) or o.gamepad_deadzone >= 1:
+        _fail("gamepad_deadzone", o.gamepad_deadzone, "a stick's dead zone, >= 0 and < 1")
+    t = o.gamepad_threshold
+    if not (isinstance(t, int | float) and not isinstance(t, bool) and -1 <= t <= 1):
+        _fail("gamepad_threshold", t, "a button dimension's threshold, in [-1, 1]")
 
 
 def load_reward(spec: str) -> Callable:
