@@ -43,7 +43,8 @@ Without root (most game PCs): ``--priority no-root`` runs the fleet without ``CA
 (``setpriv``), so the workers' ``SCHED_FIFO`` is refused as it is there and they play at the
 ordinary priority; ``--priority fifo no-root`` measures both, one after the other, per N. The
 knobs an unprivileged PC has: ``--learner-nice`` (the learner under ``nice``), ``--spin-ms``
-(``worker.realtime_spin_s``), ``--timer-slack-ns`` (the workers' timer slack, prctl)::
+(``worker.realtime_spin_s``), ``--slice-us`` (``worker.realtime_slice_s``: the control thread's
+EEVDF time slice where ``SCHED_FIFO`` is refused), ``--timer-slack-ns`` (the workers' timer slack, prctl)::
 
     nice -n 5 .venv/bin/python -m benchmarks.bench_realtime --workers 8 --priority fifo no-root --learner-nice 10
 
@@ -377,7 +378,12 @@ def window_figures(start: dict, end: dict, inside: dict[str, list[dict]], period
 
 
 def learner_sets(
-    hz: float, hidden: int, replay_ratio: float, pausable: bool, spin_ms: float | None = None
+    hz: float,
+    hidden: int,
+    replay_ratio: float,
+    pausable: bool,
+    spin_ms: float | None = None,
+    slice_us: float | None = None,
 ) -> list[str]:
     sets = [
         f"env.control_hz={hz}",
@@ -395,6 +401,8 @@ def learner_sets(
     ]
     if spin_ms is not None:
         sets.append(f"worker.realtime_spin_s={spin_ms / 1000}")
+    if slice_us is not None:
+        sets.append(f"worker.realtime_slice_s={slice_us / 1e6}")
     return [a for s in sets for a in ("--set", s)]
 
 
@@ -434,7 +442,7 @@ def run_fleet(n: int, args, work: Path, extra_children, priority: str = "fifo") 
     py = node_argv(priority, args.timer_slack_ns)
     nice = ["nice", "-n", str(args.learner_nice)] if args.learner_nice else []
     conn = ["--broker", broker.url]
-    sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable, args.spin_ms)
+    sets = learner_sets(args.hz, args.hidden, args.replay_ratio, args.pausable, args.spin_ms, args.slice_us)
     learner_argv = (
         nice
         + node_argv(priority, None)
@@ -487,6 +495,7 @@ def run_fleet(n: int, args, work: Path, extra_children, priority: str = "fifo") 
             "learner_nice": args.learner_nice,
             "spin_ms": args.spin_ms,
             "timer_slack_ns": args.timer_slack_ns,
+            "slice_us": args.slice_us,
         }
         row.update(window_figures(start, end, hbs.between(t_a, t_b), 1.0 / args.hz))
         row["worst_windows"] = hbs.worst_windows(t_a, t_b)
@@ -540,6 +549,7 @@ def main() -> None:
     )
     ap.add_argument("--learner-nice", type=int, default=0, help="the learner runs under nice -n this (0: not niced)")
     ap.add_argument("--spin-ms", type=float, help="worker.realtime_spin_s in ms (default: the setting's default)")
+    ap.add_argument("--slice-us", type=float, help="worker.realtime_slice_s in µs (no-root: the EEVDF slice asked)")
     ap.add_argument(
         "--timer-slack-ns", type=int, help="the workers' timer slack (prctl, before exec; Linux's default 50000)"
     )

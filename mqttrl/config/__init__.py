@@ -190,6 +190,15 @@ class WorkerConfig:
         "the period's error; it costs this much CPU a period. 0: sleep to the period's end",
         validator=non_negative,
     )
+    realtime_slice_s: float = setting(
+        0.0,
+        unit="s",
+        doc="real time, where `realtime_priority`'s SCHED_FIFO is refused (no root): the control thread asks Linux's "
+        "EEVDF scheduler (6.12+) for this short a time slice instead (sched_setattr's sched_runtime, 0.1-100 ms, no "
+        "privilege needed): when its sleep ends it preempts ordinary threads sooner, its share of the CPU unchanged. "
+        "Not taken (an older kernel, Windows): one log line. 0: not asked",
+        validator=non_negative,
+    )
     ack_timeout_s: float = setting(
         60.0,
         unit="s",

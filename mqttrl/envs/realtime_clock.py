@@ -176,12 +176,17 @@ class ThreadPriority:
     also asks for a 1 ms system timer (``timeBeginPeriod``), given back by :meth:`close` or, at
     the latest, when the object is collected or the interpreter exits
     (:mod:`mqttrl.envs.realtime_os`). Where the OS refuses (no privilege, no such call) it says so
-    in one log line and does nothing from then on; ``priority`` 0 does nothing. ``platform`` and
+    in one log line and does nothing from then on, but for ``slice_s``: where ``SCHED_FIFO`` is
+    refused, the thread asks Linux's EEVDF scheduler (6.12+) for this short a time slice instead
+    (no privilege needed; 0: not asked), once. ``priority`` 0 does nothing. ``platform`` and
     ``win32`` (the Windows calls) are parameters so tests can run the Windows branch on Linux.
     """
 
-    def __init__(self, priority: int, platform: str = sys.platform, win32: Any = None):
+    def __init__(self, priority: int, platform: str = sys.platform, win32: Any = None, slice_s: float = 0.0):
         self.priority = int(priority)
+        self.slice_s = float(slice_s)
+        #: the short slice asked where the raise was refused: None (not asked), True, or why not
+        self.sliced: bool | str | None = None
         self.raised = False
         self.entered = False
         self.system, why = real_time_os(platform, win32) if self.priority > 0 else (PosixRealTime(), None)
@@ -204,11 +209,21 @@ class ThreadPriority:
             self.enabled = False
             log.info(
                 "real time: the control thread keeps its normal priority (%s; worker.realtime_priority = 0 "
-                "skips the attempt)",
+                "skips the attempt)%s",
                 why,
+                self._short_slice(),
             )
             return
         self.raised = True
+
+    def _short_slice(self) -> str:
+        """Where the raise was refused: a short time slice asked instead (``slice_s``); what it gave, for the log line."""
+        if self.slice_s <= 0:
+            return ""
+        why = self.system.short_slice(self.slice_s)
+        self.sliced = why or True
+        ms = self.slice_s * 1000
+        return f"; a {ms:g} ms time slice not taken either ({why})" if why else f"; it asks for a {ms:g} ms time slice"
 
     def low(self) -> None:
         if not self.raised:

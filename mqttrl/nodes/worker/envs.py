@@ -91,7 +91,9 @@ def make_worker_envs(
             obs_timeout_s=obs_timeout(cfg.env),
             on_restart=on_restart,
         )
-        return WorkerEnvs(envs, ctx, game, stats, ThreadPriority(cfg.worker.realtime_priority))
+        return WorkerEnvs(
+            envs, ctx, game, stats, ThreadPriority(cfg.worker.realtime_priority, slice_s=cfg.worker.realtime_slice_s)
+        )
     except BaseException:  # the game it launched does not outlive envs that could not be made
         if game is not None:
             game.close()
