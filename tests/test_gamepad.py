@@ -521,3 +521,16 @@ def test_a_driver_gone_mid_run_is_one_screen_env_error_and_a_reset_plugs_it_in_a
     pad.open_error = None  # the driver is back
     env.reset()
     assert pad.reports[-1] == NEUTRAL.device() and not env.pad.broken
+
+
+def test_vgamepad_reconnects_to_a_fresh_bus(monkeypatch):
+    """vgamepad connects to ViGEmBus once, at import: a reconnect after a failure makes a new connection."""
+    buses = []
+    inner = types.SimpleNamespace(VBus=lambda: buses.append("bus") or "bus", VBUS="the bus of the import")
+    monkeypatch.setitem(sys.modules, "vgamepad.win.virtual_gamepad", inner)
+    vg = FakeVgamepad()
+    pad = Gamepad(VGamepadPad(module=vg), RACING)
+    assert buses == []
+    vg.fail_next = True
+    pad.act([1.0, 0.0, 0.0, 0.0, 0.0])
+    assert buses == ["bus"] and inner.VBUS == "bus" and vg.seen.sticks[0] == 32767

@@ -222,6 +222,14 @@ XUSB_BUTTONS = {
 }
 
 
+def _fresh_bus() -> None:
+    """vgamepad connects to ViGEmBus once, at import (its module-level ``VBUS``), and keeps that
+    connection: after a driver failure a reconnect connects anew (a failed import is retried anyway)."""
+    inner = sys.modules.get("vgamepad.win.virtual_gamepad")
+    if inner is not None and callable(getattr(inner, "VBus", None)):
+        inner.VBUS = inner.VBus()
+
+
 class VGamepadPad(PadBase):
     """A ViGEm virtual Xbox 360 pad through ``vgamepad`` (Windows), imported when opened;
     ``module``: a stand-in for the package (tests)."""
@@ -231,10 +239,14 @@ class VGamepadPad(PadBase):
     def __init__(self, module: Any = None):
         self._module = module
         self.pad: Any = None
+        self._opened = False
 
     def open(self) -> None:
         try:
             vg = self._module if self._module is not None else importlib.import_module("vgamepad")
+            if self._opened:
+                _fresh_bus()
+            self._opened = True
         except ImportError:
             raise GamepadError(f"screen env: gamepad: the vgamepad package is not installed: {VGAMEPAD_HELP}") from None
         except Exception as e:  # its DLL or the bus, at import
