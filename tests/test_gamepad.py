@@ -16,6 +16,7 @@ options; the screen env's Box action through a recording pad, neutral on reset, 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import types
@@ -534,3 +535,32 @@ def test_vgamepad_reconnects_to_a_fresh_bus(monkeypatch):
     vg.fail_next = True
     pad.act([1.0, 0.0, 0.0, 0.0, 0.0])
     assert buses == ["bus"] and inner.VBUS == "bus" and vg.seen.sticks[0] == 32767
+
+
+# ---- the real vgamepad package on a Windows CPython (Wine: no ViGEmBus driver) -------------------
+@pytest.mark.slow
+def test_the_real_vgamepad_without_vigembus_is_one_line_under_wine(tmp_path):
+    """vgamepad 0.2.0 (an sdist only: its setup.py runs the ViGEmBus installer on Windows, so it is
+    unpacked, not installed; ``MQTTRL_VGAMEPAD_SRC`` names the folder) imported by a Windows CPython
+    under Wine, which cannot load a kernel driver: absent, then present without the bus, twice."""
+    src = os.environ.get("MQTTRL_VGAMEPAD_SRC", "")
+    if not src or not os.path.isdir(os.path.join(src, "vgamepad")):
+        pytest.skip("set MQTTRL_VGAMEPAD_SRC to an unpacked vgamepad sdist (pip download vgamepad --no-deps)")
+    from helpers.paths import REPO, TESTS
+    from helpers.wine import WindowsPython, winpath
+
+    wpy, why = WindowsPython.build(REPO / ".wine-py", tmp_path / "wine")
+    if wpy is None:
+        pytest.skip(f"no Windows CPython under Wine here: {why}")
+    try:
+        code, out = wpy.run([winpath(TESTS / "helpers" / "gamepad_wine.py"), winpath(REPO / "plugins"), winpath(src)])
+    finally:
+        wpy.shutdown()
+    assert code == 0 and "Traceback" not in out, out[-3000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    print(seen)
+    assert seen["platform"] == "win32"
+    assert "pip install vgamepad" in seen["absent"] and "not installed" in seen["absent"]
+    for key in ("no_bus", "no_bus_again"):
+        line = seen[key]
+        assert "\n" not in line and "pip install vgamepad" in line and "ViGEmBus" in line, line
