@@ -438,7 +438,7 @@ class Gamepad:
             raise GamepadError(msg) from None
 
     def _give_up(self, why: str) -> None:
-        self.broken = why
+        self.broken = why.removeprefix("screen env: ")
         self.last = NEUTRAL
 
     def reopen(self) -> None:
