@@ -564,3 +564,4 @@ def test_the_real_vgamepad_without_vigembus_is_one_line_under_wine(tmp_path):
     for key in ("no_bus", "no_bus_again"):
         line = seen[key]
         assert "\n" not in line and "pip install vgamepad" in line and "ViGEmBus" in line, line
+        assert "VIGEM_ERROR_BUS_NOT_FOUND" in line, line  # its ViGEmClient.dll loaded and asked for the bus
