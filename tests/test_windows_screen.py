@@ -12,7 +12,11 @@ What it asserts, each of which fails if a part of the kit does:
   client area's place, the reward function), and the reset's Return key started new games;
 * the keys reached the game: a Linux observer grabbing the same window from the X side sees the
   paddle at places only held keys take it to (it starts in the middle and moves only on Left/Right);
-* the loop closed: the learner trained, and the worker played with the weights it published.
+* the loop closed: the learner trained, and the worker played with the weights it published;
+* capture to keys: the Windows worker reports, in its heartbeats, how old each step's frame (mss's
+  grab) was when its keys went out, and the learner combines it (``act_latency``, ``summary.json``'s
+  ``capture_to_action_ms``): present, finite, p99 below 1 s (a loose bound: it shows the figure is
+  measured end to end, not how fast a Windows PC is; the test prints the figures).
 
 It does not assert that the policy learned to catch: on this machine's two shared cores a DQN on
 Catch's pixels needs minutes to beat random play (benchmarks/bench_screen.py measures that on
@@ -23,6 +27,7 @@ cannot show (a real desktop, DirectX or fullscreen-exclusive games, DPI scaling)
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 
@@ -139,6 +144,7 @@ def _trained(w: Watcher) -> bool:
         and m.get("updates", 0) > 20
         and len(w.episodes) >= 3
         and any(v > 0 for v in w.transitions_by_version)
+        and (m.get("act_latency") or {}).get("steps", 0) >= 100
     )
 
 
@@ -176,9 +182,12 @@ def test_a_windows_worker_plays_catch_under_wine_through_the_screen_kit(tmp_path
             "200 samples, 20 updates, 3 episodes and play with published weights from the Windows worker",
         )
         xs = observer.xs or [float("nan")]
+        latency = watch.latest.get("act_latency") or {}
         print(
             f"trained for {time.monotonic() - started:.0f}s: {len(watch.episodes)} episodes, "
-            f"updates {watch.latest.get('updates')}, paddle seen at {min(xs):.0f}..{max(xs):.0f}"
+            f"updates {watch.latest.get('updates')}, paddle seen at {min(xs):.0f}..{max(xs):.0f}; capture to "
+            f"keys over {latency.get('steps')} steps: p50 <= {latency.get('p50_ms')} ms, p99 <= "
+            f"{latency.get('p99_ms')} ms (bucket upper edges), mean {latency.get('mean_ms')} ms, max {latency.get('max_ms')} ms"
         )
         assert worker.p.poll() is None, worker.text()[-3000:]
         assert learner.p.poll() is None, learner.text()[-3000:]
@@ -204,3 +213,7 @@ def _check_run(watch: Watcher, observer: PaddleObserver) -> None:
     # the paddle starts each game in the middle (60..100 px); only held keys take it further
     assert observer.xs, "the observer never saw the paddle"
     assert min(observer.xs) < 50 or max(observer.xs) > 110, (min(observer.xs), max(observer.xs))
+    # capture to keys, the Windows worker's own clock from mss's grab to SendInput's keys
+    latency = m["act_latency"]
+    assert latency["steps"] >= 100 and set(latency["p99_ms_by_worker"]) == {"winscreen"}, latency
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= 1000 and math.isfinite(latency["max_ms"]), latency
