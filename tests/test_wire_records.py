@@ -196,3 +196,9 @@ def test_the_episode_and_learner_point_fields_are_the_ones_docs_telemetry_lists(
     learner.missing_batches = 0
     made = set(learner.point_fields())
     assert made <= documented("learner") and "rejected_total" in made
+
+
+def test_a_heartbeats_counts_read_a_bad_value_as_zero_by_one_rule():
+    hb = Heartbeat(model_version=0, env_steps=0, dropped={"samples": 3, "episodes": "x", "eval": -1, "cmd": True})
+    hb.game = {"launches": 2, "relaunches": 1.5}
+    assert hb.dropped_total() == 3 and (hb.count("launches"), hb.count("relaunches")) == (2, 0)

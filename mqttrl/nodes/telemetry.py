@@ -86,11 +86,6 @@ class WorkerView:
     game_relaunches: int = 0
 
 
-def _count(value: Any) -> int:
-    """A count from a heartbeat, 0 for anything else (a bad field is not worth a refusal)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def _mean(xs, n: int) -> float | None:
     if not xs:
         return None
@@ -230,7 +225,7 @@ class TelemetryNode:
         w.env_steps = hb.env_steps
         w.model_version = hb.model_version
         w.outbox = hb.outbox or 0
-        w.dropped = sum(_count(v) for v in (hb.dropped or {}).values())
+        w.dropped = hb.dropped_total()
         if hb.game is not None:
             w.game_launches, w.game_relaunches = hb.count("launches"), hb.count("relaunches")
         w.last_seen = now

@@ -50,5 +50,13 @@ class Heartbeat(JsonRecord):
 
     def count(self, name: str) -> int:
         """A counter of the game report (``launches``, ``relaunches``), 0 for anything not a count."""
-        value = (self.game or {}).get(name)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+        return count_of((self.game or {}).get(name))
+
+    def dropped_total(self) -> int:
+        """Messages dropped from a full outbox, all kinds (a bad count reads as 0)."""
+        return sum(count_of(v) for v in (self.dropped or {}).values())
+
+
+def count_of(value: object) -> int:
+    """A count from a heartbeat's report, 0 for anything else (a bad field is not worth a refusal)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
