@@ -103,3 +103,35 @@ def test_the_summary_counts_at_least_the_env_steps_of_its_last_evaluated_model(t
     rec.close()
     assert summary["curve"][-1]["env_steps"] == 5300
     assert summary["env_steps"] == 5300
+
+
+def test_the_record_counts_env_steps_from_heartbeats_between_long_episodes(tmp_path):
+    """A game whose episodes are thousands of steps long (Freeway: 2,500, all 8 envs ending together)
+    reports env steps with its episodes every 20,000: the budget in env steps must not wait for them."""
+    rec = RunRecord(make_config(None, max_seconds=5), tmp_path)
+    rec.on_env_steps("w0", 6_100)
+    rec.on_env_steps("w1", 3_000)
+    assert rec.env_steps == 9_100
+    # an episode report that comes in later with an older count does not take steps back
+    rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 2500, "env_steps": 5000}))
+    assert rec.env_steps == 9_100
+    rec.on_env_steps("w1", 4_000)
+    assert rec.env_steps == 10_100
+    rec.close()
+    rec.on_env_steps("w0", 99_000)  # after the run's end nothing more is counted
+    assert rec.env_steps == 10_100
+
+
+def test_telemetry_hands_each_heartbeats_env_steps_on(shared_mosquitto):
+    from mqttrl.nodes.telemetry import TelemetryNode
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire.heartbeat import Heartbeat
+
+    seen = []
+    node = TelemetryNode(
+        BrokerSettings(url=shared_mosquitto.url), "r", [], on_env_steps=lambda w, s: seen.append((w, s))
+    )
+    node.on_heartbeat("w0", Heartbeat(model_version=3, env_steps=4321).encode())
+    node.on_heartbeat("w1", Heartbeat(model_version=3, env_steps=17).encode())
+    assert seen == [("w0", 4321), ("w1", 17)]
+    assert node.workers["w0"].env_steps == 4321

@@ -22,6 +22,24 @@ def run_figures(curve: Sequence[Point], target: float) -> dict:
     }
 
 
+#: how many of a run's last training episodes its training return averages (SB3's ep_info_buffer)
+TRAINING_EPISODES = 100
+
+
+def training_figures(episodes: Sequence[tuple[int, float]], env_steps: int | None, wall_s: float | None) -> dict:
+    """What the run's own play says, beside its greedy evaluations: the mean return of its last
+    ``TRAINING_EPISODES`` training episodes (exploration included: the MinAtar paper's curves are
+    of these) and the wall clock per env step in milliseconds (what an env step costs on a real game
+    is wall time; the learner may spend compute to save env steps)."""
+    last = [r for _, r in episodes[-TRAINING_EPISODES:]]
+    per_step = 1000.0 * wall_s / env_steps if wall_s and env_steps else None
+    return {
+        "training_return": statistics.fmean(last) if last else None,
+        "training_episodes": len(episodes),
+        "ms_per_env_step": per_step,
+    }
+
+
 def summarize(runs: Sequence[dict]) -> dict:
     """Each figure's median over a side's runs (seeds), and how many reached the target; a run that
     never reached it counts as infinitely late (a median of "never" is None)."""

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mqttrl.api import read_curve
+from mqttrl.api import read_curve, read_episode_returns
 
-from .figures import run_figures
+from .figures import run_figures, training_figures
 from .greedy import greedy_mean
 from .scenario import Mqttrl, Scenario
 
@@ -51,6 +51,8 @@ def run(side: Mqttrl, scenario: Scenario, seed: int, workdir: Path, sets: list[s
         updates=summary.get("updates"),
         wall_s=summary.get("wall_s"),
     )
+    episodes = read_episode_returns(run_dir / "episodes.csv") if (run_dir / "episodes.csv").exists() else []
+    figures.update(training_figures(episodes, figures["env_steps"], figures["wall_s"]))
     return {"seed": seed, "exit": rc, "run_dir": str(run_dir), "curve": curve, "figures": figures}
 
 

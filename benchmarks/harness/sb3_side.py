@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .figures import run_figures
+from .figures import run_figures, training_figures
 from .greedy import greedy_mean
 from .scenario import Baseline, Scenario
 
@@ -37,6 +37,7 @@ def run(side: Baseline, scenario: Scenario, seed: int) -> dict:
         env_steps=int(model.num_timesteps),
         wall_s=round(clock.training_s() + clock.eval_s, 1),
     )
+    figures.update(training_figures(clock.episodes, figures["env_steps"], figures["wall_s"]))
     return {"seed": seed, "curve": clock.curve, "figures": figures, "eval_excluded_s": round(clock.eval_s, 1)}
 
 
@@ -47,6 +48,8 @@ class _Clock:
     def __init__(self, side: Baseline, scenario: Scenario, seed: int):
         self.side, self.scenario, self.seed = side, scenario, seed
         self.curve: list[list] = []
+        #: (env steps, return) of every training episode, as Monitor reports them
+        self.episodes: list[tuple[int, float]] = []
         self.eval_s = 0.0
         self.next = scenario.eval_every_steps or scenario.eval_every_s
         self.t0 = time.monotonic()
@@ -74,6 +77,8 @@ class _Clock:
 
         class Budget(BaseCallback):
             def _on_step(self) -> bool:
+                done = (info["episode"]["r"] for info in self.locals.get("infos", ()) if "episode" in info)
+                clock.episodes.extend((self.num_timesteps, float(r)) for r in done)
                 now = self.num_timesteps if sc.eval_every_steps else clock.training_s()
                 if now >= clock.next:
                     clock.next += sc.eval_every_steps or sc.eval_every_s

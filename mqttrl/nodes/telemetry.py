@@ -85,6 +85,12 @@ class WorkerView:
     game_launches: int = 0
     game_relaunches: int = 0
 
+    def add_episode(self, episode_return: float, length: int) -> None:
+        self.returns.append(episode_return)
+        self.lengths.append(length)
+        self.episodes += 1
+        self.last_return = episode_return
+
 
 def _mean(xs, n: int) -> float | None:
     if not xs:
@@ -94,7 +100,7 @@ def _mean(xs, n: int) -> float | None:
 
 
 class TelemetryNode:
-    """Aggregates a run into ``storages``; ``on_episode(worker, episode)`` sees each episode as decoded."""
+    """Aggregates a run into ``storages``; ``on_episode``/``on_env_steps`` see each decoded episode and heartbeat's env steps."""
 
     def __init__(
         self,
@@ -103,9 +109,10 @@ class TelemetryNode:
         storages: list,
         settings: TelemetrySettings | None = None,
         on_episode: Callable[[str, EpisodeStats], None] | None = None,
+        on_env_steps: Callable[[str, int], None] | None = None,
     ):
         self.topics = Topics(run)
-        self.on_episode = on_episode
+        self.on_episode, self.on_env_steps = on_episode, on_env_steps
         #: held while a message is handled: :meth:`view` reads from another thread
         self._lock = threading.Lock()
         self.run_name = run
@@ -186,12 +193,8 @@ class TelemetryNode:
         w = self._worker(name)
         points = []
         for e in EpisodeReport.decode(payload).episodes:
-            ret = e.episode_return
-            w.returns.append(ret)
-            w.lengths.append(e.length)
-            w.episodes += 1
-            w.last_return = ret
-            self.all_returns.append(ret)
+            w.add_episode(e.episode_return, e.length)
+            self.all_returns.append(e.episode_return)
             self.all_lengths.append(e.length)
             self.episodes += 1
             if self.on_episode is not None:
@@ -230,6 +233,8 @@ class TelemetryNode:
             w.game_launches, w.game_relaunches = hb.count("launches"), hb.count("relaunches")
         w.last_seen = now
         w.online = True
+        if self.on_env_steps is not None:
+            self.on_env_steps(name, hb.env_steps)
 
     def on_eval(self, name: str, payload: bytes) -> None:
         ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher

@@ -75,6 +75,13 @@ class RunRecord:
         with self._lock:
             return self.env_steps_before + sum(self.env_steps_by_worker.values())
 
+    def on_env_steps(self, worker: str, steps: int) -> None:
+        """A worker's env steps from its heartbeat: the budget in env steps holds to within a
+        heartbeat, also where every episode is thousands of steps long (MinAtar's Freeway: 2,500)."""
+        with self._lock:
+            if not self._closed:
+                self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
+
     def on_episode(self, worker: str, e: EpisodeStats) -> None:
         """An episode as the telemetry node decoded it: a row of episodes.csv."""
         steps = e.env_steps

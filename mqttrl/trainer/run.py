@@ -232,6 +232,7 @@ def _start_nodes(run: LocalRun, brokers: Mapping[str, BrokerSettings]) -> None:
         storages,
         TelemetrySettings(quicksave_best=tc.telemetry),
         on_episode=record.on_episode,
+        on_env_steps=record.on_env_steps,
     )
     run.evaluator.start()
     run.run_node("evaluate", run.evaluator.serve, run.evaluator.stop, join_s=2.0)
