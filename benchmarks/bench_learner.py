@@ -53,9 +53,11 @@ def record_batches(cfg, info, n_transitions: int, workers: int, seed: int) -> li
     while made < n_transitions:
         for w, (envs, actor) in enumerate(sources):
             while actor.pending() < cfg.worker.batch_size:
+                # the actor's extras (rainbow's actor priorities need its Q values) with random actions
+                _, extras = actor.act(envs.obs)
                 actions = rng.integers(0, envs.envs[0].action_space.n, envs.num_envs)
                 obs, rewards, next_obs, term, trunc, _ = envs.step(actions)
-                actor.record(obs, actions, {}, rewards, next_obs, term, trunc)
+                actor.record(obs, actions, extras, rewards, next_obs, term, trunc)
             count = actor.pending()
             kwargs = {"compression": compression} if compression != "none" else {}
             payloads.append(
