@@ -6,6 +6,8 @@ its ``<!-- results:begin -->`` and ``<!-- results:end -->`` markers) and a resul
     python -m benchmarks.report benchmarks/results/minatar_dqn.json   # a file's tables, per seed
     python -m benchmarks.report FILE --marks 2000 5000 10000 --interpolate   # greedy means at budgets
     python -m benchmarks.report FILE [FILE ...] --plot docs/img/NAME.png      # every side's curves, one figure
+    python -m benchmarks.report FILE --sides "SB3 DQN, Freeway" "mqttrl dqn, Freeway" --gaps best training_return
+        # some sides only, the first the base: each figure's median and gap to it, with its interval
 
 A comparison's mqttrl / peer figure is the median over seeds of each seed's ratio where both sides
 ran the same seeds (a seed's luck cancels out), else the ratio of the two medians.
@@ -121,6 +123,36 @@ def print_marks(res: dict, marks: list[int], interpolate: bool, window: int = 0)
     print(f"in brackets: the median gap to {base['name']} [90 % interval over seeds]")
 
 
+def print_gaps(res: dict, figures: list[str]) -> None:
+    """Each side's median of each run figure and its median gap to the first side, with a 90 %
+    bootstrap interval over seeds (:func:`median_gap`): whether a difference outgrows the seeds' spread."""
+    base = res["sides"][0]
+    print("| side | " + " | ".join(figures) + " |")
+    print("|---|" + "---|" * len(figures))
+    for side in res["sides"]:
+        cells = []
+        for figure in figures:
+            values = [v for r in side["runs"] if (v := r["figures"].get(figure)) is not None]
+            ref = [v for r in base["runs"] if (v := r["figures"].get(figure)) is not None]
+            cell = fmt(statistics.median(values), figure) if values else "-"
+            if side is not base and len(values) >= 2 and len(ref) >= 2:
+                gap = median_gap(values, ref)
+                times = ratio(side, base, figure)
+                cell += f" ({gap.gap:+.2f} [{gap.low:+.2f}, {gap.high:+.2f}] {gap.verdict}; {fmt_ratio(times)})"
+            cells.append(cell)
+        print(f"| {side['name']} | " + " | ".join(cells) + " |")
+    print(f"in brackets: the median gap to {base['name']} [90 % interval over seeds]; the ratio (per seed, median)")
+
+
+def only_sides(res: dict, names: list[str]) -> dict:
+    """``res`` with only the sides named, in that order (the first is the base of the gaps)."""
+    by_name = {s["name"]: s for s in res["sides"]}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise SystemExit(f"no side {missing[0]!r} in {res['scenario']}; its sides: {', '.join(by_name)}")
+    return {**res, "sides": [by_name[n] for n in names]}
+
+
 def _at(side: dict, mark: int, interpolate: bool, window: int) -> list[float]:
     """Each run's greedy mean at ``mark`` env steps (none for a run whose budget ends before it)."""
     out = []
@@ -149,13 +181,20 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=int, default=0, help="--marks: the mean of the evaluations in (mark - window, mark]"
     )
     p.add_argument("--plot", type=Path, help="with files: draw every side's curves to this PNG")
+    p.add_argument("--sides", nargs="+", help="with files: only these sides, in this order (the first: the gaps' base)")
+    p.add_argument(
+        "--gaps", nargs="+", metavar="FIGURE", help="with files: these figures' medians and gaps to the first side"
+    )
     args = p.parse_args(argv)
     if args.files:
         files = [json.loads(path.read_text()) for path in args.files]
+        files = [only_sides(res, args.sides) for res in files] if args.sides else files
         for res in files:
             print_tables(res)
             if args.marks:
                 print_marks(res, args.marks, args.interpolate, args.window)
+            if args.gaps:
+                print_gaps(res, args.gaps)
         if args.plot:
             plot(files, args.plot)
         return 0

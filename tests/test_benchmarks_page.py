@@ -51,6 +51,25 @@ def test_the_ratio_pairs_seeds_and_falls_back_to_the_medians():
     assert report.ratio(side(2.0, 6.0, 6.0), side(4.0, None, 3.0), "best") == pytest.approx(6.0 / 3.5)
 
 
+def test_the_gaps_compare_chosen_sides_to_the_first_one(capsys):
+    def side(name, *values):
+        runs = [{"seed": s, "figures": {"best": v}} for s, v in enumerate(values)]
+        return {"name": name, "runs": runs, "summary": summarize(runs)}
+
+    res = {"scenario": "x", "sides": [side("a, Breakout", 9.0, 10.0, 11.0), side("a, Freeway", 1.0, 1.0, 1.0)]}
+    res["sides"].append(side("b, Breakout", 4.0, 5.0, 6.0))
+    chosen = report.only_sides(res, ["b, Breakout", "a, Breakout"])
+    assert [s["name"] for s in chosen["sides"]] == ["b, Breakout", "a, Breakout"]
+    report.print_gaps(chosen, ["best"])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2] == "| b, Breakout | 5.00 |"
+    # a 5 ahead on every seed: the interval excludes 0; per-seed ratios 9/4, 10/5, 11/6 -> median 2
+    assert rows[3].startswith("| a, Breakout | 10.00 (+5.00 [+") and rows[3].endswith("; 2.00×) |")
+    assert "above" in rows[3]
+    with pytest.raises(SystemExit, match="no side 'c'"):
+        report.only_sides(res, ["c"])
+
+
 @pytest.mark.e2e
 def test_a_scenario_runs_end_to_end_into_a_file_the_report_reads(tmp_path):
     out = tmp_path / "smoke.json"
