@@ -62,3 +62,32 @@ def test_shipped_configs_copy_the_target_every_so_many_env_steps():
     lunar = load_config(REPO / "configs" / "lunarlander_dqn.toml", [], _registry_params).algorithm.params
     assert lunar.target_update_env_steps == 300 and lunar.target_update_every == 38  # ratio 16, batch 128
     assert lunar.adam_eps == pytest.approx(3.125e-4) == DQNParams().adam_eps
+
+
+def test_the_minatar_rainbow_config_is_the_dqn_configs_learning_with_rainbow_and_one_reset():
+    """configs/minatar_rainbow.toml, run on every MinAtar game as it is: the dqn config's network,
+    optimiser, support and target period, the rainbow preset, replay ratio 32, and one reset in its
+    100k-env-step budget, at 56k env steps."""
+    dqn = load_config(REPO / "configs" / "minatar_breakout_dqn.toml", [], _registry_params)
+    rainbow = load_config(REPO / "configs" / "minatar_rainbow.toml", [], _registry_params)
+    same = ("network", "lr", "adam_eps", "gamma", "batch_size", "grad_clip", "v_min", "v_max", "noisy_sigma0")
+    same += ("buffer_size", "learning_starts", "target_update_env_steps", "n_step", "double", "dueling")
+    a, b = dqn.algorithm.params, rainbow.algorithm.params
+    assert {k: getattr(b, k) for k in same} == {k: getattr(a, k) for k in same}
+    assert (b.preset, b.distributional, b.noisy, b.prioritized, b.initial_priority) == (
+        "rainbow",
+        "c51",
+        True,
+        True,
+        "actor",
+    )
+    assert (b.replay_ratio, rainbow.env.num_envs, rainbow.train.max_env_steps) == (32.0, 8, 100_000)
+    updates = rainbow.train.max_env_steps * b.replay_ratio / b.batch_size
+    assert updates == 50_000 and updates // b.reset_every == 1
+    assert b.reset_every * b.batch_size / b.replay_ratio == 56_000  # env steps at the reset
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (REPO / "configs").glob("*.toml")))
+def test_every_shipped_config_loads(config):
+    cfg = load_config(REPO / "configs" / config, [], _registry_params)
+    assert cfg.run and cfg.env.id and cfg.algorithm.name
