@@ -11,10 +11,10 @@ the last 100 episodes and the wall clock per env step:
 
 The MinAtar paper's DQN training returns at 100k env steps (Young & Tian 2019, its curves) are a
 published floor: Breakout about 5, SpaceInvaders about 20, Freeway about 5.5. Cost on 2 cores,
-measured: about 10 minutes a seed of one game for all five sides (mqttrl dqn ~75 s, rainbow and
-rainbow-resets ~210 s each, SB3 DQN ~90 s, QR-DQN ~120 s on Breakout), so one game's 3 seeds fit in
-about 30 minutes and the three games in 90. ``--sides`` runs some of them: the names are
-"<agent>, <game>"."""
+measured 2026-11-28: mqttrl dqn ~110 s a run, rainbow and rainbow-resets ~600 s (50k updates: the
+learner is the cost), SB3 DQN ~2 min, QR-DQN ~2.5 min (Freeway's 2,500-step greedy episodes add
+minutes of evaluation to every side): about 25 minutes a seed of one game for all five sides, so
+``--sides`` picks what fits an hour (the names are "<agent>, <game>")."""
 
 from benchmarks.harness.scenario import Mqttrl, Scenario
 from benchmarks.scenarios.minatar_dqn import MINATAR_DQN, sb3_dqn
