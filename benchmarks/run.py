@@ -6,6 +6,7 @@ written after every run to ``benchmarks/results/<scenario>.json``.
     python -m benchmarks.run cartpole_ppo --seeds 3
     python -m benchmarks.run minatar_dqn --seeds 3 --plot docs/img/minatar_breakout_dqn.png
     python -m benchmarks.run pendulum_redq --sides "mqttrl REDQ (1 x 1)" --set algorithm.utd=5 --out redq5.json
+    python -m benchmarks.run minatar_dqn --seeds 2 --first-seed 3 --append   # two more seeds into the same file
 
 ``--seconds``, ``--env-steps`` and ``--target`` change the scenario's budget and target, ``--config``
 and ``--set`` every mqttrl side's config. ``python -m benchmarks.report FILE`` prints a results file's
@@ -15,6 +16,7 @@ tables again (``--marks``: at budgets of env steps; ``--plot``: the curves of on
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="for every mqttrl side")
     p.add_argument("--out", type=Path, help="the results file (default: benchmarks/results/<scenario>.json)")
     p.add_argument("--plot", type=Path, help="draw every run's curve to this PNG")
+    p.add_argument(
+        "--append", action="store_true", help="add the runs to the results file (--out) instead of starting it anew"
+    )
     args = p.parse_args(argv)
     if not args.list and not args.scenario:
         p.error("name a scenario (--list lists them)")
@@ -75,7 +80,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     sc = budgeted(scenario.load(args.scenario), args)
     sides = args.sides or [s.name for s in sc.sides]
     out = args.out or results.RESULTS / f"{args.scenario}.json"
-    res = results.new_results(args.scenario, sc, sides)
+    if args.append and out.exists():
+        res = results.continued(json.loads(out.read_text()), args.scenario, sc, sides)
+    else:
+        res = results.new_results(args.scenario, sc, sides)
     workdir, demos = Path(tempfile.mkdtemp(prefix=f"bench-{args.scenario}-")), {}
     print(f"{sc.title}: {', '.join(sides)}; {sc.seeds} seeds; runs under {workdir}", flush=True)
     for seed in range(args.first_seed, args.first_seed + sc.seeds):

@@ -70,6 +70,22 @@ def test_the_gaps_compare_chosen_sides_to_the_first_one(capsys):
         report.only_sides(res, ["c"])
 
 
+def test_a_scenario_run_in_parts_adds_its_runs_to_one_file():
+    from benchmarks.harness import results
+
+    sc = scenario.load("minatar_games_100k")
+    first = results.new_results("minatar_games_100k", sc, ["SB3 DQN, Freeway"])
+    results.add_run(first, "SB3 DQN, Freeway", {"seed": 0, "curve": [], "figures": {"best": 4.0}})
+    later = results.continued(first, "minatar_games_100k", sc, ["SB3 DQN, Freeway", "mqttrl dqn, Freeway"])
+    results.add_run(later, "SB3 DQN, Freeway", {"seed": 1, "curve": [], "figures": {"best": 6.0}})
+    sb3, new = later["sides"]
+    assert [r["seed"] for r in sb3["runs"]] == [0, 1] and sb3["summary"]["best"] == 5.0
+    assert new["name"] == "mqttrl dqn, Freeway" and new["runs"] == []
+    assert later["command"].count("; then ") == 1
+    with pytest.raises(SystemExit, match="not 'smoke'"):
+        results.continued(first, "smoke", scenario.load("smoke"), ["mqttrl DQN"])
+
+
 @pytest.mark.e2e
 def test_a_scenario_runs_end_to_end_into_a_file_the_report_reads(tmp_path):
     out = tmp_path / "smoke.json"

@@ -33,6 +33,21 @@ def new_results(name: str, scenario: Scenario, sides: list[str]) -> dict:
     }
 
 
+def continued(earlier: dict, name: str, scenario: Scenario, sides: list[str]) -> dict:
+    """``earlier`` (a results file of the same scenario) to add this run's runs to: a scenario run in
+    parts (more seeds, sides that did not fit before). Its commands, commits and dates list every
+    part; a side new to it is added without runs."""
+    if earlier.get("scenario") != name:
+        raise SystemExit(f"--append: that file holds scenario {earlier.get('scenario')!r}, not {name!r}")
+    part = new_results(name, scenario, sides)
+    out = {**earlier}
+    for key in ("command", "commit", "date"):
+        out[key] = f"{earlier[key]}; then {part[key]}"
+    known = {s["name"] for s in out["sides"]}
+    out["sides"] = [*out["sides"], *(s for s in part["sides"] if s["name"] not in known)]
+    return out
+
+
 def add_run(results: dict, side: str, run: dict) -> None:
     """File a finished run under its side and bring the side's summary up to date."""
     entry = next(s for s in results["sides"] if s["name"] == side)
