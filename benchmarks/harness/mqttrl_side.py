@@ -13,12 +13,12 @@ from mqttrl.api import read_curve, read_episode_returns
 
 from .figures import run_figures, training_figures
 from .greedy import greedy_mean
-from .scenario import Mqttrl, Scenario
+from .scenario import NO_TARGET, Mqttrl, Scenario
 
 
 def train_argv(side: Mqttrl, scenario: Scenario, seed: int, run_dir: Path, sets: list[str]) -> list[str]:
     """``mqttrl train`` for one seed within the scenario's budget; ``sets`` after the side's own."""
-    target = scenario.target if scenario.stop_at_target else 1e9  # out of reach: the whole budget
+    target = scenario.target if scenario.stop_at_target else NO_TARGET  # out of reach: the whole budget
     budget = [f"train.max_seconds={scenario.seconds:g}", f"train.target_return={target:g}"]
     if scenario.env_steps:
         budget.append(f"train.max_env_steps={scenario.env_steps}")

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from .scenario import NO_TARGET
+
 
 def new_figure(*args, **kwargs):
     """``plt.subplots`` on the file-only backend (benchmarks run without a display)."""
@@ -42,7 +44,7 @@ def plot_curves(series: Sequence[tuple[str, list]], path: Path, title: str, targ
     by_clock.set_xlabel("seconds (mqttrl: the whole command; a baseline: training, evaluation excluded)")
     by_steps.set_ylabel("greedy return, mean of the evaluation episodes")
     for ax in (by_steps, by_clock):
-        if target is not None and math.isfinite(target):
+        if target is not None and math.isfinite(target) and target < NO_TARGET:
             ax.axhline(target, color="grey", ls="--", lw=0.8)
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)

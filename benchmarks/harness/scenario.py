@@ -9,6 +9,10 @@ import importlib
 import pkgutil
 from typing import Any
 
+#: a scenario's target when it has none (its sides are compared by best or last greedy mean): out of
+#: every game's reach, so runs take their whole budget; figures leave it out
+NO_TARGET = 1e9
+
 #: the figures a scenario's headline can be (:func:`benchmarks.harness.figures.run_figures`)
 MEASURES = {
     "seconds_to_target": "seconds to a greedy mean ≥ {target:g}",
