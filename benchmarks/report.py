@@ -171,7 +171,7 @@ def plot(files: list[dict], path: Path) -> None:
     plot_curves(list(sides.items()), path, f"{titles}: greedy evaluations", files[0]["target"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="*", type=Path, help="print these results files' tables instead")
     p.add_argument("--check", action="store_true", help="only say whether the page is up to date")
@@ -185,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gaps", nargs="+", metavar="FIGURE", help="with files: these figures' medians and gaps to the first side"
     )
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.files:
         files = [json.loads(path.read_text()) for path in args.files]
         files = [only_sides(res, args.sides) for res in files] if args.sides else files

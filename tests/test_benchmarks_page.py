@@ -137,4 +137,10 @@ def test_every_documented_benchmark_command_names_what_exists(page, command):
         names = {s.name for s in scenario.load(args.scenario).sides} if args.scenario else set()
         assert set(args.sides or []) <= names, f"{page}: {command}: sides {args.sides} not in {sorted(names)}"
     elif module == "benchmarks.report":
-        assert all(a.startswith("-") or a.endswith((".json", ".png")) or a.isdigit() for a in argv), command
+        args = report.parse_args(argv)
+        assert all(f.suffix == ".json" for f in args.files) and (args.plot is None or args.plot.suffix == ".png"), (
+            command
+        )
+        for f in (ROOT / f for f in args.files if args.sides and (ROOT / f).exists()):
+            names = {s["name"] for s in json.loads(f.read_text())["sides"]}
+            assert set(args.sides) <= names, f"{page}: {command}: sides {args.sides} not in {sorted(names)}"
