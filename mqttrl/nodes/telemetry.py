@@ -115,8 +115,7 @@ class TelemetryNode:
         self.on_episode, self.on_env_steps = on_episode, on_env_steps
         #: held while a message is handled: :meth:`view` reads from another thread
         self._lock = threading.Lock()
-        self.run_name = run
-        self.storages = storages
+        self.run_name, self.storages = run, storages
         self.s = settings or TelemetrySettings()
         self.workers: dict[str, WorkerView] = {}
         self.all_returns: collections.deque = collections.deque(maxlen=10000)
