@@ -6,6 +6,8 @@ the last 100 episodes and the wall clock per env step:
 - ``mqttrl dqn``: ``configs/minatar_breakout_dqn.toml`` (double, dueling, 3-step, replay ratio 8);
 - ``mqttrl rainbow``: ``configs/minatar_rainbow.toml`` without its reset (replay ratio 32);
 - ``mqttrl rainbow-resets``: ``configs/minatar_rainbow.toml`` as it is (one reset at 56k env steps);
+- ``mqttrl rainbow-resets-x2``: the same with resets twice as often (every 14,000 updates: at about
+  33k, 61k and 89k env steps), the ablation of the reset's timing (session 13);
 - ``SB3 DQN`` and ``sb3-contrib QR-DQN`` with the MinAtar paper's network and DQN settings (scenario
   ``minatar_dqn``; QR-DQN with 51 quantiles, scenario ``minatar_baselines_100k``).
 
@@ -24,13 +26,14 @@ DQN, RAINBOW = "configs/minatar_breakout_dqn.toml", "configs/minatar_rainbow.tom
 
 
 def sides(game: str, env_id: str) -> tuple:
-    """The five agents on one game."""
+    """The agents on one game."""
     on = (f"env.id={env_id}", "train.eval_every_s=15")
     qr = MINATAR_DQN["policy_kwargs"] | {"n_quantiles": 51}
     return (
         Mqttrl(f"mqttrl dqn, {game}", DQN, on),
         Mqttrl(f"mqttrl rainbow, {game}", RAINBOW, (*on, "algorithm.reset_every=0")),
         Mqttrl(f"mqttrl rainbow-resets, {game}", RAINBOW, on),
+        Mqttrl(f"mqttrl rainbow-resets-x2, {game}", RAINBOW, (*on, "algorithm.reset_every=14000")),
         sb3_dqn(f"SB3 DQN, {game}", env=env_id),
         sb3_dqn(f"sb3-contrib QR-DQN, {game}", "sb3_contrib", "QRDQN", env=env_id, policy_kwargs=qr),
     )

@@ -73,14 +73,22 @@ class RunRecord:
     @property
     def env_steps(self) -> int:
         with self._lock:
-            return self.env_steps_before + sum(self.env_steps_by_worker.values())
+            return self._env_steps()
+
+    def _env_steps(self) -> int:
+        """The run's env steps (the lock held): earlier sessions' and every worker's latest count."""
+        return self.env_steps_before + sum(self.env_steps_by_worker.values())
+
+    def _count(self, worker: str, steps: int) -> None:
+        """A worker's count of env steps (the lock held); counts only grow (a late report is older)."""
+        self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
 
     def on_env_steps(self, worker: str, steps: int) -> None:
         """A worker's env steps from its heartbeat: the budget in env steps holds to within a
         heartbeat, also where every episode is thousands of steps long (MinAtar's Freeway: 2,500)."""
         with self._lock:
             if not self._closed:
-                self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
+                self._count(worker, steps)
 
     def on_episode(self, worker: str, e: EpisodeStats) -> None:
         """An episode as the telemetry node decoded it: a row of episodes.csv."""
@@ -89,7 +97,7 @@ class RunRecord:
             if self._closed:
                 return
             if steps is not None:
-                self.env_steps_by_worker[worker] = max(self.env_steps_by_worker.get(worker, 0), steps)
+                self._count(worker, steps)
             wall = round(time.monotonic() - self.t0, 3)
             row = [wall, worker, e.env, e.episode_return, e.length, e.terminated, e.model_version]
             self._episodes.writerow(row + [steps])
@@ -103,7 +111,7 @@ class RunRecord:
             row = {
                 "wall_s": round(time.monotonic() - self.t0, 2),
                 "model_version": result["model_version"],
-                "env_steps": self.env_steps_before + sum(self.env_steps_by_worker.values()),
+                "env_steps": self._env_steps(),
                 **{k: result[k] for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
                 "training_s": result.get("training_s"),
                 "model_env_steps": result.get("env_steps"),
