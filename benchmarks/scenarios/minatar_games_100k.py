@@ -7,7 +7,7 @@ the last 100 episodes and the wall clock per env step:
 - ``mqttrl rainbow``: ``configs/minatar_rainbow.toml`` without its reset (replay ratio 32);
 - ``mqttrl rainbow-resets``: ``configs/minatar_rainbow.toml`` as it is (one reset at 56k env steps);
 - ``mqttrl rainbow-resets-x2``: the same with resets twice as often (every 14,000 updates: at about
-  33k, 61k and 89k env steps), the ablation of the reset's timing (session 13);
+  28k, 56k and 84k env steps), the ablation of the reset's timing (session 13);
 - ``SB3 DQN`` and ``sb3-contrib QR-DQN`` with the MinAtar paper's network and DQN settings (scenario
   ``minatar_dqn``; QR-DQN with 51 quantiles, scenario ``minatar_baselines_100k``).
 
