@@ -185,3 +185,23 @@ def test_training_survives_losing_a_node_of_the_nats_cluster(tmp_path, nats_clus
         f"{len(stale_w2)}, dropped by its outbox: {len(sent('w2', 'dropped'))}; acknowledged but not received: "
         f"{unjudged}; test wall {time.monotonic() - t0:.1f}s"
     )
+
+
+def test_the_cluster_starts_again_on_new_ports_when_a_node_lost_its_port(tmp_path):
+    """CI saw a node exit with "address already in use": its MQTT port had been picked while
+    free and taken before it bound. The cluster must start again on new ports, not fail."""
+    import socket
+
+    cluster = NatsCluster(tmp_path / "nats")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster.nodes[2].ports["mqtt"] = port
+        try:
+            cluster.start()
+            assert port not in [p for n in cluster.nodes for p in n.ports.values()], "the taken port was kept"
+            ports = [p for n in cluster.nodes for p in n.ports.values()]
+            assert len(set(ports)) == len(ports) == 12, ports
+        finally:
+            cluster.stop()

@@ -10,6 +10,7 @@ subscriber that falls behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -29,6 +30,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports on 127.0.0.1, for one server with several listeners.
+
+    All sockets stay bound until every port is picked: picked one at a time, a closed socket's
+    port can come back from the next pick and two listeners collide (CI saw it)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def mosquitto_config(port: int, data_dir: Path | None = None, extra: str = "") -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from helpers.paths import BROKER_KIT
 from helpers.servers import Mosquitto
-from mqttrl.broker.embedded import free_port
+from mqttrl.broker.embedded import free_ports
 
 PRODUCTION_CONF = BROKER_KIT / "mosquitto-production.conf"
 #: the keys whose values are paths on the deployment host; everything else is used as shipped
@@ -146,7 +146,7 @@ class ProductionMosquitto(Mosquitto):
 
     def __init__(self, workdir: Path, password_file: Path, certs: dict[str, Path]):
         super().__init__(workdir, persistence=True)
-        self.tls_port = free_port()
+        self.tls_port = next(p for p in free_ports(2) if p != self.port)
         self.password_file = password_file
         self.certs = certs
         self.data_dir = workdir / "data"

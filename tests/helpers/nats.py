@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -11,11 +12,13 @@ import pytest
 
 from benchmarks.harness.procs import stop_server
 from helpers.paths import BROKER_KIT
-from mqttrl.broker.embedded import free_port
+from mqttrl.broker.embedded import free_ports
 
 NATS_NODE_CONF = BROKER_KIT / "nats" / "node.conf"
 #: the ports of the shipped node config, by role
 NATS_SHIPPED_PORTS = {"client": 4222, "http": 8222, "cluster": 6222, "mqtt": 1883}
+#: what a nats-server logs when another process took its port between the pick and its bind
+BIND_RACE = "address already in use"
 
 
 def nats_node_config(text: str, name: str, store: Path, ports: dict[str, int], cluster_ports: list[int]) -> str:
@@ -45,9 +48,9 @@ def nats_node_config(text: str, name: str, store: Path, ports: dict[str, int], c
 
 
 class NatsNode:
-    def __init__(self, workdir: Path, name: str):
+    def __init__(self, workdir: Path, name: str, ports: list[int]):
         self.workdir, self.name = workdir, name
-        self.ports = {role: free_port() for role in NATS_SHIPPED_PORTS}
+        self.ports = dict(zip(NATS_SHIPPED_PORTS, ports, strict=True))
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -94,12 +97,35 @@ class NatsCluster:
         if not shutil.which("nats-server"):
             pytest.skip("nats-server is not on PATH: apt-get install nats-server (scripts/test.sh does this)")
         self.workdir = workdir
-        self.nodes = []
-        for i in (1, 2, 3):
-            (workdir / f"nats-{i}").mkdir(parents=True)
-            self.nodes.append(NatsNode(workdir / f"nats-{i}", f"nats-{i}"))
+        self._new_nodes()
 
-    def start(self, timeout: float = 30) -> NatsCluster:
+    def _new_nodes(self) -> None:
+        """Three nodes on new ports in empty folders (no log or JetStream state of a failed try)."""
+        for i in (1, 2, 3):
+            shutil.rmtree(self.workdir / f"nats-{i}", ignore_errors=True)
+            (self.workdir / f"nats-{i}").mkdir(parents=True)
+        ports = free_ports(3 * len(NATS_SHIPPED_PORTS))
+        self.nodes = [NatsNode(self.workdir / f"nats-{i}", f"nats-{i}", ports[4 * (i - 1) : 4 * i]) for i in (1, 2, 3)]
+
+    def start(self, timeout: float = 30, tries: int = 3) -> NatsCluster:
+        """Starts the three nodes and waits until they form one cluster.
+
+        A node that lost a port to another process (it exits with "address already in use")
+        makes the cluster start again on new ports, up to ``tries`` times; any other failure
+        fails at once with the nodes' logs."""
+        for attempt in range(1, tries + 1):
+            why = self._start_once(timeout)
+            if not why:
+                return self
+            logs = "\n".join(f"--- {n.name}\n{n.log_text()[-1500:]}" for n in self.nodes)
+            self.stop()
+            if BIND_RACE not in logs or attempt == tries:
+                pytest.fail(f"the NATS cluster did not form in {timeout:.0f}s ({why}):\n{logs}")
+            self._new_nodes()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> str:
+        """'' once the cluster formed, else why not."""
         shipped = NATS_NODE_CONF.read_text()
         cluster_ports = [n.ports["cluster"] for n in self.nodes]
         for n in self.nodes:
@@ -108,21 +134,16 @@ class NatsCluster:
         why = "not started"
         while time.monotonic() < deadline:
             if any(n.proc.poll() is not None for n in self.nodes):
-                why = "a nats-server exited"
-                break
+                return "a nats-server exited"
             why = self._not_ready()
             if not why:
-                return self
+                return ""
             time.sleep(0.2)
-        logs = "\n".join(f"--- {n.name}\n{n.log_text()[-1500:]}" for n in self.nodes)
-        self.stop()
-        pytest.fail(f"the NATS cluster did not form in {timeout:.0f}s ({why}):\n{logs}")
+        return why
 
     def _not_ready(self) -> str:
         """'' once every node has its 2 routes, sees the same JetStream meta leader of a
         3-node meta group and accepts MQTT connections; else what is missing."""
-        import socket
-
         leaders = set()
         for n in self.nodes:
             try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness.procs import stop_server
-from mqttrl.broker.embedded import _wait_port, free_port, mosquitto_config
+from mqttrl.broker.embedded import _wait_port, free_port, free_ports, mosquitto_config
 
 
 class Mosquitto:
@@ -67,8 +67,7 @@ class InfluxDB:
         if not shutil.which("influxd"):
             pytest.fail("influxd is not on PATH: apt-get install influxdb (scripts/test.sh does this)")
         self.workdir = workdir
-        self.port = free_port()
-        self.rpc_port = free_port()
+        self.port, self.rpc_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
 
     @property
