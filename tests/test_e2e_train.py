@@ -13,6 +13,8 @@ from helpers.paths import REPO
 from helpers.procs import node_env, script
 from helpers.watch import Watcher
 
+from mqttrl.wire import decode_weights
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -81,6 +83,29 @@ def test_train_with_embedded_mosquitto_writes_a_complete_run_dir(tmp_path):
     assert 1 <= len(acc.Scalars("eval/mean")) <= summary["evaluations"]  # the last one may end after telemetry
     steps = [e.step for e in acc.Scalars("episode/return")]
     assert steps == sorted(steps) and steps[-1] > 1000  # the env-steps axis
+    assert_curves_and_best_models(run_dir, summary)
+
+
+def assert_curves_and_best_models(run_dir, summary) -> None:
+    """What the files storage draws and what the run keeps as its best models (was a second
+    50-second training run of its own in tests/test_telemetry.py; the same run shows both)."""
+    tele = run_dir / "telemetry"
+    episodes = (tele / "episode.csv").read_text().splitlines()
+    assert len(episodes) - 1 >= 0.9 * summary["episodes"] > 0
+    for name in ("learner.csv", "worker.csv", "episode_stats.csv", "eval.csv", "best.csv"):
+        assert len((tele / name).read_text().splitlines()) > 1, name
+    for png in ("returns.png", "throughput.png"):
+        assert (tele / png).read_bytes()[:4] == b"\x89PNG"
+    best = run_dir / "checkpoints" / "best"
+    info = json.loads((best / "best.json").read_text())
+    assert info["mean_return"] > 0 and info["model_version"] >= 1
+    assert decode_weights((best / "weights.safetensors").read_bytes()).version == info["model_version"]
+    assert "best" in json.loads((best / "meta.json").read_text())
+    # each best model keeps its score beside it; the evaluator's best/ is judged by greedy evaluation
+    assert json.loads((best / "score.json").read_text())["model_version"] == info["model_version"]
+    score = json.loads((run_dir / "best" / "score.json").read_text())
+    assert score["judged_by"] == "greedy_eval" and score["score"] == summary["best_eval_mean"]
+    assert decode_weights((run_dir / "best" / "weights.safetensors").read_bytes()).version == score["model_version"]
 
 
 def test_train_falls_back_to_amqtt(tmp_path):

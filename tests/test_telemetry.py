@@ -13,7 +13,6 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from helpers.paths import REPO
 from helpers.procs import node_env, script
 
 from benchmarks.harness.procs import stop_server
@@ -21,7 +20,7 @@ from mqttrl.broker.embedded import _wait_port, free_port
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import Topics
-from mqttrl.wire import decode_weights, encode_json
+from mqttrl.wire import encode_json
 from mqttrl.wire.evaluation import Evaluation
 from mqttrl_plugins.files_storage import FilesStorage
 from mqttrl_plugins.influxdb_storage import InfluxStorage
@@ -213,42 +212,8 @@ def test_no_point_lost_when_the_database_restarts_mid_run(tmp_path, mosquitto, v
     assert got == [float(i) for i in range(120)]
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_train_with_telemetry_draws_curves_and_saves_best(tmp_path):
-    run_dir = tmp_path / "run"
-    argv = [
-        script("mqttrl"),
-        "train",
-        str(REPO / "configs" / "cartpole_dqn.toml"),
-        "--run-dir",
-        str(run_dir),
-        "--no-progress",
-        "--set",
-        "train.max_seconds=50",
-        "--set",
-        "train.target_return=10000",
-    ]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=node_env())
-    assert out.returncode == 3, out.stderr[-3000:]
-    tele = run_dir / "telemetry"
-    episodes = (tele / "episode.csv").read_text().splitlines()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert len(episodes) - 1 >= 0.9 * summary["episodes"] > 0
-    for name in ("learner.csv", "worker.csv", "episode_stats.csv", "eval.csv", "best.csv"):
-        assert len((tele / name).read_text().splitlines()) > 1, name
-    for png in ("returns.png", "throughput.png"):
-        assert (tele / png).read_bytes()[:4] == b"\x89PNG"
-    best = run_dir / "checkpoints" / "best"
-    info = json.loads((best / "best.json").read_text())
-    assert info["mean_return"] > 0 and info["model_version"] >= 1
-    assert decode_weights((best / "weights.safetensors").read_bytes()).version == info["model_version"]
-    assert "best" in json.loads((best / "meta.json").read_text())
-    # each best model keeps its score beside it; the evaluator's best/ is judged by greedy evaluation
-    assert json.loads((best / "score.json").read_text())["model_version"] == info["model_version"]
-    score = json.loads((run_dir / "best" / "score.json").read_text())
-    assert score["judged_by"] == "greedy_eval" and score["score"] == summary["best_eval_mean"]
-    assert decode_weights((run_dir / "best" / "weights.safetensors").read_bytes()).version == score["model_version"]
+# A training run's curves, telemetry CSVs and best models: tests/test_e2e_train.py
+# (test_train_with_embedded_mosquitto_writes_a_complete_run_dir, assert_curves_and_best_models).
 
 
 @pytest.mark.e2e
