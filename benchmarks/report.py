@@ -8,6 +8,9 @@ its ``<!-- results:begin -->`` and ``<!-- results:end -->`` markers) and a resul
     python -m benchmarks.report FILE [FILE ...] --plot docs/img/NAME.png      # every side's curves, one figure
     python -m benchmarks.report FILE --sides "SB3 DQN, Freeway" "mqttrl dqn, Freeway" --gaps best training_return
         # some sides only, the first the base: each figure's median and gap to it, with its interval
+    python -m benchmarks.report FILE --best-every 5000 --gaps best best_every_5000
+        # the best greedy mean read once every 5,000 env steps: sides evaluated at different
+        # cadences get as many readings each (the best of more evaluations is higher by chance)
 
 A comparison's mqttrl / peer figure is the median over seeds of each seed's ratio where both sides
 ran the same seeds (a seed's luck cancels out), else the ratio of the two medians.
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.harness.plots import plot_curves
 from benchmarks.harness.results import RESULTS, load_all
-from mqttrl.observe.curves import at_budget, median_gap
+from mqttrl.observe.curves import at_budget, best_at_marks, median_gap
 
 PAGE = RESULTS.parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -144,6 +147,25 @@ def print_gaps(res: dict, figures: list[str]) -> None:
     print(f"in brackets: the median gap to {base['name']} [90 % interval over seeds]; the ratio (per seed, median)")
 
 
+def with_best_every(res: dict, every: int) -> dict:
+    """``res`` with each run's figure ``best_every_<every>``: its best greedy mean read at every
+    ``every`` env steps (:func:`best_at_marks`) up to the scenario's budget (the longest curve's
+    end, to the nearest mark), and each side's median of it in its summary."""
+    ends = [r["curve"][-1][0] for s in res["sides"] for r in s["runs"] if r["curve"]]
+    marks = list(range(every, max(every, round(max(ends, default=0) / every) * every) + 1, every))
+    key = f"best_every_{every}"
+    sides = []
+    for side in res["sides"]:
+        runs = [
+            {**r, "figures": {**r["figures"], key: best_at_marks([tuple(p) for p in r["curve"]], marks)}}
+            for r in side["runs"]
+        ]
+        values = [v for r in runs if (v := r["figures"][key]) is not None]
+        summary = {**side["summary"], key: statistics.median(values) if values else None}
+        sides.append({**side, "runs": runs, "summary": summary})
+    return {**res, "sides": sides}
+
+
 def only_sides(res: dict, names: list[str]) -> dict:
     """``res`` with only the sides named, in that order (the first is the base of the gaps)."""
     by_name = {s["name"]: s for s in res["sides"]}
@@ -185,6 +207,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--gaps", nargs="+", metavar="FIGURE", help="with files: these figures' medians and gaps to the first side"
     )
+    p.add_argument(
+        "--best-every",
+        type=int,
+        metavar="N",
+        help="with files: add the figure best_every_N, the best greedy mean read once every N env steps",
+    )
     return p.parse_args(argv)
 
 
@@ -193,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.files:
         files = [json.loads(path.read_text()) for path in args.files]
         files = [only_sides(res, args.sides) for res in files] if args.sides else files
+        files = [with_best_every(res, args.best_every) for res in files] if args.best_every else files
         for res in files:
             print_tables(res)
             if args.marks:

@@ -70,6 +70,22 @@ def test_the_gaps_compare_chosen_sides_to_the_first_one(capsys):
         report.only_sides(res, ["c"])
 
 
+def test_the_best_read_at_a_cadence_gives_every_side_as_many_readings():
+    """A side evaluated 4 times a mark and one evaluated once: by the best of all evaluations the
+    first wins on a lucky peak between marks; read once every 100 env steps, they tie."""
+
+    def side(name, curve):
+        runs = [{"seed": 0, "curve": curve, "figures": {"best": max(p[2] for p in curve)}}]
+        return {"name": name, "runs": runs, "summary": summarize(runs)}
+
+    often = [(25 * i, 0.0, 5.0 if i == 6 else 1.0 + (i >= 8)) for i in range(1, 13)]
+    seldom = [(100, 0.0, 1.0), (200, 0.0, 2.0), (300, 0.0, 2.0)]
+    res = report.with_best_every({"scenario": "x", "sides": [side("peer", seldom), side("mqttrl", often)]}, 100)
+    peer, mqttrl = res["sides"]
+    assert mqttrl["runs"][0]["figures"]["best"] == 5.0 and mqttrl["summary"]["best_every_100"] == 2.0
+    assert peer["summary"]["best_every_100"] == peer["summary"]["best"] == 2.0
+
+
 def test_a_scenario_run_in_parts_adds_its_runs_to_one_file():
     from benchmarks.harness import results
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from mqttrl import cli
-from mqttrl.observe.curves import at_budget, default_marks, first_reaching, median_gap
+from mqttrl.observe.curves import at_budget, best_at_marks, default_marks, first_reaching, median_gap
 from mqttrl.trainer.record import EVAL_COLUMNS
 
 CURVE = [(0, 1.0, -10.0), (100, 2.0, -8.0), (100, 3.0, -6.0), (250, 4.0, -2.0), (400, 5.0, 1.0)]
@@ -24,6 +24,15 @@ def test_at_budget_is_the_last_evaluation_of_a_model_trained_on_at_most_the_budg
     assert at_budget(CURVE, 399) == -2.0
     assert at_budget(CURVE, 10_000) == 1.0
     assert at_budget(CURVE[1:], 50) is None  # nothing evaluated yet
+
+
+def test_best_at_marks_reads_one_evaluation_a_mark():
+    # a peak between two marks is not read: the newest evaluation at or before each mark is
+    spiky = [(100, 1.0, 2.0), (150, 2.0, 9.0), (190, 3.0, 3.0), (300, 4.0, 4.0)]
+    assert best_at_marks(spiky, [100, 200, 300]) == 4.0
+    assert best_at_marks(spiky, [100, 150, 200, 300]) == 9.0
+    assert best_at_marks(CURVE, [100, 200]) == -6.0  # of equal env steps the last counts
+    assert best_at_marks(CURVE[1:], [50]) is None
 
 
 def test_at_budget_with_a_window_averages_the_evaluations_inside_it():

@@ -7,6 +7,7 @@ agents can do after the same number of env steps, over several seeds:
 
 * :func:`at_budget`: a run's greedy mean at a budget of N env steps;
 * :func:`first_reaching`: the env steps at which a run first reached a return;
+* :func:`best_at_marks`: a run's best greedy mean read at fixed budgets (as often for every run);
 * :func:`median_gap`: the difference of two groups' medians with a bootstrap confidence interval,
   so that "at or above" is told apart from "inside the seeds' spread".
 """
@@ -50,6 +51,18 @@ def at_budget(curve: Sequence[Point], steps: int, window: int = 0, interpolate: 
         return last[s0]
     s1 = min(after)
     return last[s0] + (last[s1] - last[s0]) * (steps - s0) / (s1 - s0)
+
+
+def best_at_marks(curve: Sequence[Point], marks: Sequence[int]) -> float | None:
+    """The best of the run's greedy means read at ``marks`` (:func:`at_budget` at each), or None
+    before its first evaluation.
+
+    The best of all evaluations grows with their number (a maximum of noisy readings): a run
+    evaluated 35 times is not compared fairly by it with one evaluated 20 times. Read at the same
+    marks, every run gets one reading a mark: the best an evaluator on that schedule would have
+    seen (of models trained on at most each mark, the newest)."""
+    readings = [v for m in marks if (v := at_budget(curve, m)) is not None]
+    return max(readings) if readings else None
 
 
 def first_reaching(curve: Sequence[Point], threshold: float) -> int | None:
