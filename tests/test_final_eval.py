@@ -15,6 +15,7 @@ from mqttrl.config import from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.nodes import evaluator as evaluator_mod
 from mqttrl.nodes.evaluator import EvaluatorNode
+from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.topics import Topics
@@ -23,7 +24,7 @@ from mqttrl.wire import encode_weights
 RUNS = (f"fe{i}" for i in itertools.count())
 
 
-def weights(version: int, run: str) -> bytes:
+def weights(version: int, run: str, env_steps: int | None = None) -> bytes:
     registry = get_registry()
     config = from_dict({"run": run, "env": {"id": "CartPole-v1"}}, lambda name: registry.algorithm(name).params)
     env = make_env("CartPole-v1", {}, registry)
@@ -32,13 +33,15 @@ def weights(version: int, run: str) -> bytes:
     )
     env.close()
     tensors, info = learner.export_weights()
+    if env_steps is not None:  # as the learner says it at publication
+        info = {**info, INGESTED_KEY: env_steps}
     return encode_weights(version, "dqn", run, tensors, info, published_at=time.time())
 
 
 class Run:
     """An evaluator node in a thread (as ``mqttrl train`` runs it) and a publisher of weights."""
 
-    def __init__(self, broker: BrokerSettings):
+    def __init__(self, broker: BrokerSettings, every_s: float = 0.0, every_env_steps: int = 0):
         registry = get_registry()
         self.run = next(RUNS)
         config = from_dict(
@@ -50,17 +53,19 @@ class Run:
             broker,
             self.run,
             2,
-            every_s=0.0,
+            every_s=every_s,
             name="train",
             config=config,
             on_result=lambda result, w, payload: self.results.append(result["model_version"]),
+            every_env_steps=every_env_steps,
         ).start()
         self.thread = threading.Thread(target=self.node.serve, daemon=True)
         self.thread.start()
         self.publisher = MqttClient(broker, client_id=f"fe-publisher-{self.run}").start(wait=30)
 
-    def publish(self, version: int) -> None:
-        self.publisher.publish(Topics(self.run).weights, weights(version, self.run), qos=1, retain=True)
+    def publish(self, version: int, env_steps: int | None = None) -> None:
+        payload = weights(version, self.run, env_steps)
+        self.publisher.publish(Topics(self.run).weights, payload, qos=1, retain=True)
 
     def wait_evaluating(self, evaluate_calls: list) -> None:
         deadline = time.monotonic() + 20
@@ -147,3 +152,25 @@ def test_evaluation_seeds_depend_on_the_model_version_only():
     assert evaluation_seed(3, 20) == 10**6 + 60
     seeds = [set(range(evaluation_seed(v, 20), evaluation_seed(v, 20) + 20)) for v in range(5)]
     assert all(not (a & b) for a, b in itertools.combinations(seeds, 2))
+
+
+def test_by_data_the_first_model_past_each_mark_is_evaluated(shared_mosquitto):
+    """``train.eval_every_env_steps = 1000`` (and a period of an hour, which never comes): of models
+    trained on 400, 1,200, 1,500, 2,100, 2,900 and 3,100 env steps, those at 1,200, 2,100 and 3,100."""
+    run = Run(BrokerSettings(url=shared_mosquitto.url), every_s=3600.0, every_env_steps=1000)
+    try:
+        expected = []
+        for version, steps in enumerate((400, 1200, 1500, 2100, 2900, 3100), 1):
+            run.publish(version, steps)
+            if steps in (1200, 2100, 3100):
+                expected.append(version)
+                deadline = time.monotonic() + 20
+                while run.results != expected:
+                    assert time.monotonic() < deadline, (run.results, expected)
+                    time.sleep(0.02)
+            else:
+                time.sleep(0.6)  # the loop looks every 0.2 s: it would have started by now
+                assert run.results == expected, (steps, run.results)
+    finally:
+        run.node.stop()
+        run.publisher.stop(flush_timeout=1)

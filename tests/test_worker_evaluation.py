@@ -59,6 +59,14 @@ def test_an_evaluation_is_due_after_its_period_and_for_a_model_not_judged_yet():
     assert not ev.due(5) and ev.due(6)
 
 
+def test_by_data_an_evaluation_is_due_when_the_models_env_steps_reach_the_next_mark():
+    ev = WorkerEvaluation(episodes=3, every_s=3600.0, clock=lambda: 0.0, every_env_steps=1000)
+    assert not ev.due(5, {"env_steps_ingested": 999}) and ev.due(5, {"env_steps_ingested": 1000})
+    envs = EnvSet(lambda: Counter(), 1, seed=0)
+    ev.play(envs, GreedyActor(), version=5, info={"env_steps_ingested": 1700})
+    assert not ev.due(6, {"env_steps_ingested": 1999}) and ev.due(6, {"env_steps_ingested": 2000})
+
+
 def test_the_play_ends_open_episodes_plays_greedily_with_the_versions_seeds_and_resets():
     envs = EnvSet(lambda: Counter(), 2, seed=0)
     for _ in range(2):

@@ -11,6 +11,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run name (the learner's config 'run')")
     p.add_argument("--episodes", type=int, default=20, help="greedy episodes per evaluation")
     p.add_argument("--every", type=float, default=10.0, help="seconds between evaluations (default 10)")
+    p.add_argument(
+        "--every-env-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="evaluate by data instead: the first model trained on each multiple of N env steps (default 0: by time)",
+    )
     p.add_argument("--target", type=float, help="exit 0 as soon as the mean return reaches this")
     p.add_argument("--max-seconds", type=float, help="give up after this long (exit 3 if a --target was not met)")
     verbose_arg(p)
@@ -21,7 +28,17 @@ def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
     from mqttrl.nodes.evaluator import run_evaluator
 
-    result = run_evaluator(settings_or_local(args), args.run, args.episodes, args.every, args.target, args.max_seconds)
+    if args.every_env_steps < 0:
+        raise SystemExit(f"--every-env-steps must be 0 or more, not {args.every_env_steps}")
+    result = run_evaluator(
+        settings_or_local(args),
+        args.run,
+        args.episodes,
+        args.every,
+        args.target,
+        args.max_seconds,
+        every_env_steps=args.every_env_steps,
+    )
     if args.target is not None:
         if result is None:
             raise SystemExit(3)

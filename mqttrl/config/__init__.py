@@ -401,6 +401,13 @@ class TrainConfig:
     )
     eval_episodes: int = setting(20, doc="episodes per greedy evaluation", validator=positive)
     eval_every_s: float = setting(10.0, unit="s", doc="time between greedy evaluations", validator=positive)
+    eval_every_env_steps: int = setting(
+        0,
+        doc="evaluate by data instead of by time: the first model trained on each multiple of this many env steps "
+        "(those the learner had taken in when it published it; SB3's `eval_freq`, for comparing runs at equal data). "
+        "0: every `eval_every_s`",
+        validator=non_negative,
+    )
     eval_on: str = setting(
         "evaluator",
         doc='where greedy evaluations are played: `"evaluator"`, a node with a copy of the env of its own (a '

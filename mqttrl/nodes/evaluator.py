@@ -21,8 +21,8 @@ from collections.abc import Callable
 import attrs
 
 from mqttrl.config import RunConfig, from_dict
+from mqttrl.envs.eval_schedule import EvalSchedule, trained_env_steps
 from mqttrl.envs.rollout import evaluate_model, greedy_actor
-from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
@@ -39,8 +39,7 @@ ResultCallback = Callable[[dict, WeightsMessage, bytes], None]
 def model_env_steps(weights: WeightsMessage) -> int | None:
     """The env steps (samples) the learner had taken in when it published ``weights`` (None: a
     learner that does not say, as one older than this key)."""
-    steps = weights.info.get(INGESTED_KEY)
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else None
+    return trained_env_steps(weights.info)
 
 
 #: the models a listening evaluator keeps by version, for the results of workers that evaluated them
@@ -105,7 +104,8 @@ class _Latest:
 
 
 class EvaluatorNode:
-    """Evaluates the newest model every ``every_s`` s (the first after ``first_after_s``)."""
+    """Evaluates the newest model every ``every_s`` s (the first after ``first_after_s``), or every
+    ``every_env_steps`` of data."""
 
     def __init__(
         self,
@@ -119,12 +119,16 @@ class EvaluatorNode:
         first_after_s: float = 0.0,
         on_result: ResultCallback | None = None,
         play: bool = True,
+        every_env_steps: int = 0,
     ):
         """``play=False``: the workers play the evaluations on their games (``[train] eval_on =
-        "workers"``); this node hands their results on (``on_result``) with the model each judged."""
+        "workers"``); this node hands their results on (``on_result``) with the model each judged.
+        ``every_env_steps``: evaluate the first model trained on each multiple of it instead of
+        every ``every_s`` (:class:`~mqttrl.envs.eval_schedule.EvalSchedule`)."""
         self.topics = Topics(run)
         self.name = name or f"eval-{uuid.uuid4().hex[:6]}"
         self.episodes, self.every_s, self.first_after_s = episodes, every_s, first_after_s
+        self.every_env_steps = every_env_steps
         self.on_result = on_result
         self.play = play
         self.seen = _Latest(self.topics, episodes, config, listen=not play)
@@ -158,7 +162,7 @@ class EvaluatorNode:
         """The loop, in the calling thread: returns the first result that met ``target``, or None
         at ``max_seconds``, at :meth:`stop` or after the evaluation :meth:`final` asked for."""
         t0 = time.monotonic()
-        next_eval = t0 + self.first_after_s
+        schedule = EvalSchedule(self.every_s, self.every_env_steps, first_after_s=self.first_after_s)
         try:
             while not self._stop.is_set() and (max_seconds is None or time.monotonic() - t0 < max_seconds):
                 self._pump(0.2)
@@ -175,12 +179,13 @@ class EvaluatorNode:
                 if self._final.is_set():
                     self._evaluate_newest(t0)
                     return None
-                if time.monotonic() < next_eval:
+                w = self.seen.weights
+                if w is None or not schedule.due(w.version, model_env_steps(w)):
                     continue
                 result = self._evaluate_newest(t0)
                 if result is None:
                     continue
-                next_eval = time.monotonic() + self.every_s
+                schedule.judged(w.version, model_env_steps(w))  # w: the model just evaluated
                 if target is not None and result["mean"] >= target:
                     return result
             return None
@@ -265,6 +270,7 @@ def run_evaluator(
     target: float | None = None,
     max_seconds: float | None = None,
     name: str | None = None,
+    every_env_steps: int = 0,
 ) -> dict | None:
     """``mqttrl evaluate``: prints each result; returns the first that met ``target`` (or None at the time limit)."""
 
@@ -275,5 +281,5 @@ def run_evaluator(
             flush=True,
         )
 
-    node = EvaluatorNode(broker, run, episodes, every_s, name, on_result=show)
+    node = EvaluatorNode(broker, run, episodes, every_s, name, on_result=show, every_env_steps=every_env_steps)
     return node.run(target, max_seconds)

@@ -221,6 +221,7 @@ def _start_nodes(run: LocalRun, brokers: Mapping[str, BrokerSettings]) -> None:
         name="train",
         config=config,
         first_after_s=tc.eval_every_s,
+        every_env_steps=tc.eval_every_env_steps,
         on_result=record.on_evaluation,
         play=tc.eval_on != "workers",  # else the workers play them on their games; it hands their results on
     )

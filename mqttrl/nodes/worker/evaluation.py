@@ -1,9 +1,9 @@
 """Greedy evaluation played by a worker on its own game, between its training episodes.
 
 A real game has one window per PC, so no evaluator elsewhere can have a copy of it. With
-``[train] eval_on = "workers"`` each worker, every ``eval_every_s`` and only for a model it has not
-evaluated yet, stops recording, ends its open episodes for the actor (no n-step window spans the
-evaluation), plays ``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator
+``[train] eval_on = "workers"`` each worker, every ``eval_every_s`` (or every
+``eval_every_env_steps`` of the model's data) and only for a model it has not evaluated yet, stops
+recording, ends its open episodes for the actor (no n-step window spans the evaluation), plays ``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator
 seeds a model version: :func:`mqttrl.envs.rollout.evaluation_seed`), resets its envs and trains on.
 The result is published on ``eval/<worker>`` with the fields of the evaluator's, so it feeds what
 those feed: ``mqttrl train``'s record (``evaluations.csv``, the target, ``best/``), telemetry and the
@@ -15,13 +15,16 @@ trains on the round (the next round waits for the evaluation's end when it takes
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from mqttrl.envs.eval_schedule import EvalSchedule, trained_env_steps
 from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
-from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.wire.evaluation import Evaluation
+
+log = logging.getLogger("mqttrl.worker")
 
 
 def why_not_evaluating(train: Any, mode: str, index: int | None) -> str | None:
@@ -35,18 +38,41 @@ def why_not_evaluating(train: Any, mode: str, index: int | None) -> str | None:
     return None
 
 
+def worker_evaluation(
+    train: Any, mode: str, index: int | None, name: str, clock: Callable[[], float]
+) -> WorkerEvaluation | None:
+    """This worker's evaluation schedule from the run's ``[train]`` (None: it does not evaluate)."""
+    why_not = why_not_evaluating(train, mode, index)
+    if why_not is not None:
+        if train.eval_on == "workers":  # said once: the run asked workers to evaluate
+            log.info('train.eval_on = "workers": worker %s does not evaluate (%s)', name, why_not)
+        return None
+    return WorkerEvaluation(train.eval_episodes, train.eval_every_s, clock, train.eval_every_env_steps)
+
+
 class WorkerEvaluation:
     """When this worker evaluates, and the playing of it (pure scheduling plus the env loop)."""
 
-    def __init__(self, episodes: int, every_s: float, clock: Callable[[], float] = time.monotonic):
-        self.episodes, self.every_s, self.clock = episodes, every_s, clock
-        #: the newest model version this worker evaluated (-1: none)
-        self.evaluated = -1
-        self._next_at = clock() + every_s  # the first after one period: a model worth judging
+    def __init__(
+        self, episodes: int, every_s: float, clock: Callable[[], float] = time.monotonic, every_env_steps: int = 0
+    ):
+        self.episodes = episodes
+        #: the first after one period (or at the first mark): a model worth judging
+        self.schedule = EvalSchedule(every_s, every_env_steps, clock)
 
-    def due(self, version: int) -> bool:
-        """An evaluation is due: the period has passed and the model is one not evaluated yet."""
-        return version >= 0 and version > self.evaluated and self.clock() >= self._next_at
+    @property
+    def evaluated(self) -> int:
+        """The newest model version this worker evaluated (-1: none)."""
+        return self.schedule.evaluated
+
+    @evaluated.setter
+    def evaluated(self, version: int) -> None:
+        self.schedule.evaluated = version
+
+    def due(self, version: int, info: dict | None = None) -> bool:
+        """An evaluation is due: the model is one not evaluated yet and the period has passed (or,
+        with ``train.eval_every_env_steps``, its env steps, from its ``info``, reached the next mark)."""
+        return self.schedule.due(version, trained_env_steps(info or {}))
 
     def play(
         self,
@@ -60,15 +86,13 @@ class WorkerEvaluation:
         """Play the greedy episodes on ``envs`` (their open episodes are ended for ``actor`` first, and
         every env is reset after), calling ``during`` after each step; the result as an evaluator
         publishes it."""
-        self.evaluated = version
-        self._next_at = self.clock() + self.every_s  # also when it fails: not again at once
+        env_steps = trained_env_steps(info)  # the data the model was trained on: curves by env step
+        self.schedule.judged(version, env_steps)  # also when it fails: not again at once
         started = time.monotonic()
         for i in range(envs.num_envs):  # the open training episodes end here (as a truncation)
             actor.truncate(i, envs.obs[i])
         seed = evaluation_seed(version, self.episodes)
         returns = greedy_returns(envs.envs, envs.dtype, actor, self.episodes, seed, max_steps, during)
         envs.reset_all()
-        self._next_at = self.clock() + self.every_s
-        ingested = info.get(INGESTED_KEY)  # the data the model was trained on: curves by env step
-        env_steps = ingested if isinstance(ingested, int) and not isinstance(ingested, bool) else None
+        self.schedule.judged(version, env_steps)  # the period counts from the evaluation's end
         return Evaluation.of_returns(version, returns, time.monotonic() - started, env_steps)

@@ -36,7 +36,7 @@ from mqttrl.envs.rollout import EnvFailing, EnvSet
 from mqttrl.envs.spec import check_env_against, made_by, spec_of, spec_of_config
 from mqttrl.nodes.worker.core import IDLE_REASONS, Link, Move, WorkerCore, WorkerRules
 from mqttrl.nodes.worker.envs import make_worker_envs
-from mqttrl.nodes.worker.evaluation import WorkerEvaluation, why_not_evaluating
+from mqttrl.nodes.worker.evaluation import WorkerEvaluation, worker_evaluation
 from mqttrl.nodes.worker.loops import GameLoop, make_loop
 from mqttrl.nodes.worker.policy import make_worker_policy
 from mqttrl.nodes.worker.remote_forward import RemoteForward
@@ -225,7 +225,7 @@ class WorkerNode:
             if not self._wait_for("weights", lambda: self.core.has_model):
                 return
             self.core.begin(WorkerRules.from_config(cfg, self.info.mode, max_env_steps))
-            self.evaluation = self._make_evaluation(cfg)
+            self.evaluation = worker_evaluation(cfg.train, self.info.mode, self.index, self.name, self.clock)
             self.load_new_weights()
             self._step_until_done(envs)
         finally:
@@ -303,20 +303,12 @@ class WorkerNode:
         }
 
     # ---- greedy evaluation on this game ---------------------------------------------------
-    def _make_evaluation(self, cfg: RunConfig) -> WorkerEvaluation | None:
-        why_not = why_not_evaluating(cfg.train, self.info.mode, self.index)
-        if why_not is not None:
-            if cfg.train.eval_on == "workers":  # said once: the run asked workers to evaluate
-                log.info('train.eval_on = "workers": worker %s does not evaluate (%s)', self.name, why_not)
-            return None
-        return WorkerEvaluation(cfg.train.eval_episodes, cfg.train.eval_every_s, self.clock)
-
     def evaluate_if_due(self, envs: EnvSet) -> None:
         """Between steps, when due: the greedy episodes on this worker's own envs, nothing recorded,
         the result on ``eval/<worker>``; messages and heartbeats go on meanwhile. A game that fails
         during it ends the evaluation (no result); the env set makes it afresh as after any failure."""
-        ev = self.evaluation
-        if ev is None or not ev.due(self.core.version) or getattr(envs, "resetting_rows", None) or self.games_paused:
+        ev, busy = self.evaluation, getattr(envs, "resetting_rows", None) or self.games_paused
+        if ev is None or busy or not ev.due(self.core.version, self.model_info):
             return
         if self.core.rules.sync and not self.core.awaiting_model:
             return  # a PPO round's share is being collected: its evaluation waits for the round's end
