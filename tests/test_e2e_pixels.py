@@ -167,9 +167,9 @@ def test_minatar_breakout_smoke(tmp_path):
             str(run_dir),
             "--no-progress",
             "--set",
-            "train.max_seconds=25",
+            "train.max_seconds=12",  # ~12k env steps, ~1.4k updates and 3 evaluations here
             "--set",
-            "train.eval_every_s=10",
+            "train.eval_every_s=4",
             "--set",
             "algorithm.learning_starts=1000",
             "--set",

@@ -383,7 +383,7 @@ def test_a_trained_run_acts_without_torch_as_the_learners_network(tmp_path):
     from the run's checkpoint by the learner's load_state_dict, and loaded with the run's best weights."""
     run_dir = tmp_path / "run"
     argv = [script("mqttrl"), "train", str(REPO / "configs" / "cartpole_dqn.toml"), "--run-dir", str(run_dir)]
-    argv += ["--no-progress", "--workers", "1", "--set", "train.max_seconds=20", "--set", "train.eval_every_s=2"]
+    argv += ["--no-progress", "--workers", "1", "--set", "train.max_seconds=12", "--set", "train.eval_every_s=2"]
     argv += ["--set", "train.target_return=10000", "--set", "algorithm.learning_starts=200"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=node_env())
     assert out.returncode == 3, out.stdout + out.stderr  # the budget ran out, as asked

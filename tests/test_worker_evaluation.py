@@ -105,7 +105,7 @@ def test_greedy_returns_calls_the_chores_between_steps():
 
 
 def train_evaluated_by_workers(config: str, tmp_path: Path, **train) -> tuple:
-    """``mqttrl.train`` of ``configs/<config>`` for 25 s, its greedy evaluations played by its
+    """``mqttrl.train`` of ``configs/<config>`` for 15 s, its greedy evaluations played by its
     workers every 2 s; the result and the rows of its evaluations.csv."""
     import mqttrl
 
@@ -114,7 +114,7 @@ def train_evaluated_by_workers(config: str, tmp_path: Path, **train) -> tuple:
         eval_on="workers",
         eval_every_s=2.0,
         target_return=None,
-        max_seconds=25,
+        max_seconds=15,
         telemetry_storages=[],
         run_dir=tmp_path / "run",
         progress=False,
