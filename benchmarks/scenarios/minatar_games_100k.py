@@ -8,6 +8,8 @@ the last 100 episodes and the wall clock per env step:
 - ``mqttrl rainbow-resets``: ``configs/minatar_rainbow.toml`` as it is (one reset at 56k env steps);
 - ``mqttrl rainbow-resets-x2``: the same with resets twice as often (every 14,000 updates: at about
   28k, 56k and 84k env steps), the ablation of the reset's timing (session 13);
+- ``mqttrl rainbow-resets-by-data``: ``mqttrl rainbow-resets`` evaluated as the baselines are, once
+  every 5,000 env steps of data (``train.eval_every_env_steps``; session 14);
 - ``SB3 DQN`` and ``sb3-contrib QR-DQN`` with the MinAtar paper's network and DQN settings (scenario
   ``minatar_dqn``; QR-DQN with 51 quantiles, scenario ``minatar_baselines_100k``).
 
@@ -34,6 +36,7 @@ def sides(game: str, env_id: str) -> tuple:
         Mqttrl(f"mqttrl rainbow, {game}", RAINBOW, (*on, "algorithm.reset_every=0")),
         Mqttrl(f"mqttrl rainbow-resets, {game}", RAINBOW, on),
         Mqttrl(f"mqttrl rainbow-resets-x2, {game}", RAINBOW, (*on, "algorithm.reset_every=14000")),
+        Mqttrl(f"mqttrl rainbow-resets-by-data, {game}", RAINBOW, (*on, "train.eval_every_env_steps=5000")),
         sb3_dqn(f"SB3 DQN, {game}", env=env_id),
         sb3_dqn(f"sb3-contrib QR-DQN, {game}", "sb3_contrib", "QRDQN", env=env_id, policy_kwargs=qr),
     )
