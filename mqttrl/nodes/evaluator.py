@@ -180,12 +180,13 @@ class EvaluatorNode:
                     self._evaluate_newest(t0)
                     return None
                 w = self.seen.weights
-                if w is None or not schedule.due(w.version, model_env_steps(w)):
+                steps = None if w is None else model_env_steps(w)
+                if w is None or not schedule.due(w.version, steps):
                     continue
                 result = self._evaluate_newest(t0)
                 if result is None:
                     continue
-                schedule.judged(w.version, model_env_steps(w))  # w: the model just evaluated
+                schedule.judged(w.version, steps)  # w: the model just evaluated
                 if target is not None and result["mean"] >= target:
                     return result
             return None

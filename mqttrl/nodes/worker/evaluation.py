@@ -3,8 +3,9 @@
 A real game has one window per PC, so no evaluator elsewhere can have a copy of it. With
 ``[train] eval_on = "workers"`` each worker, every ``eval_every_s`` (or every
 ``eval_every_env_steps`` of the model's data) and only for a model it has not evaluated yet, stops
-recording, ends its open episodes for the actor (no n-step window spans the evaluation), plays ``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator
-seeds a model version: :func:`mqttrl.envs.rollout.evaluation_seed`), resets its envs and trains on.
+recording, ends its open episodes for the actor (no n-step window spans the evaluation), plays
+``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator seeds a model
+version: :func:`mqttrl.envs.rollout.evaluation_seed`), resets its envs and trains on.
 The result is published on ``eval/<worker>`` with the fields of the evaluator's, so it feeds what
 those feed: ``mqttrl train``'s record (``evaluations.csv``, the target, ``best/``), telemetry and the
 learner's best-model save.
