@@ -639,10 +639,13 @@ def read_config_data(path: str | Path) -> dict:
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: expected a JSON object")
         return data
+    text = p.read_text()
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p} is not valid TOML: {e}") from None
+        from mqttrl.config.toml_text import toml_error_line
+
+        raise ConfigError(toml_error_line(p, text, e)) from None
 
 
 def set_key(data: dict, key: str, value: Any) -> None:
