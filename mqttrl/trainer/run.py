@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import RunConfig, write_resolved
@@ -451,12 +452,21 @@ def _print_summary(s: dict) -> None:
             f"final model (version {s['final_model_version']}): greedy evaluation mean {s['final_eval_mean']:.1f}"
         )
     lines.append(f"run directory: {s['run_dir']}")
-    lines.extend(next_steps(Path(s["run_dir"])))
+    lines.extend(next_steps(Path(s["run_dir"]), exportable=can_export(s.get("algorithm"))))
     print("\n".join(lines), flush=True)
 
 
-def next_steps(run_dir: Path) -> list[str]:
-    """What to run next on a finished run: play its model, export it or train on."""
+def can_export(algorithm: str | None, registry: Any = None) -> bool:
+    """Whether ``mqttrl export`` can write this algorithm's policy: its plugin gives ``export_module``
+    (so the end of a run offers export only where it works)."""
+    from mqttrl.plugin.manager import get_registry
+
+    found = (registry or get_registry()).algorithms.get(algorithm) if algorithm else None
+    return found is not None and getattr(found.obj, "export_module", None) is not None
+
+
+def next_steps(run_dir: Path, exportable: bool = True) -> list[str]:
+    """What to run next on a finished run: play its model, export it (``exportable``) or train on."""
     quoted = shlex.quote(str(run_dir))
     from mqttrl.policy.source import PolicyLoadError, locate
 
@@ -464,7 +474,8 @@ def next_steps(run_dir: Path) -> list[str]:
         locate(run_dir)
     except (OSError, PolicyLoadError):
         return [f"no model was saved: nothing to play or resume (each process's log: {quoted}/logs)"]
+    export = f"mqttrl export {quoted} -o policy.onnx, " if exportable else ""
     return [
-        f"next: mqttrl enjoy {quoted} (watch it play), mqttrl export {quoted} -o policy.onnx, "
+        f"next: mqttrl enjoy {quoted} (watch it play), {export}"
         f"or mqttrl train {quoted}/config.json --run-dir {quoted} --resume (train on)"
     ]
