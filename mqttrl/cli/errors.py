@@ -43,6 +43,9 @@ EXTRAS = {
     "lz4": "lz4",
     "moviepy": "video",
     "pygame": "video",
+    "Xlib": "screen",  # python-xlib; `pip install Xlib` is another package
+    "mss": "screen",
+    "pynput": "screen",
 }
 
 

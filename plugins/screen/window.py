@@ -258,9 +258,9 @@ class X11Windows:
     a window manager adds (no hand-tuned border offsets)."""
 
     def __init__(self, display: str | None = None) -> None:
+        self.display, self.d = display, _open_display(display)  # first: it names python-xlib when missing
         from Xlib import error as xerror
 
-        self.display, self.d = display, _open_display(display)
         self._xerror = xerror
 
     def _closed(self, e: Exception) -> DisplayClosed:
