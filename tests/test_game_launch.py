@@ -120,7 +120,7 @@ def test_starts_are_bounded_per_hour(tmp_path):
     def never_ready():
         raise RuntimeError("no window")
 
-    with pytest.raises(GameKeepsFailing, match=r"started 3 times in the last hour \(env.launch_max_per_hour = 3\)"):
+    with pytest.raises(GameKeepsFailing, match=r"started 3 times in the last hour \(env.launch_max_per_hour = 3;"):
         game.make_env(never_ready)
     assert game.launches == 3
     game.close()

@@ -210,7 +210,7 @@ def test_summary_keys_are_those_of_summary_json(tmp_path):
         "run", "algorithm", "env", "seed", "stop_reason", "wall_s", "solved", "target_return", "time_to_solve_s",
         "training_time_to_solve_s", "env_steps_at_solve", "solve_eval_mean", "solve_model_version",
         "best_eval_mean", "final_eval_mean", "final_model_version", "evaluations", "curve", "env_steps", "episodes",
-        "updates", "model_version", "workers", "game_relaunches", "rejected", "realtime", "capture_to_action_ms",
+        "updates", "model_version", "workers", "game_relaunches", "game_crashes", "game_relaunch_s", "rejected", "realtime", "capture_to_action_ms",
         "timing",
     ]  # fmt: skip
     assert (s["wall_s"], s["episodes"], s["updates"], s["model_version"], s["rejected"]) == (
@@ -261,6 +261,8 @@ def test_the_telemetry_node_hands_on_each_episode_and_a_view(shared_mosquitto):
         "workers": 2,
         "workers_online": 1,
         "game_relaunches": {},  # no worker launched its game
+        "game_crashes": {},
+        "game_relaunch_s": {},
     }
     view["learner"]["updates"] = 99  # a copy: the node's own stays as it was
     assert node.view()["learner"]["updates"] == 4

@@ -162,23 +162,32 @@ class GameProcess:
         #: every start of the game, and those after the first (what heartbeats and summary.json count)
         self.launches = 0
         self.relaunches = 0
+        #: of the relaunches, those after a crash (not a game over, nor a fresh game for an evaluation)
+        self.crashes = 0
+        #: seconds from each relaunch's stop to the env made again, all relaunches
+        self.relaunch_s = 0.0
+        self._relaunched_at: float | None = None
+        #: the starts within the hour that count against ``launch_max_per_hour`` (not game overs)
         self._starts: collections.deque[float] = collections.deque()
 
     # ---- the process ---------------------------------------------------------------------------
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self) -> None:
-        """Start the game (within the hourly bound); one log line with its pid and command."""
+    def start(self, counted: bool = True) -> None:
+        """Start the game (within the hourly bound, which a start after a game over, not
+        ``counted``, is not held to); one log line with its pid and command."""
         now = self.clock()
         while self._starts and now - self._starts[0] > 3600.0:
             self._starts.popleft()
-        if len(self._starts) >= self.settings.max_per_hour:
+        if counted and len(self._starts) >= self.settings.max_per_hour:
             raise GameKeepsFailing(
-                f"the game was started {len(self._starts)} times in the last hour (env.launch_max_per_hour = "
-                f"{self.settings.max_per_hour}); it cannot run here: its output is in this worker's log"
+                f"the game crashed and was started {len(self._starts)} times in the last hour "
+                f"(env.launch_max_per_hour = {self.settings.max_per_hour}; a game over does not count); "
+                "it cannot run here: its output is in this worker's log"
             )
-        self._starts.append(now)
+        if counted:
+            self._starts.append(now)
         env = {**os.environ, **{str(k): str(v) for k, v in self.settings.env.items()}}
         try:
             self.proc = subprocess.Popen(
@@ -208,13 +217,30 @@ class GameProcess:
             _signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
             proc.wait(STOP_GRACE_S)
 
-    def relaunch(self, why: str) -> None:
-        """Stop the game whatever its state, and start it again; one warning line with why."""
+    def relaunch(self, why: str, crash: bool = True) -> None:
+        """Stop the game whatever its state, and start it again; one warning line with why. Not a
+        ``crash`` (a game over, a fresh game for an evaluation): one info line, and not held to
+        ``launch_max_per_hour``."""
         was = "exited" if self.proc is not None and self.proc.poll() is not None else "running"
+        if self._relaunched_at is None:  # a game that dies while it comes up: one relaunch's time
+            self._relaunched_at = self.clock()
         self.stop()
         self.relaunches += 1
-        log.warning("relaunching the game (%s; it was %s): relaunch %d", why, was, self.relaunches)
-        self.start()
+        if crash:
+            self.crashes += 1
+            log.warning("relaunching the game (%s; it was %s): relaunch %d", why, was, self.relaunches)
+        else:
+            log.info("a new game: %s (relaunch %d)", why, self.relaunches)
+        self.start(counted=crash)
+
+    def exit_status(self, wait_s: float = 0.0) -> int | None:
+        """The game's exit status once it exited (waiting up to ``wait_s`` for it), None while it runs."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
 
     # ---- the env over it -------------------------------------------------------------------------
     def make_env(self, make: Callable[[], Any]) -> Any:
@@ -231,7 +257,7 @@ class GameProcess:
             if self.stopping():
                 raise StopWhileLaunching("stopped while waiting for the game to come up")
             try:
-                return make()
+                env = make()
             except Exception as e:
                 if not self.running():  # the game died while coming up: start it again, backing off
                     early_deaths += 1
@@ -247,6 +273,11 @@ class GameProcess:
                     said = True
                     log.info("waiting for the game to come up (%s: %s)", type(e).__name__, e)
                 self.sleep(READY_POLL_S)
+            else:
+                if self._relaunched_at is not None:  # the time a relaunch cost (heartbeats: relaunch_s)
+                    self.relaunch_s += self.clock() - self._relaunched_at
+                    self._relaunched_at = None
+                return env
 
     def close(self) -> None:
         """Stop the game with the worker: a launched game does not outlive it."""

@@ -337,11 +337,23 @@ class RealTimeEnv(gym.Wrapper):
         self._sent = False
         self._send_error = None
         if self.deadline is not None:
-            out = self.deadline.call("reset", self.env.reset, **kwargs)
+            out = self._reset_within_deadline(**kwargs)
         else:
             out = self.env.reset(**kwargs)
         self.clock.excuse_reset(started)
         return out
+
+    def _reset_within_deadline(self, **kwargs):
+        """The reset under ``obs_timeout_s`` plus what the env says a reset may wait (a launched
+        game's relaunch, the screen kit's ``window_wait_s``): a game coming up is not a hang."""
+        from mqttrl.envs.launched import reset_wait_s
+
+        base = self.deadline.timeout_s
+        self.deadline.timeout_s = base + reset_wait_s(self.env)
+        try:
+            return self.deadline.call("reset", self.env.reset, **kwargs)
+        finally:
+            self.deadline.timeout_s = base
 
     def close(self):
         if self.deadline is not None:

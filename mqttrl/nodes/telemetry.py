@@ -84,6 +84,27 @@ class WorkerView:
     #: the game the worker launched (``[env] launch``): its starts and those after the first (heartbeats)
     game_launches: int = 0
     game_relaunches: int = 0
+    #: of the relaunches, those after a crash (not a game over), and the seconds relaunches took
+    game_crashes: int = 0
+    relaunch_s: float = 0.0
+    #: the counts of this worker's earlier processes (a restarted worker counts from 0 again), and
+    #: the process they are of (the heartbeat's incarnation)
+    before: dict = attrs.Factory(dict)
+    incarnation: str | None = None
+    last: dict = attrs.Factory(dict)
+
+    def count(self, hb: Heartbeat) -> dict:
+        """The counts of ``hb`` (env steps and its game's) added to those of the worker's earlier
+        processes: what the run's record and summary.json read, which a worker's restart must not
+        set back."""
+        now = {"env_steps": hb.env_steps, **{k: hb.count(k) for k in ("launches", "relaunches", "crashes")}}
+        seconds = (hb.game or {}).get("relaunch_s")
+        ok = isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0
+        now["relaunch_s"] = float(seconds) if ok else 0.0
+        if self.incarnation is not None and hb.incarnation != self.incarnation:
+            self.before = {k: self.before.get(k, 0) + v for k, v in self.last.items()}
+        self.incarnation, self.last = hb.incarnation, now
+        return {k: self.before.get(k, 0) + v for k, v in now.items()}
 
     def add_episode(self, episode_return: float, length: int) -> None:
         self.returns.append(episode_return)
@@ -228,12 +249,14 @@ class TelemetryNode:
         w.model_version = hb.model_version
         w.outbox = hb.outbox or 0
         w.dropped = hb.dropped_total()
+        total = w.count(hb)  # over the worker's processes: a restarted one counts on
         if hb.game is not None:
-            w.game_launches, w.game_relaunches = hb.count("launches"), hb.count("relaunches")
+            w.game_launches, w.game_relaunches = total["launches"], total["relaunches"]
+            w.game_crashes, w.relaunch_s = total["crashes"], total["relaunch_s"]
         w.last_seen = now
         w.online = True
         if self.on_env_steps is not None:
-            self.on_env_steps(name, hb.env_steps)
+            self.on_env_steps(name, total["env_steps"])
 
     def on_eval(self, name: str, payload: bytes) -> None:
         ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher
@@ -400,6 +423,9 @@ class TelemetryNode:
                 "workers_online": sum(w.online for w in self.workers.values()),
                 # per worker that launched its game: how often it started it again (summary.json)
                 "game_relaunches": {n: w.game_relaunches for n, w in self.workers.items() if w.game_launches},
+                # of those, after a crash (not a game over), and the seconds the relaunches took
+                "game_crashes": {n: w.game_crashes for n, w in self.workers.items() if w.game_launches},
+                "game_relaunch_s": {n: round(w.relaunch_s, 2) for n, w in self.workers.items() if w.game_launches},
             }
 
     def stop(self, *_: Any) -> None:

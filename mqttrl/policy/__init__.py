@@ -341,15 +341,17 @@ class Policy:
         return {k: np.asarray(v)[0] for k, v in out.items()} if single else dict(out)
 
     def make_env(self, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
-        """The run's env, made as the run makes it (``config.env.id``, ``config.env.kwargs``, plus ``kwargs``)."""
+        """The run's env, made as the run makes it (``config.env.id``, ``config.env.kwargs``, plus ``kwargs``);
+        with ``[env] launch`` the game is started, started again after each game over, and stopped
+        when the env is closed."""
         if self.config is None:
             raise ValueError(f"{self.source}: no run config was found, so the run's env is not known")
-        from mqttrl.envs.realtime import make_run_env
+        from mqttrl.envs.launched import make_played_env
 
         extra = dict(kwargs)
         if render_mode is not None:
             extra["render_mode"] = render_mode
-        return make_run_env(self.config.env, extra_kwargs=extra)
+        return make_played_env(self.config.env, extra_kwargs=extra)  # [env] launch: the game started
 
     def play(
         self,

@@ -230,6 +230,8 @@ class RunRecord:
             "workers": view["workers"],  # workers that announced themselves during the run
             # per worker that launched its game (env.launch): the game's relaunches
             "game_relaunches": view.get("game_relaunches", {}),
+            "game_crashes": view.get("game_crashes", {}),
+            "game_relaunch_s": view.get("game_relaunch_s", {}),
             "rejected": view["learner"].get("rejected", {}),
             # real-time workers' control periods (None: no worker stepped in real time), and where the
             # learner's and the workers' time went, per block (seconds over the run)

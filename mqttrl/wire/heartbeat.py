@@ -37,7 +37,10 @@ class Heartbeat(JsonRecord):
         "where its time went since the last heartbeat: per block, seconds and calls", None, omit_none=True
     )
     game: dict | None = wire_field(
-        "the game it launched (`[env] launch`): `launches`, `relaunches`", None, omit_none=True
+        "the game it launched (`[env] launch`): `launches`, `relaunches`, of those `crashes` (not a game "
+        "over), `relaunch_s` (seconds the relaunches took)",
+        None,
+        omit_none=True,
     )
     realtime: dict | None = wire_field(
         "a real-time worker's control periods since the last heartbeat (docs/real-time.md)", None, omit_none=True
@@ -49,7 +52,7 @@ class Heartbeat(JsonRecord):
     )
 
     def count(self, name: str) -> int:
-        """A counter of the game report (``launches``, ``relaunches``), 0 for anything not a count."""
+        """A counter of the game report (``launches``, ``relaunches``, ``crashes``), 0 for anything not a count."""
         return count_of((self.game or {}).get(name))
 
     def dropped_total(self) -> int:

@@ -19,6 +19,7 @@ import gymnasium as gym
 
 from mqttrl.config import RunConfig
 from mqttrl.envs.launch import GameProcess, LaunchSettings
+from mqttrl.envs.launched import LaunchedEnv
 from mqttrl.envs.make import make_env
 from mqttrl.envs.realtime import (
     RealTimeEnvSet,
@@ -71,10 +72,10 @@ def make_worker_envs(
     registry = get_registry()
 
     def make_here() -> gym.Env:
-        env = make_env(cfg.env.id, cfg.env.kwargs, registry)
-        return with_action_history(with_game_speed(env, cfg.env), cfg.env)
+        return with_game_speed(make_env(cfg.env.id, cfg.env.kwargs, registry), cfg.env)
 
-    game, make, on_restart = _launched(cfg, num_envs, make_here, stop)
+    game, made, on_restart = _launched(cfg, num_envs, make_here, stop)
+    make = lambda: with_action_history(made(), cfg.env)  # noqa: E731
     ctx = _actor_context(cfg, index, num_envs, seed, name_hash)
     rt = real_time_settings(cfg.env)
     try:
@@ -103,8 +104,9 @@ def make_worker_envs(
 def _launched(
     cfg: RunConfig, num_envs: int, make: Callable[[], gym.Env], stop: threading.Event
 ) -> tuple[GameProcess | None, Callable[[], gym.Env], Callable[[int, str], None] | None]:
-    """With ``[env] launch``: the game process, ``make`` once the game is up, and the env set's
-    restart hook that starts the game again (mqttrl.envs.launch); else no game and ``make`` as it is."""
+    """With ``[env] launch``: the game process, ``make`` once the game is up (a game over starts a new
+    game: :class:`LaunchedEnv`), and the env set's restart hook that starts the game again after a
+    crash (mqttrl.envs.launch); else no game and ``make`` as it is."""
     settings = LaunchSettings.of(cfg.env, num_envs)
     if settings is None:
         return None, make, None
@@ -113,7 +115,7 @@ def _launched(
     def relaunch(i: int, error: str) -> None:
         game.relaunch(f"env {i} failed: {error}" if error else f"env {i} failed")
 
-    return game, (lambda: game.make_env(make)), relaunch
+    return game, (lambda: LaunchedEnv(game, make)), relaunch
 
 
 def _actor_context(cfg: RunConfig, index: int | None, num_envs: int, seed: int, name_hash: int) -> ActorContext:

@@ -5,7 +5,9 @@ A real game has one window per PC, so no evaluator elsewhere can have a copy of 
 ``eval_every_env_steps`` of the model's data) and only for a model it has not evaluated yet, stops
 recording, ends its open episodes for the actor (no n-step window spans the evaluation), plays
 ``eval_episodes`` greedy episodes on its own envs (seeded as every evaluator seeds a model
-version: :func:`mqttrl.envs.rollout.evaluation_seed`), resets its envs and trains on.
+version: :func:`mqttrl.envs.rollout.evaluation_seed`; a launched game is started afresh first, and
+each game over starts the next episode on a new game: :mod:`mqttrl.envs.launched`), resets its
+envs and trains on.
 The result is published on ``eval/<worker>`` with the fields of the evaluator's, so it feeds what
 those feed: ``mqttrl train``'s record (``evaluations.csv``, the target, ``best/``), telemetry and the
 learner's best-model save.
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqttrl.envs.eval_schedule import EvalSchedule, trained_env_steps
+from mqttrl.envs.launched import new_game_for_evaluation
 from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
 from mqttrl.wire.evaluation import Evaluation
 
@@ -92,6 +95,7 @@ class WorkerEvaluation:
         started = time.monotonic()
         for i in range(envs.num_envs):  # the open training episodes end here (as a truncation)
             actor.truncate(i, envs.obs[i])
+        new_game_for_evaluation(envs.envs)  # a launched game: the first episode on a fresh game
         seed = evaluation_seed(version, self.episodes)
         returns = greedy_returns(envs.envs, envs.dtype, actor, self.episodes, seed, max_steps, during)
         envs.reset_all()

@@ -212,7 +212,24 @@ class RealTimeLoop(GameLoop):
         if self.shell.core.awaiting_model:
             return "waiting for the learner's next model"
         reason = self.shell.idle_now()
+        if reason == "learner_paused" and not self.envs.pausable:
+            return self.not_held()
         return IDLE_REASONS[reason] if reason is not None else None
+
+    def not_held(self) -> None:
+        """The learner's update debt would hold a game that cannot pause: it plays on regardless,
+        and its steps are recorded (the learner's replay ratio dips meanwhile, what it owes beyond
+        ``forgive_debt_above`` forgiven), not played unrecorded. Said once (info)."""
+        if not self.debt_said:
+            self.debt_said = True
+            log.info(
+                "worker %s: the learner's flow control (update debt, e.g. at learning_starts) asks workers to "
+                "pause; this game cannot pause, so it plays on and its steps are recorded",
+                self.shell.name,
+            )
+        return None
+
+    debt_said = False
 
 
 def make_loop(shell: Shell, envs: EnvSet, recorder: StepRecorder) -> GameLoop:

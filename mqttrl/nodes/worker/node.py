@@ -485,7 +485,13 @@ class WorkerNode:
         )
         hb.timing = self.blocks.take()
         if self.game is not None:  # the game this worker launched: its starts, and those after the first
-            hb.game = {"launches": self.game.launches, "relaunches": self.game.relaunches}
+            g = self.game
+            hb.game = {
+                "launches": g.launches,
+                "relaunches": g.relaunches,
+                "crashes": g.crashes,
+                "relaunch_s": round(g.relaunch_s, 3),
+            }
         if self.period_stats is not None:
             idle = self.loop.idle_reason if self.loop is not None else None
             hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": idle}

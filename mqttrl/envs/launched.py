@@ -1,0 +1,184 @@
+"""The env over a game the worker launched: a game that exits at game over is an episode's end.
+
+Many real games quit when the game is over (an unchanged third-party pygame game: ``sys.exit()``
+at the last life). That is how their episodes end, not a crash: :class:`LaunchedEnv` sees it at
+the reset after an episode's end (the game's process exited with status 0, or its window closed
+and the process exits with 0 within :data:`GAME_OVER_EXIT_S`), starts a new game
+(:meth:`GameProcess.relaunch`, not a ``crash``: one info line, counted in ``relaunches``, not in
+``crashes`` nor against ``launch_max_per_hour``), makes the env over it again and resets that.
+A game that exits mid-episode, or with another status, is a crash: the reset raises and the env
+set's restart path relaunches it (counted against the budget). Greedy evaluation and ``mqttrl
+enjoy`` play through it too (:func:`new_game` starts an evaluation on a fresh game).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from mqttrl.envs.launch import GameProcess
+
+#: after an episode's end, how long a game whose reset failed (its window closed) has to exit
+#: with status 0 for it to be a game over rather than a crash
+GAME_OVER_EXIT_S = 3.0
+
+
+class LaunchedEnv(gym.Wrapper):
+    """``make()`` over the launched ``game``, made again on each new game (see the module docstring).
+
+    It speaks the real-time protocol of the env it holds (``send_action``/``read_obs``, the
+    controls' release, ``pausable``), so a worker's :class:`~mqttrl.envs.realtime.RealTimeEnv`
+    over it drives the env of the current game. ``owns_game``: closing it stops the game
+    (``mqttrl enjoy``; a worker stops its game itself)."""
+
+    def __init__(self, game: GameProcess, make: Callable[[], gym.Env], owns_game: bool = False):
+        self.game, self._make, self.owns_game = game, make, owns_game
+        super().__init__(game.make_env(make))
+        if _protocol_of(self.env) is None:  # a lock-step env: the worker steps it, no protocol here
+            self.send_action = self.read_obs = None  # type: ignore[assignment]
+        #: the last step ended an episode (a game over may follow)
+        self.ended = False
+        #: this game exited at a game over before: at the next end, its exit is waited for first
+        self.exits_at_game_over = False
+
+    # ---- the real-time protocol of the env it holds
+    @property
+    def pausable(self) -> bool:
+        from mqttrl.envs.realtime import can_pause
+
+        return can_pause(self.env)
+
+    def send_action(self, action: Any) -> None:
+        _protocol(self.env).send_action(action)
+
+    def read_obs(self) -> tuple:
+        out = _protocol(self.env).read_obs()
+        self.ended = bool(out[2] or out[3])
+        return out
+
+    def release_controls(self) -> None:
+        release = getattr(_protocol(self.env), "release_controls", None)
+        if callable(release):
+            release()
+
+    def pause(self) -> None:
+        _protocol(self.env).pause()
+
+    def resume(self) -> None:
+        _protocol(self.env).resume()
+
+    @property
+    def reset_wait_s(self) -> float:
+        """How long a reset may take: a new game coming up, and the env's own wait (its window)."""
+        return self.game.settings.ready_s + GAME_OVER_EXIT_S + reset_wait_s(self.env)
+
+    # ---- gymnasium
+    def step(self, action):
+        out = self.env.step(action)
+        self.ended = bool(out[2] or out[3])
+        return out
+
+    def reset(self, **kwargs):
+        """A new episode; after a game over, on a new game (see the module docstring)."""
+        ended, self.ended = self.ended, False
+        if ended and self._exited_at_game_over(GAME_OVER_EXIT_S if self.exits_at_game_over else 0.0):
+            self.new_game("the game exited at its episode's end (game over)")
+            return self.env.reset(**kwargs)
+        try:
+            return self.env.reset(**kwargs)
+        except Exception:
+            if not (ended and self._exited_at_game_over(GAME_OVER_EXIT_S)):
+                raise  # a crash: the env set's restart path relaunches it, counted
+        self.new_game("the game closed at its episode's end (game over)")
+        return self.env.reset(**kwargs)
+
+    def _exited_at_game_over(self, wait_s: float) -> bool:
+        status = self.game.exit_status(wait_s)
+        if status == 0:
+            self.exits_at_game_over = True
+        return status == 0
+
+    def new_game(self, why: str) -> None:
+        """Start a new game (not a crash) and make the env over it again: after a game over, and
+        before a greedy evaluation (each of its episodes on a fresh game)."""
+        try:
+            self.env.close()
+        except Exception:  # the game is gone: its env's handles with it
+            pass
+        self.game.relaunch(why, crash=False)
+        self.env = self.game.make_env(self._make)
+
+    def close(self):
+        try:
+            self.env.close()
+        finally:
+            if self.owns_game:
+                self.game.close()
+
+
+def _protocol_of(env: gym.Env) -> Any:
+    from mqttrl.envs.realtime import game_of
+
+    return game_of(env)
+
+
+def _protocol(env: gym.Env) -> Any:
+    game = _protocol_of(env)
+    if game is None:
+        raise TypeError(f"{env} does not speak the real-time protocol (send_action, read_obs)")
+    return game
+
+
+def launched_of(env: gym.Env) -> LaunchedEnv | None:
+    """The :class:`LaunchedEnv` in ``env``'s chain of wrappers, None when its game is not launched."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, LaunchedEnv):
+            return env
+        env = env.env
+    return None
+
+
+def reset_wait_s(env: gym.Env) -> float:
+    """Seconds a reset of ``env`` may wait by its own settings (``reset_wait_s`` on it, a wrapper
+    of it or its core: a launched game's relaunch, the screen kit's wait for its window); 0 if none."""
+    while True:
+        wait = getattr(env, "reset_wait_s", None)
+        if isinstance(wait, int | float):
+            return float(wait)
+        if not isinstance(env, gym.Wrapper):
+            return 0.0
+        env = env.env
+
+
+def new_game_for_evaluation(envs: list[gym.Env]) -> None:
+    """Each launched game among ``envs`` started afresh: a greedy evaluation starts on a new game,
+    not in the middle of the training episode's."""
+    for env in envs:
+        launched = launched_of(env)
+        if launched is not None:
+            launched.new_game("a greedy evaluation starts")
+            launched.ended = False
+
+
+def make_played_env(env_config: Any, registry: Any = None, extra_kwargs: dict | None = None) -> gym.Env:
+    """The run's env as :func:`~mqttrl.envs.realtime.make_run_env` makes it, with ``[env] launch``
+    the game started first and a new game after each game over (``mqttrl enjoy``: an unchanged
+    game that exits at game over plays all its episodes); closing the env stops the game."""
+    from mqttrl.envs.launch import LaunchSettings, for_worker
+    from mqttrl.envs.make import make_env
+    from mqttrl.envs.realtime import make_run_env, with_action_history, with_control_hz
+
+    env_config = for_worker(env_config, "w0", 0)
+    settings = LaunchSettings.of(env_config, 1)
+    if settings is None:
+        return make_run_env(env_config, registry, extra_kwargs)
+    kwargs = {**env_config.kwargs, **(extra_kwargs or {})}
+    game = GameProcess(settings)
+    try:
+        env = LaunchedEnv(game, lambda: with_control_hz(make_env(env_config.id, kwargs, registry), env_config), True)
+    except BaseException:
+        game.close()
+        raise
+    return with_action_history(env, env_config)

@@ -1,0 +1,177 @@
+"""What a real, unchanged game breaks (issue 47 part 4): a game that exits at game over is an
+episode's end, not a crash; a real-time game is never held by the learner's update debt; a reset
+that relaunches its game is not cut by ``obs_timeout_s``; a restarted worker's counts go on.
+
+The tick game (tests/helpers/tick_game.py) is a real process: ``--exit-after N`` quits with status 0,
+and its env's ``over_at`` is its game over a little before (the screen kit's game over, then the
+window gone).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from test_game_launch import tick_settings
+
+from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings
+from mqttrl.envs.launched import LaunchedEnv
+from mqttrl.envs.rollout import EnvSet
+
+SLEEPER = (sys.executable, "-c", "import time; time.sleep(30)")
+
+
+def test_new_games_after_a_game_over_are_not_held_to_the_hourly_bound():
+    """Only crashes count against launch_max_per_hour: a game that ends 6 times a minute by
+    exiting is not a game that cannot run."""
+    game = GameProcess(LaunchSettings(SLEEPER, max_per_hour=2))
+    try:
+        game.start()
+        for _ in range(4):
+            game.relaunch("game over", crash=False)
+        game.relaunch("it crashed")  # the second counted start
+        assert (game.launches, game.relaunches, game.crashes) == (6, 5, 1)
+        with pytest.raises(GameKeepsFailing, match="crashed and was started 2 times"):
+            game.relaunch("it crashed again")
+    finally:
+        game.close()
+
+
+def launched_tick(tmp_path, exit_after: int, over_at: int, max_per_hour: int = 1):
+    from helpers.tick_game import TickEnv
+
+    state = tmp_path / "state"
+    game = GameProcess(tick_settings(state, "--exit-after", str(exit_after), ready_s=30.0, max_per_hour=max_per_hour))
+    envs = EnvSet(
+        lambda: LaunchedEnv(game, lambda: TickEnv(str(state), hang_s=1.0, episode_steps=10_000, over_at=over_at)),
+        1,
+        0,
+        on_restart=lambda i, e: game.relaunch(f"env {i} failed: {e}"),
+    )
+    return game, envs
+
+
+def test_a_game_that_exits_at_game_over_plays_game_after_game(tmp_path, caplog):
+    """Game over at tick 25, exit (status 0) at tick 45: each game is an episode, the next starts on
+    a new game (one info line each, no warning), no crash is counted, and a budget of one start an
+    hour is never reached."""
+    game, envs = launched_tick(tmp_path, exit_after=45, over_at=25)
+    ended = []
+    try:
+        deadline = time.monotonic() + 40
+        with caplog.at_level("INFO", logger="mqttrl.envs"):
+            while len(ended) < 4:
+                ended += envs.step(np.array([0]))[5]
+                assert time.monotonic() < deadline, (game.launches, game.relaunches)
+    finally:
+        envs.close()
+        game.close()
+    assert all(e.terminated for e in ended)
+    assert envs.env_restarts == 0 and game.crashes == 0 and game.relaunches >= 3
+    assert game.relaunch_s > 0
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [], [r.getMessage() for r in warnings]
+    assert sum("a new game: the game" in r.getMessage() for r in caplog.records) == game.relaunches
+
+
+def test_a_game_that_exits_mid_episode_is_a_crash(tmp_path):
+    """Exit status 0 without the episode's end: a crash (the env set's restart path, counted)."""
+    game, envs = launched_tick(tmp_path, exit_after=30, over_at=0, max_per_hour=5)
+    try:
+        deadline = time.monotonic() + 20
+        while envs.env_restarts == 0:
+            envs.step(np.array([0]))
+            assert time.monotonic() < deadline
+    finally:
+        envs.close()
+        game.close()
+    assert game.crashes == 1 and game.relaunches == 1
+
+
+class SlowResetGame(gym.Env):
+    """A real-time game whose reset takes 0.4 s (its game coming up) and says it may take 2 s."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    reset_wait_s = 2.0
+
+    def send_action(self, action):
+        pass
+
+    def read_obs(self):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(0.4)
+        return np.zeros(1, np.float32), {}
+
+
+def test_a_reset_that_waits_for_its_game_is_not_cut_by_obs_timeout_s():
+    from mqttrl.envs.realtime import RealTimeEnv
+    from mqttrl.envs.realtime_clock import ControlClock
+    from mqttrl.envs.realtime_guard import GameHung
+
+    env = RealTimeEnv(SlowResetGame(), ControlClock(hz=20.0), obs_timeout_s=0.1)
+    env.reset()  # 0.4 s: within obs_timeout_s + the game's reset_wait_s
+    assert env.deadline.timeout_s == 0.1  # a read is held to obs_timeout_s as before
+    SlowResetGame.reset_wait_s = 0.0
+    try:
+        with pytest.raises(GameHung):
+            env.reset()
+    finally:
+        SlowResetGame.reset_wait_s = 2.0
+        env.close()
+
+
+def test_a_restarted_worker_s_counts_go_on_in_the_summary(mosquitto):
+    """A worker that ended and was started again counts from 0: telemetry adds its earlier
+    process's counts (relaunches, crashes, relaunch time, env steps) instead of starting over."""
+    from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire import encode_json
+
+    steps = []
+    node = TelemetryNode(BrokerSettings(url=mosquitto.url), "r", [], TelemetrySettings())
+    node.on_env_steps = lambda name, n: steps.append(n)
+    game = {"launches": 21, "relaunches": 20, "crashes": 2, "relaunch_s": 40.0}
+    node.on_heartbeat("pc1", encode_json({"incarnation": "a", "env_steps": 900, "model_version": 1, "game": game}))
+    game = {"launches": 10, "relaunches": 9, "crashes": 0, "relaunch_s": 18.5}
+    node.on_heartbeat("pc1", encode_json({"incarnation": "b", "env_steps": 50, "model_version": 1, "game": game}))
+    view = node.view()
+    assert view["game_relaunches"] == {"pc1": 29} and view["game_crashes"] == {"pc1": 2}
+    assert view["game_relaunch_s"] == {"pc1": 58.5}
+    assert steps == [900, 950]  # the console's steps go on, not frozen at 900 until 900 more
+
+
+class _Shell:
+    name = "w0"
+
+    class core:
+        awaiting_model = False
+
+    def idle_now(self):
+        return "learner_paused"
+
+
+class _Envs:
+    def __init__(self, pausable):
+        self.pausable = pausable
+
+
+@pytest.mark.parametrize("pausable", [False, True])
+def test_a_real_time_game_that_cannot_pause_is_not_held_by_update_debt(pausable, caplog):
+    """The learner's flow control (its update debt at learning_starts) pauses a game that can
+    pause; one that cannot plays on and its steps are recorded (said once), not played unrecorded."""
+    from mqttrl.nodes.worker.loops import RealTimeLoop
+
+    loop = RealTimeLoop(_Shell(), _Envs(pausable), recorder=None)
+    with caplog.at_level("INFO", logger="mqttrl.worker"):
+        idle = [loop.why_idle() for _ in range(3)]
+    if pausable:
+        assert idle == ["the learner's flow control"] * 3
+    else:
+        assert idle == [None] * 3
+        assert sum("cannot pause, so it plays on" in r.getMessage() for r in caplog.records) == 1
