@@ -39,13 +39,15 @@ REASONS = (
 
 
 class Rejected(Exception):
-    """A payload was refused. ``reason`` is one of :data:`REASONS`."""
+    """A payload was refused. ``reason`` is one of :data:`REASONS`. ``quiet``: counted, not logged
+    (the refusing code said it once already, in its own words: a worker of another protocol)."""
 
-    def __init__(self, reason: str, detail: str):
+    def __init__(self, reason: str, detail: str, quiet: bool = False):
         assert reason in REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.quiet = quiet
 
 
 class RejectionCounter:
@@ -68,6 +70,8 @@ class RejectionCounter:
         now = time.monotonic()
         with self._lock:
             self._counts[rejection.reason] += 1
+            if rejection.quiet:
+                return
             last = self._last_log.get(rejection.reason, -1e18)
             if now - last < self._every:
                 self._skipped[rejection.reason] += 1

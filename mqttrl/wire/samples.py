@@ -467,6 +467,14 @@ def _read_prefix(payload: bytes | memoryview, max_bytes: int) -> tuple[int, int]
     return proto, hlen
 
 
+def batch_protocol(payload: bytes | memoryview) -> int | None:
+    """The protocol byte of what looks like a sample batch (its magic first), else None: how a
+    receiver names the version of a batch it cannot read (a sender of another protocol)."""
+    if len(payload) < _PREFIX.size or bytes(payload[:4]) != MAGIC:
+        return None
+    return _PREFIX.unpack_from(payload, 0)[1]
+
+
 def _header_json(payload: bytes | memoryview, hlen: int) -> dict:
     """The header's JSON object; garbage (bad UTF-8, not JSON, too deep, not an object) is a bad_header."""
     try:

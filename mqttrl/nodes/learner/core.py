@@ -28,9 +28,11 @@ import attrs
 
 from mqttrl.config import LearnerConfig, RunConfig
 from mqttrl.config.settings import from_section, view
+from mqttrl.nodes.learner.protocols import OtherProtocols
 from mqttrl.nodes.learner.worker_table import WorkerTable
 from mqttrl.plugin.algorithm import AsyncLearner, Mode, SyncLearner
 from mqttrl.wire import Heartbeat, Rejected, SampleBatch, SampleSpec, WorkerState, decode_batch
+from mqttrl.wire.samples import batch_protocol
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -423,6 +425,8 @@ class LearnerCore:
         self._retired: dict[str, dict[str, int]] = {}
         #: env restarts of forgotten workers (the run's count stays cumulative)
         self.env_restarts_forgotten = 0
+        #: workers of another protocol version: never members, their messages refused (one line each)
+        self.protocols = OtherProtocols()
 
     @classmethod
     def create(cls, rules: LearnerRules, spec: SampleSpec, mode: Mode, learner: AsyncLearner | SyncLearner, now: float):
@@ -482,7 +486,13 @@ class LearnerCore:
 
     # ---- messages ----------------------------------------------------------------
     def on_samples(self, worker: str, payload: bytes, now: float) -> SampleBatch:
-        batch = decode_batch(payload, max_bytes=self.rules.max_payload_bytes)
+        self.protocols.refuse_known(worker)
+        try:
+            batch = decode_batch(payload, max_bytes=self.rules.max_payload_bytes)
+        except Rejected as r:
+            if r.reason == "protocol_version":  # a sender of another version whose birth we missed
+                self.protocols.check(worker, batch_protocol(payload))
+            raise
         self.admit(worker, batch, now)
         return batch
 
@@ -524,6 +534,7 @@ class LearnerCore:
 
     def on_heartbeat(self, worker: str, payload: bytes, now: float) -> Heartbeat:
         """A worker's heartbeat: alive, on this version, this far; the record for the fleet's timing."""
+        self.protocols.refuse_known(worker)
         hb = Heartbeat.decode(payload)
         status = self.workers.get(worker)
         if status is None:
@@ -547,6 +558,7 @@ class LearnerCore:
         if not payload:  # retained state cleared
             return
         st = WorkerState.decode(payload)
+        self._check_protocol(worker, st, now)
         status = self.workers.get(worker)
         if status is None:
             status = self.workers[worker] = self._new_status(worker)
@@ -566,6 +578,18 @@ class LearnerCore:
             self.admission.drop(worker)
 
     # ---- membership ----------------------------------------------------------------
+    def _check_protocol(self, worker: str, st: WorkerState, now: float) -> None:
+        """A state of another protocol version is refused (:meth:`OtherProtocols.check_state`);
+        a member of that name leaves."""
+        try:
+            self.protocols.check_state(worker, st)
+        except Rejected:
+            status = self.workers.get(worker)
+            if status is not None and status.online:
+                status.went_offline(now)
+                self.admission.drop(worker)
+            raise
+
     def _new_status(self, name: str, last_seen: float | None = None) -> WorkerStatus:
         """A worker the table does not hold; one forgotten earlier keeps its sequence numbers."""
         seqs = self._retired.pop(name, {})

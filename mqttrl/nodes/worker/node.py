@@ -39,6 +39,7 @@ from mqttrl.nodes.worker.envs import make_worker_envs
 from mqttrl.nodes.worker.evaluation import WorkerEvaluation, worker_evaluation
 from mqttrl.nodes.worker.loops import GameLoop, make_loop
 from mqttrl.nodes.worker.policy import make_worker_policy
+from mqttrl.nodes.worker.protocol import ProtocolCheck, ProtocolMismatch
 from mqttrl.nodes.worker.remote_forward import RemoteForward
 from mqttrl.nodes.worker.step import StepRecorder
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
@@ -106,13 +107,14 @@ class WorkerNode:
         self.clock = time.monotonic
         self._stop = threading.Event()
         self.core = WorkerCore(run, self.name, _parse_config)
+        self.protocol = ProtocolCheck(run)  # a learner of another protocol version ends the worker in one line
         self.dispatch = Dispatcher(
             self.topics,
             {
-                Kind.CONFIG: _payload_only(self.core.on_config),
+                Kind.CONFIG: _payload_only(self.protocol.config(self.core.on_config)),
                 Kind.WEIGHTS: _payload_only(self.core.on_weights),
                 Kind.FLOW: lambda _name, payload: self.core.on_flow(payload, self.clock()),
-                Kind.LEARNER_STATE: lambda _name, payload: self.core.on_learner_state(payload, self.clock()),
+                Kind.LEARNER_STATE: self.protocol.learner_state(self.core.on_learner_state, lambda: self.clock()),
             },
             log,
         )
@@ -198,8 +200,8 @@ class WorkerNode:
                 self._play(max_env_steps)
         except StopWhileLaunching:
             pass  # asked to stop while the game came up again: a clean stop
-        except EnvFailing as e:
-            reason = f"env failing: {e}"
+        except (EnvFailing, ProtocolMismatch) as e:
+            reason = f"env failing: {e}" if isinstance(e, EnvFailing) else "the learner speaks another protocol"
             raise
         finally:  # also when a game keeps failing: what was collected goes out, then a clean offline
             self._shutdown(reason)
@@ -544,6 +546,7 @@ class WorkerNode:
                 msg = self.client.inbox.get_nowait()
         except queue.Empty:
             pass
+        self.protocol.raise_if_other()  # before any weights: they would be refused one by one
         if newest is not None:
             self.weights_inbox.put(newest.payload)  # a big model is decoded off the game loop
         for got in self.weights_inbox.take():
