@@ -175,3 +175,48 @@ def test_a_real_time_game_that_cannot_pause_is_not_held_by_update_debt(pausable,
     else:
         assert idle == [None] * 3
         assert sum("cannot pause, so it plays on" in r.getMessage() for r in caplog.records) == 1
+
+
+# ---- a real game in a real window ---------------------------------------------------------------
+def test_the_worker_plays_catch_that_exits_at_game_over_game_after_game(tmp_path):
+    """Catch ``--exit-at-game-over`` under Xvfb, launched by the worker's env set as ``mqttrl
+    worker`` builds it: several games, each an episode; no crash counted; the relaunches counted."""
+    import threading
+
+    from benchmarks.harness.xvfb import Xvfb
+    from mqttrl.config import from_dict
+    from mqttrl.nodes.worker.envs import make_worker_envs
+
+    x = Xvfb(tmp_path)
+    title = "catch exits at game over"
+    env = {
+        "id": "screen",
+        "num_envs": 1,
+        "launch": [sys.executable, "-m", "mqttrl_plugins.screen.demo_game", "--title", title, "--lives", "1"]
+        + ["--ball-speed", "400", "--exit-at-game-over"],
+        "launch_env": {"DISPLAY": x.display, "SDL_VIDEODRIVER": "x11", "SDL_AUDIODRIVER": "dummy"},
+        "launch_max_per_hour": 1,
+        "kwargs": {
+            "window": title,
+            "window_exact": True,
+            "display": x.display,
+            "keys": [[], ["Left"], ["Right"]],
+            "reward": "mqttrl_plugins.screen.demo_game:CatchScore",
+            "size": 16,
+            "step_s": 0.02,
+        },
+    }
+    built = make_worker_envs(from_dict({"env": env}), "w0", 0, threading.Event())
+    envs, game = built.envs, built.game
+    ended = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(ended) < 3:
+            ended += envs.step(np.array([0]))[5]
+            assert time.monotonic() < deadline, (game.launches, game.relaunches, envs.env_restarts)
+    finally:
+        envs.close()
+        game.close()
+        x.stop()
+    assert all(e.terminated for e in ended)
+    assert envs.env_restarts == 0 and game.crashes == 0 and game.relaunches >= 2
