@@ -90,3 +90,47 @@ def test_status_prints_into_a_pipe(mosquitto, tmp_path):
     assert "Traceback" not in err, err
     assert out.count("mqttrl run piped") >= 2, out + err
     assert "learner" in out and "online" in out
+
+
+def _held_run(port: int, run: str) -> mqtt.Client:
+    """A broker holding one run's retained learner state (what a learner leaves)."""
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    publisher.connect("127.0.0.1", port)
+    publisher.loop_start()
+    body = json.dumps({"status": "online", "model_version": 3})
+    publisher.publish(Topics(run).learner_state, body, qos=1, retain=True).wait_for_publish(5)
+    return publisher
+
+
+def test_a_misspelled_run_is_one_line_naming_the_runs_there_and_exit_2(mosquitto):
+    """It printed an empty table with the learner "unknown" and exited 0."""
+    publisher = _held_run(mosquitto.port, "cartpole-dqn")
+    argv = [str(BIN / "mqttrl"), "status", "--run", "cartpol-dqn", "--broker", mosquitto.url]
+    try:
+        done = subprocess.run([*argv, "--once", "0.5", "--wait-s", "1.5"], capture_output=True, text=True, timeout=60)
+    finally:
+        publisher.loop_stop()
+        publisher.disconnect()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"mqttrl status: nothing of run 'cartpol-dqn' on {mosquitto.url} after 1.5s"), lines
+    assert "(did you mean cartpole-dqn?); runs on this broker: cartpole-dqn (online)" in lines[0]
+
+
+def test_live_a_misspelled_run_is_said_once_and_watched_on(mosquitto):
+    publisher = _held_run(mosquitto.port, "cartpole-dqn")
+    argv = [str(BIN / "mqttrl"), "status", "--run", "cartpol-dqn", "--broker", mosquitto.url]
+    proc = subprocess.Popen([*argv, "--every", "0.5", "--wait-s", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(5)  # the interpreter's start, then 1 s of nothing, then tables every 0.5 s
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        publisher.loop_stop()
+        publisher.disconnect()
+    said = [line for line in err.decode().splitlines() if "nothing of run 'cartpol-dqn'" in line]
+    assert len(said) == 1 and said[0].endswith("(still watching)"), err.decode()
+    assert "runs on this broker: cartpole-dqn (online)" in said[0]
+    assert out.decode().count("mqttrl run cartpol-dqn") >= 2  # it keeps watching

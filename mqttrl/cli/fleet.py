@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from mqttrl.cli.broker_runs import AbsentRun, BrokerRuns, RunNotOnBroker
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics
@@ -70,6 +71,11 @@ class FleetView:
     def handle(self, topic: str, payload: bytes) -> None:
         """Handle one received message through the handler table (refusals are counted, not raised)."""
         self.dispatch(topic, payload)
+
+    @property
+    def heard(self) -> bool:
+        """Whether anything of the run came: its learner's state or metrics, or a worker."""
+        return bool(self.learner or self.metrics or self.workers)
 
     def on_learner_state(self, name: str, payload: bytes) -> None:
         if payload:
@@ -206,29 +212,37 @@ def watch_status(
     once_after: float | None = None,
     every_s: float = 5.0,
     stop: threading.Event | None = None,
+    wait_s: float = 5.0,
 ) -> FleetView:
     """Listen to a run and show its table: live on a terminal; printed every ``every_s`` seconds
     when stdout is a pipe or a file (a Live display there would print nothing until the end);
     once after ``once_after`` seconds when that is given. Ends when ``stop`` is set (the command's
     SIGINT/SIGTERM handler sets it: a KeyboardInterrupt raised wherever the main thread happened to
-    be, inside paho's start or rich's print, once left the command hanging) or on KeyboardInterrupt."""
+    be, inside paho's start or rich's print, once left the command hanging) or on KeyboardInterrupt.
+    Nothing of the run within ``wait_s`` (a misspelled run): :class:`RunNotOnBroker` once, a line on
+    stderr live (:mod:`mqttrl.cli.broker_runs`)."""
     stop = stop or threading.Event()
     view = FleetView(run)
-    node = MqttClient(
-        broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=view.subscriptions()
-    ).start(wait=10)
+    subscriptions = [*view.subscriptions(), BrokerRuns.subscription()]
+    node = MqttClient(broker, client_id=f"mqttrl-status-{uuid.uuid4().hex[:8]}", subscriptions=subscriptions)
+    node.start(wait=10)
+    absent = AbsentRun(view, broker.url, wait_s, live=once_after is None)
     console = Console()
     try:
         if once_after is not None:
-            _drain_for(node, view, once_after, stop)
+            _drain_for(node, absent, once_after, stop)
+            _drain_for(node, absent, absent.left_s() if not view.heard else 0.0, stop)
+            line = absent.line()
+            if line is not None:
+                raise RunNotOnBroker(line)
         elif console.is_terminal:
             with Live(view.table(), console=console, refresh_per_second=2) as live:
                 while not stop.is_set():
-                    _drain_for(node, view, 0.25, stop)
+                    _drain_for(node, absent, 0.25, stop)
                     live.update(view.table())
         else:
             while not stop.is_set():
-                _drain_for(node, view, every_s, stop)
+                _drain_for(node, absent, every_s, stop)
                 console.print(view.table())
                 console.file.flush()
         return view
@@ -238,15 +252,17 @@ def watch_status(
         node.stop(flush_timeout=1)
 
 
-def _drain_for(node: MqttClient, view: FleetView, seconds: float, stop: threading.Event) -> None:
-    """Hand every message that arrives in the next ``seconds`` (or until ``stop``) to the view."""
+def _drain_for(node: MqttClient, absent: AbsentRun, seconds: float, stop: threading.Event) -> None:
+    """Hand every message that arrives in the next ``seconds`` (or until ``stop``) to the view (through
+    ``absent``, which also says once when nothing of the run came: live mode keeps watching)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0 and not stop.is_set():
         try:
             m = node.inbox.get(timeout=min(0.1, left))
+            absent.handle(m.topic, m.payload)
         except queue.Empty:
-            continue
-        view.handle(m.topic, m.payload)
+            pass
+        absent.say_once()
 
 
 def quicksave(broker: BrokerSettings, run: str, timeout: float = 30.0, name: str | None = None) -> dict:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 
 from mqttrl.cli.common import Command, broker_args, settings_or_local
+from mqttrl.cli.errors import EXIT_USAGE
 from mqttrl.system.procs import install_stop_handlers
 
 
@@ -21,6 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="when stdout is not a terminal (a pipe, a file): print the table this often",
     )
+    p.add_argument(
+        "--wait-s",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="nothing of the run on the broker this long after connecting (a misspelled --run): one line that "
+        "names the runs the broker holds; with --once then exit 2, live it keeps watching. 0: never say it",
+    )
     broker_args(p, required=False, local_default=True)
 
 
@@ -32,7 +42,15 @@ def run(args: argparse.Namespace) -> None:
 
     stop = threading.Event()
     install_stop_handlers(lambda *_: stop.set())
-    view = watch_status(settings_or_local(args), args.run, args.once, every_s=args.every, stop=stop)
+    from mqttrl.cli.broker_runs import RunNotOnBroker
+
+    try:
+        view = watch_status(
+            settings_or_local(args), args.run, args.once, every_s=args.every, stop=stop, wait_s=args.wait_s
+        )
+    except RunNotOnBroker as e:  # a misspelled run: one line, the runs there are, a usage error
+        print(f"mqttrl status: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
     if args.once is None:
         return
     if args.json:
