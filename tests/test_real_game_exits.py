@@ -220,3 +220,24 @@ def test_the_worker_plays_catch_that_exits_at_game_over_game_after_game(tmp_path
         x.stop()
     assert all(e.terminated for e in ended)
     assert envs.env_restarts == 0 and game.crashes == 0 and game.relaunches >= 2
+
+
+class SlowResetEnv(gym.Env):
+    """Every step ends its episode with a frame stamped at the step; a reset takes 0.2 s."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(0.2)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, True, False, {"frame_at": time.monotonic()}
+
+
+def test_a_reset_is_not_counted_as_capture_to_action():
+    envs = EnvSet(SlowResetEnv, 1, 0)
+    for _ in range(3):
+        envs.step(np.array([0]))
+    assert envs.act_latency.max_s < 0.1, envs.act_latency.max_s

@@ -166,6 +166,8 @@ class EnvSet:
         # screen kit) is held to that; else the observation counts from when its step returned
         stamps = [r[4]["frame_at"] for r in results if "frame_at" in r[4]]
         self.obs_at = min(stamps) if stamps else time.monotonic()
+        if len(done) or self.failed:  # a reset (a relaunch) ran since those frames: not capture to action
+            self.obs_at = None
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
 
