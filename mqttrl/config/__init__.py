@@ -104,7 +104,9 @@ class EnvConfig:
         10.0,
         unit="s",
         doc="real time: a game that speaks the real-time protocol and gives no observation (or finishes no reset) "
-        "within this long hangs, and is handled like a crash: closed, made afresh, its samples kept. 0: wait for ever",
+        "within this long hangs, and is handled like a crash: closed, made afresh, its samples kept. A reset may take "
+        "this long plus what the env says it may wait (the screen kit's `window_wait_s` + `reset_timeout_s`, a "
+        "launched game's `launch_ready_s`). 0: wait for ever",
         validator=non_negative,
     )
     game_speed: float = setting(
@@ -134,7 +136,10 @@ class EnvConfig:
         validator=positive,
     )
     launch_max_per_hour: int = setting(
-        20, doc="starts of the launched game within an hour after which the worker gives up on it", validator=positive
+        20,
+        doc="starts of the launched game after a crash within an hour after which the worker gives up on it (a "
+        "game that exits with status 0 at an episode's end, a game over, is started again without counting)",
+        validator=positive,
     )
     spec: dict = setting(  # noqa: RUF009 (an attrs field)
         factory=dict,
