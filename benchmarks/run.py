@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.harness import mqttrl_side, results, scenario
+from benchmarks.harness.launched_game import display_for
 from benchmarks.report import plot, print_tables
 
 
@@ -61,6 +62,10 @@ def budgeted(sc: scenario.Scenario, args: argparse.Namespace) -> scenario.Scenar
 
 def run_side(side, sc: scenario.Scenario, seed: int, workdir: Path, sets: list[str], demos: dict) -> dict:
     """One seed of one side, whichever library it is."""
+    if isinstance(side, scenario.RandomPolicy):
+        from benchmarks.harness import random_side
+
+        return random_side.run(side, sc, seed)
     if isinstance(side, scenario.Baseline):
         from benchmarks.harness import sb3_side
 
@@ -86,12 +91,13 @@ def main(argv: list[str] | None = None) -> dict | None:
         res = results.new_results(args.scenario, sc, sides)
     workdir, demos = Path(tempfile.mkdtemp(prefix=f"bench-{args.scenario}-")), {}
     print(f"{sc.title}: {', '.join(sides)}; {sc.seeds} seeds; runs under {workdir}", flush=True)
-    for seed in range(args.first_seed, args.first_seed + sc.seeds):
-        for name in sides:
-            run = run_side(sc.side(name), sc, seed, workdir, args.sets, demos)
-            results.add_run(res, name, run)
-            print(f"{name} seed {seed}: {run['figures']}", flush=True)
-            results.write(res, out)  # after every run: a long run interrupted keeps what it measured
+    with display_for(tuple(sc.side(n) for n in sides)):  # a launched screen game needs an X display
+        for seed in range(args.first_seed, args.first_seed + sc.seeds):
+            for name in sides:
+                run = run_side(sc.side(name), sc, seed, workdir, args.sets, demos)
+                results.add_run(res, name, run)
+                print(f"{name} seed {seed}: {run['figures']}", flush=True)
+                results.write(res, out)  # after every run: a long run interrupted keeps what it measured
     print_tables(res)
     if args.plot:
         plot([res], args.plot)

@@ -56,6 +56,17 @@ class Baseline:
 
 
 @dataclasses.dataclass(frozen=True)
+class RandomPolicy:
+    """Uniformly random actions on ``env`` (made as mqttrl makes it) for ``episodes`` episodes, within
+    the scenario's seconds: the floor a learner must clear (:mod:`benchmarks.harness.random_side`)."""
+
+    name: str
+    env: str
+    episodes: int = 20
+    role: str = "floor"
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     """A comparison. Budget: ``seconds`` and ``env_steps`` (0: none) per run, on either side; a run
     also stops at a greedy mean of ``target`` when ``stop_at_target``. Baselines are evaluated every
@@ -66,7 +77,7 @@ class Scenario:
     page: str
     target: float
     measure: str
-    sides: tuple[Mqttrl | Baseline, ...]
+    sides: tuple[Mqttrl | Baseline | RandomPolicy, ...]
     seconds: float = 600.0
     env_steps: int = 0
     stop_at_target: bool = True
@@ -81,7 +92,7 @@ class Scenario:
         if self.measure not in MEASURES:
             raise ValueError(f"measure {self.measure!r}: one of {', '.join(MEASURES)}")
 
-    def side(self, name: str) -> Mqttrl | Baseline:
+    def side(self, name: str) -> Mqttrl | Baseline | RandomPolicy:
         return next(s for s in self.sides if s.name == name)
 
 
