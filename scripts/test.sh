@@ -5,10 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Real servers the integration tests start on free ports, and iproute2 for hosts as network
-# namespaces (tests/test_hosts.py), wine64 for a Windows CPython (tests/test_windows_worker.py; Debian puts
+# namespaces (tests/test_hosts.py), faketime (and its libfaketime: tests/test_game_speed_faketime.py), wine64 for a Windows CPython (tests/test_windows_worker.py; Debian puts
 # it in /usr/lib/wine, off PATH): binary -> Debian package
 missing=()
-for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server prometheus:prometheus Xvfb:xvfb xdotool:xdotool ip:iproute2 wine64:wine64; do
+for pair in mosquitto:mosquitto victoria-metrics:victoria-metrics influxd:influxdb nats-server:nats-server prometheus:prometheus Xvfb:xvfb xdotool:xdotool ip:iproute2 wine64:wine64 faketime:faketime; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/lib/wine/${pair%%:*}" ] || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

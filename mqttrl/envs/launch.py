@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from mqttrl.config.settings import ConfigError
+from mqttrl.envs.faketime import faked_speed, faketime_env
 from mqttrl.envs.rollout import EnvFailing
 
 log = logging.getLogger("mqttrl.envs")
@@ -121,10 +122,14 @@ class LaunchSettings:
                 f"env.launch is set and this process has {num_envs} envs: a worker launches one game for "
                 "one env; set env.num_envs = 1 and start a worker per game (mqttrl workers --processes N)"
             )
+        env = dict(env_config.launch_env)
+        speed = faked_speed(env_config)
+        if speed:  # a game with no speed setting, sped up under libfaketime (mqttrl.envs.faketime)
+            env.update(faketime_env(speed, {**os.environ, **env}))
         return cls(
             command,
             env_config.launch_cwd,
-            dict(env_config.launch_env),
+            env,
             env_config.launch_ready_s,
             env_config.launch_max_per_hour,
         )

@@ -189,8 +189,10 @@ def with_game_speed(env: gym.Env, env_config) -> gym.Env:
     """``env`` told to run at ``[env] game_speed`` (its ``set_speed(factor)``, on the env or its
     unwrapped core) when that is set (not 0); a game with no ``set_speed`` gets one warning line
     and runs at its own speed."""
+    from mqttrl.envs.faketime import faked_speed
+
     speed = float(env_config.game_speed)
-    if not speed:
+    if not speed or faked_speed(env_config, say=False):  # libfaketime speeds it up: not twice
         return env
     for candidate in (env, env.unwrapped):
         set_speed = getattr(candidate, "set_speed", None)
@@ -484,7 +486,9 @@ class RealTimeEnvSet(EnvSet):
 
 def real_time_settings(env_config) -> dict | None:
     """The clock settings of ``[env]``, or None when the run steps freely (``control_hz = 0``)."""
-    hz = float(env_config.control_hz)
+    from mqttrl.envs.faketime import wall_hz
+
+    hz = wall_hz(env_config)  # a launched game under libfaketime: control_hz is game time
     if hz <= 0:
         return None
     return {"hz": hz, "mode": env_config.clock, "tolerance": env_config.overrun_tolerance}
