@@ -264,3 +264,124 @@ def test_the_algorithm_from_the_docs_passes_check_plugin_and_trains(tmp_path):
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["algorithm"] == "linq" and summary["updates"] > 100 and summary["episodes"] > 10, summary
+
+
+def section(title: str) -> str:
+    """The page from the heading ``title`` to the next heading of the same or a higher level
+    (lines inside code blocks are no headings: ``# dial.py``)."""
+    lines = doc()[doc().index(title) :].splitlines(keepends=True)
+    level, fenced = len(title.split(" ")[0]), False
+    for i, line in enumerate(lines[1:], 1):
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(rf"#{{1,{level}}} ", line):
+            return "".join(lines[:i])
+    return "".join(lines)
+
+
+def cli_env(site: Path | None = None) -> dict[str, str]:
+    import os
+
+    path = [str(site)] if site is not None else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")]))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("MQTTRL_LOAD_PLUGINS", None)
+    return env
+
+
+def test_every_optional_algorithm_field_is_documented():
+    """Each optional ``AlgorithmInfo`` field is on the page as ``info.<field>`` (with_epsilon and
+    action_spaces were not)."""
+    import attrs
+
+    from mqttrl.plugin.algorithm import AlgorithmInfo
+
+    text = doc()
+    optional = [f.name for f in attrs.fields(AlgorithmInfo) if f.default is not attrs.NOTHING]
+    missing = [name for name in optional if f"`info.{name}" not in text]
+    assert optional and not missing, f"docs/plugins.md does not document AlgorithmInfo fields {missing}"
+    assert "mqttrl check-plugin --config CONFIG" in text
+
+
+def sync_example() -> tuple[dict[str, str], str, str]:
+    """The linpg package, its run config and its commands exactly as docs/plugins.md shows them."""
+    part = section("#### A sync-mode algorithm")
+    (module,) = code_blocks(part, "python")
+    pyproject, config = code_blocks(part, "toml")
+    (commands,) = code_blocks(part, "bash")
+    assert module.startswith("# mqttrl_linpg.py") and config.startswith("# linpg_cartpole.toml")
+    return {"pyproject.toml": pyproject, "mqttrl_linpg.py": module}, config, commands
+
+
+def test_the_sync_example_states_the_contract():
+    from mqttrl.plugin.algorithm import SyncActor, SyncLearner
+
+    part = " ".join(section("#### A sync-mode algorithm").split())
+    for phrase in ("`pending()` at 0", "`take()` once", "`discard()`", "`train_round(batches)`", "never none"):
+        assert phrase in part, phrase
+    files, _, _ = sync_example()
+    namespace: dict = {}
+    exec(compile(files["mqttrl_linpg.py"], "docs/plugins.md", "exec"), namespace)
+    actor = namespace["LinPGActor"]
+    assert all(callable(getattr(actor, m, None)) for m in ("discard", "pending", "take", "truncate"))
+    assert {"discard", "train_round"} <= set(vars(SyncActor)) | set(vars(SyncLearner))
+
+
+@pytest.mark.e2e
+def test_the_sync_algorithm_from_the_docs_passes_check_plugin_and_trains(tmp_path):
+    """The sync-mode example, installed from the page alone: ``mqttrl check-plugin linpg`` passes
+    (train_round and discard among its checks), ``mqttrl train`` trains it in rounds with two
+    workers, and the end of the run does not offer an export it cannot do."""
+    import subprocess
+
+    files, config, commands = sync_example()
+    assert "mqttrl check-plugin linpg" in commands and "mqttrl train linpg_cartpole.toml" in commands
+    env = cli_env(install_package(tmp_path / "linpg", files))
+    check = subprocess.run(["mqttrl", "check-plugin", "linpg"], capture_output=True, text=True, env=env, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "FAIL" not in check.stdout and "ok    train_round" in check.stdout and "ok    discard" in check.stdout
+    (tmp_path / "linpg_cartpole.toml").write_text(config)
+    run_dir = tmp_path / "run"
+    train = subprocess.run(
+        ["mqttrl", "train", "linpg_cartpole.toml", "--run-dir", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algorithm"] == "linpg" and summary["updates"] >= 5 and summary["episodes"] > 10, summary
+    rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) >= 5 and all(len(r["batch_versions"]) == 1 for r in rounds)
+    assert any(len(r["workers"]) == 2 for r in rounds)
+    [next_line] = [line for line in train.stdout.splitlines() if line.startswith("next:")]
+    assert "mqttrl enjoy" in next_line and "export" not in next_line
+
+
+def test_the_module_env_from_the_docs_runs_as_written(tmp_path):
+    """``dial.py`` as the page shows it (with its gym.register), checked by the page's own command."""
+    import subprocess
+
+    part = section("### Real-time games")
+    [module] = [b for b in code_blocks(part, "python") if b.startswith("# dial.py")]
+    (tmp_path / "dial.py").write_text(module)
+    [command] = [b.strip() for b in code_blocks(part, "bash") if "dial:Dial-v0" in b]
+    assert command == "PYTHONPATH=. mqttrl check-plugin dial:Dial-v0"
+    env = cli_env()
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ok    env dial:Dial-v0" in out.stdout and "FAIL" not in out.stdout
+    assert "env dial:Dial-v0: pause/resume" in out.stdout
+
+
+def test_the_listing_example_is_what_mqttrl_plugins_prints():
+    import subprocess
+
+    part = section("## Listing and choosing plugins")
+    (shown,) = code_blocks(part, "json")
+    env = {**cli_env(), "MQTTRL_LOAD_PLUGINS": "dqn"}
+    out = subprocess.run(["mqttrl", "plugins"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [json.loads(shown)]
