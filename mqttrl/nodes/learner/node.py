@@ -150,13 +150,20 @@ class LearnerNode:
         return self.dispatch.rejections
 
     def _read_retained_version(self, wait: float = 1.5) -> None:
-        """Never go backwards: if the broker holds newer weights than our checkpoint, continue after them."""
+        """Never go backwards: if the broker holds newer weights than our checkpoint, continue after
+        them. Only the retained copy says what the broker holds."""
         deadline = time.monotonic() + wait
         held: list[Message] = []
         while time.monotonic() < deadline:
             try:
                 msg = self.client.inbox.get(timeout=0.05)
             except queue.Empty:
+                continue
+            if msg.topic == self.topics.weights and not msg.retain:
+                # not the broker's copy: an earlier learner's own weights, unacknowledged when it died,
+                # that the persistent session delivers again (or a live one); under load such an echo
+                # of a newer version came first and the resumed epoch continued after it (issue 46)
+                self.client.ack(msg)
                 continue
             if msg.topic == self.topics.weights:
                 try:
