@@ -111,9 +111,11 @@ class EnvConfig:
     )
     game_speed: float = setting(
         0.0,
-        doc="the game's speed (1: real time, 2: twice as fast): a worker calls each game's `set_speed(factor)` "
-        "(the real-time protocol, docs/plugins.md) once it is made; `control_hz` stays in wall-clock periods. 0: "
-        "the game's own speed, `set_speed` not called",
+        doc="the game's speed (1: real time, 2: twice as fast). A game the worker launches (`launch`) on Linux runs "
+        "under libfaketime at this rate (apt-get install libfaketime) and `control_hz` is then in game time (the "
+        "wall period is 1/(control_hz x game_speed)), `set_speed` not called; otherwise a worker calls each game's "
+        "`set_speed(factor)` (the real-time protocol, docs/plugins.md) once it is made and `control_hz` stays in "
+        "wall-clock periods. 0: the game's own speed",
         validator=non_negative,
     )
     launch: list = setting(  # noqa: RUF009 (an attrs field)
