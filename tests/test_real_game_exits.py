@@ -241,3 +241,25 @@ def test_a_reset_is_not_counted_as_capture_to_action():
     for _ in range(3):
         envs.step(np.array([0]))
     assert envs.act_latency.max_s < 0.1, envs.act_latency.max_s
+
+
+class _Greedy:
+    def act(self, obs, greedy=False):
+        return np.zeros(len(obs), np.int64), {}
+
+
+def test_an_evaluation_of_several_episodes_plays_a_new_game_for_each(tmp_path):
+    """A worker's greedy evaluation starts on a fresh game and each game over starts the next
+    episode on a new one: every episode has a result, no crash is counted."""
+    from mqttrl.envs.launched import new_game_for_evaluation
+    from mqttrl.envs.rollout import greedy_returns
+
+    game, envs = launched_tick(tmp_path, exit_after=45, over_at=25)
+    try:
+        new_game_for_evaluation(envs.envs)
+        assert game.relaunches == 1  # the evaluation's first episode on a fresh game
+        returns = greedy_returns(envs.envs, envs.dtype, _Greedy(), 3, seed=0, max_steps=5_000)
+    finally:
+        envs.close()
+        game.close()
+    assert len(returns) == 3 and game.relaunches >= 3 and game.crashes == 0
