@@ -421,11 +421,7 @@ class TelemetryNode:
                 "learner_status": self.learner_status,
                 "workers": len(self.workers),
                 "workers_online": sum(w.online for w in self.workers.values()),
-                # per worker that launched its game: how often it started it again (summary.json)
-                "game_relaunches": {n: w.game_relaunches for n, w in self.workers.items() if w.game_launches},
-                # of those, after a crash (not a game over), and the seconds the relaunches took
-                "game_crashes": {n: w.game_crashes for n, w in self.workers.items() if w.game_launches},
-                "game_relaunch_s": {n: round(w.relaunch_s, 2) for n, w in self.workers.items() if w.game_launches},
+                **game_counts(self.workers),
             }
 
     def stop(self, *_: Any) -> None:
@@ -519,3 +515,14 @@ def run_telemetry(
     install_stop_handlers(node.stop)
     node.run(max_seconds=max_seconds)
     return node
+
+
+def game_counts(workers: dict[str, WorkerView]) -> dict[str, dict]:
+    """Per worker that launched its game (summary.json): how often it started it again, of those how
+    often after a crash (not a game over), and the seconds the relaunches took."""
+    launched = {n: w for n, w in workers.items() if w.game_launches}
+    return {
+        "game_relaunches": {n: w.game_relaunches for n, w in launched.items()},
+        "game_crashes": {n: w.game_crashes for n, w in launched.items()},
+        "game_relaunch_s": {n: round(w.relaunch_s, 2) for n, w in launched.items()},
+    }

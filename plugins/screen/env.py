@@ -130,11 +130,7 @@ class ScreenEnv(gym.Env):
         #: seconds the last grab took (the window's pixels to an RGB array)
         self.last_grab_s = 0.0
 
-    @property
-    def reset_wait_s(self) -> float:
-        """How long a reset may wait by these options: the window (``window_wait_s``), then the
-        game's start (``reset_timeout_s``); a worker's reset deadline covers it (``obs_timeout_s``)."""
-        return self.opts.window_wait_s + self.opts.reset_timeout_s
+    reset_wait_s = property(lambda self: self.opts.window_wait_s + self.opts.reset_timeout_s)  # window, then game start
 
     def release_controls(self) -> None:
         """Let go of the controls: no key held, the pad neutral (a reset, an episode's end, a pause)."""

@@ -159,29 +159,13 @@ class LearnerNode:
                 msg = self.client.inbox.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if msg.topic == self.topics.weights and not msg.retain:
-                # not the broker's copy: an earlier learner's own weights, unacknowledged when it died,
-                # that the persistent session delivers again (or a live one); under load such an echo
-                # of a newer version came first and the resumed epoch continued after it (issue 46)
-                self.client.ack(msg)
+            if msg.topic != self.topics.weights:
+                held.append(msg)
                 continue
-            if msg.topic == self.topics.weights:
-                try:
-                    self.client.ack(msg)
-                    w = decode_weights(msg.payload)
-                    if w.epoch >= self.core.epoch:  # a clock that went back: stay ahead of the last learner
-                        self.core.epoch = w.epoch + 1
-                    before = self.version
-                    if self.core.continue_after(w.version):
-                        log.info(
-                            "broker holds weights version %d > checkpoint version %d; continuing from there",
-                            w.version,
-                            before,
-                        )
-                except Rejected as r:
-                    log.warning("retained weights unreadable (%s); ignoring", r)
+            self.client.ack(msg)
+            if msg.retain:  # else a dead learner's unacked weights, delivered again by the session
+                continue_after_retained(self.core, msg.payload)
                 break
-            held.append(msg)
         self.ledger = Ledger.from_env(f"learner-{self.core.epoch}.jsonl")  # the epoch is final now
         self.checkpoints.ledger = self.ledger
         for m in held:  # keep everything else, in order
@@ -449,3 +433,19 @@ def run_learner(
         node.stop()
     node.run(max_seconds=max_seconds)
     return signals
+
+
+def continue_after_retained(core: Any, payload: bytes) -> None:
+    """Number on after the broker's retained weights where they are newer than the checkpoint (a
+    resumed learner never goes backwards); only the retained copy counts: under load an unacked
+    echo of the dead learner's own newer weights came first and the new epoch continued after it."""
+    try:
+        w = decode_weights(payload)
+    except Rejected as r:
+        log.warning("retained weights unreadable (%s); ignoring", r)
+        return
+    if w.epoch >= core.epoch:  # a clock that went back: stay ahead of the last learner
+        core.epoch = w.epoch + 1
+    before = core.version
+    if core.continue_after(w.version):
+        log.info("broker holds weights version %d > checkpoint version %d; continuing from there", w.version, before)
