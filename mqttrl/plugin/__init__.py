@@ -16,6 +16,9 @@
   ``rng_to_json``, ``rng_from_json``, ``generator_to_json``, ``generator_from_json``;
 - settings: ``ConfigError`` (one line for the user) and the validators ``positive``,
   ``non_negative``, ``unit_interval``, ``unit_positive``, ``layer_sizes``;
+- the screen kit's readers (``mqttrl_plugins.screen.readers``): ``NumberReader``, ``MatchReader``,
+  ``LivesReader``, ``BarReader``, ``Reading``, and glyphs: ``Glyph``, ``load_glyphs``,
+  ``render_glyphs``, ``cut_glyphs``, ``save_glyphs`` (docs/real-games.md);
 - ``obs_dtype`` (the observations' dtype kept from the env to the network), ``Episode`` (a
   demonstration episode), ``UPDATES_KEY`` and ``FLEET_PROGRESS_KEY`` (weights-info keys actors read);
 - ``manager.py`` loads plugins (entry points, ``MQTTRL_LOAD_PLUGINS``) and ``check.py`` is
@@ -85,6 +88,17 @@ _CONTRACT = {
     # envs and demonstrations
     "obs_dtype": "mqttrl.envs.rollout",
     "Episode": "mqttrl.demos",
+    # the screen kit's readers: reward and done from a game's pixels (needs mqttrl[screen])
+    "NumberReader": "mqttrl_plugins.screen.readers",
+    "MatchReader": "mqttrl_plugins.screen.readers",
+    "LivesReader": "mqttrl_plugins.screen.readers",
+    "BarReader": "mqttrl_plugins.screen.readers",
+    "Reading": "mqttrl_plugins.screen.readers",
+    "Glyph": "mqttrl_plugins.screen.readers",
+    "load_glyphs": "mqttrl_plugins.screen.readers",
+    "render_glyphs": "mqttrl_plugins.screen.readers",
+    "cut_glyphs": "mqttrl_plugins.screen.readers",
+    "save_glyphs": "mqttrl_plugins.screen.readers",
 }
 
 __all__ = ["hookimpl", "hookspec", *_CONTRACT]

@@ -25,8 +25,9 @@ class ScreenOptions:
 
     #: action index -> the keys held during that step (X keysym names), e.g. ``[[], ["Left"], ["Right"]]``
     keys: list = field(default_factory=list)
-    #: ``"module:function"``: frame -> (reward, done); a class is instantiated once per env
-    reward: str = ""
+    #: ``"module:function"``: frame -> (reward, done); a class is instantiated once per env. Or a
+    #: table of screen readers, ``[env.kwargs.reward]`` (:mod:`.reward_config`: no Python needed)
+    reward: Any = ""
     #: the window's title (a case-insensitive part of it unless ``window_exact``)
     window: str = ""
     window_exact: bool = False
@@ -111,8 +112,17 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
             raise ScreenEnvError(f"screen env: unknown option {key!r}{hint}; options: {', '.join(allowed)}")
     o = ScreenOptions(**kwargs)
     _check_actions(o)
-    if not isinstance(o.reward, str) or o.reward.count(":") != 1:
-        _fail("reward", o.reward, 'give "module:function", a function of the frame returning (reward, done)')
+    if isinstance(o.reward, dict):
+        from .reward_config import check_table
+
+        check_table(o.reward)
+    elif not isinstance(o.reward, str) or o.reward.count(":") != 1:
+        _fail(
+            "reward",
+            o.reward,
+            'give "module:function", a function of the frame returning (reward, done), or a table of readers '
+            "([env.kwargs.reward], docs/real-games.md)",
+        )
     if bool(o.window) == bool(o.region):
         raise ScreenEnvError('screen env: give either window = "<title>" or region = [left, top, width, height]')
     if o.region and not (len(o.region) == 4 and all(_is_int(v) for v in o.region) and min(o.region[2:]) > 0):
@@ -173,9 +183,14 @@ def _check_actions(o: ScreenOptions) -> None:
         _fail("gamepad_threshold", t, "a button dimension's threshold, in [-1, 1]")
 
 
-def load_reward(spec: str) -> Callable:
+def load_reward(spec: str | dict) -> Callable:
     """The user's reward function from ``"module:function"`` (a class: one new instance). The module
-    is imported as Python would, then from the working directory (where a user's ``mygame.py`` sits)."""
+    is imported as Python would, then from the working directory (where a user's ``mygame.py`` sits).
+    A table of readers is made into their reward function (:func:`.reward_config.make_reward`)."""
+    if isinstance(spec, dict):
+        from .reward_config import make_reward
+
+        return make_reward(spec)
     module_name, _, attr = spec.partition(":")
     try:
         module = _import(module_name)
@@ -205,8 +220,10 @@ def _import(name: str):
         return importlib.import_module(name)
 
 
-def check_result(spec: str, result: Any) -> tuple[float, bool]:
+def check_result(spec: str | dict, result: Any) -> tuple[float, bool]:
     """What the reward function returned, as ``(reward, done)``; anything else is one clear line."""
+    if isinstance(spec, dict):  # the readers' own function: it returns a pair of float and bool
+        return result
     ok = isinstance(result, tuple) and len(result) == 2
     try:
         reward, done = (float(result[0]), result[1]) if ok else (0.0, None)
