@@ -32,6 +32,7 @@ EXPECTED = [
     "record",
     "export",
     "broker",
+    "screen",
 ]
 
 
@@ -64,6 +65,8 @@ def test_every_command_has_help(name, capsys):
         (["workers"], ["default: 2", "default: worker-logs", "(default:"]),
         (["quicksave"], ["default: 30.0"]),
         (["telemetry"], ["(default 20)", "(default 2)", "default: files"]),
+        (["screen", "probe"], ["(default: 5.0)", "(default: none)", "(default: probe)"]),
+        (["screen", "glyphs"], ["(default: glyphs)", "(default: 128.0)"]),
     ],
 )
 def test_help_shows_defaults(argv, expected, capsys):

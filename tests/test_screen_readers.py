@@ -411,3 +411,72 @@ def play_pacman(env, env_vars: dict, next_key, seconds: float = 20.0) -> list:
             subprocess.run(["xdotool", "key", key], env=env_vars, timeout=10)
         time.sleep(0.02)
     return readings
+
+
+# ---- mqttrl screen glyphs / probe -------------------------------------------------------------------
+def test_mqttrl_screen_glyphs_cuts_a_labelled_frame(tmp_path, capsys):
+    from mqttrl import cli
+
+    write_png(tmp_path / "frame.png", catch(17))
+    cli.main(
+        [
+            "screen",
+            "glyphs",
+            str(tmp_path / "frame.png"),
+            "--region",
+            "0,0,80,16",
+            "--label",
+            "17",
+            "-o",
+            str(tmp_path / "glyphs"),
+        ]
+    )
+    assert "wrote 2 glyphs" in capsys.readouterr().out
+    assert sorted(g.char for g in load_glyphs(tmp_path / "glyphs")) == ["1", "7"]
+    with pytest.raises(SystemExit) as e:  # one line, exit 2 (a config error)
+        cli.main(["screen", "glyphs", str(tmp_path / "frame.png"), "--region", "0,0,80,16", "--label", "123"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "label '123' has 3" in err and "\n" not in err
+
+
+def test_mqttrl_screen_probe_draws_and_writes_what_the_readers_read(display, tmp_path, capsys):
+    from mqttrl import cli
+
+    text = (ROOT / "configs" / "screen_catch_readers.toml").read_text()
+    text = text.replace('"mqttrl catch"', '"catch-probe"').replace('"configs/', f'"{ROOT}/configs/')
+    (tmp_path / "catch.toml").write_text(text)
+    game = Game(display, tmp_path, "catch-probe", "--hud", "digits", "--seed", "2")
+    game.wait_window()
+    try:
+        cli.main(
+            [
+                "screen",
+                "probe",
+                str(tmp_path / "catch.toml"),
+                "--set",
+                f'env.kwargs.display="{display}"',
+                "--seconds",
+                "2",
+                "--keys",
+                "random",
+                "-o",
+                str(tmp_path / "out"),
+            ]
+        )
+    finally:
+        game.stop()
+    assert "frames in 2 s; last: score=" in capsys.readouterr().out
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "out" / "probe.csv").open()))
+    assert (
+        len(rows) > 20 and {r["score_status"] for r in rows} == {"ok"} and {r["lives"] for r in rows} <= {"1", "2", "3"}
+    )
+    picture = load_png(tmp_path / "out" / "probe.png")
+    assert picture.shape[1] == 640 and (tmp_path / "out" / "frame.png").exists()
+
+
+def load_png(path):
+    from mqttrl_plugins.screen.readers import read_png
+
+    return read_png(path, "test")

@@ -23,6 +23,7 @@ from mqttrl.cli import (
     plugins,
     quicksave,
     record,
+    screen,
     settings,
     status,
     telemetry,
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
     "record": record.COMMAND,
     "export": export.COMMAND,
     "broker": broker.COMMAND,
+    "screen": screen.COMMAND,
 }
 
 

@@ -94,6 +94,8 @@ class Reader:
         self.frames = 0
         self.unreadable = 0
         self._in_a_row = 0
+        #: whether the last frame was read (False: unreadable, its value kept)
+        self.ok = True
         #: what the last frame showed, as text (a number reader's characters; "" for the others)
         self.text = ""
 
@@ -131,12 +133,13 @@ class Reader:
             value = self.measure(pixels)
         except Unreadable as e:
             return self._keep(str(e))
-        self.value, self._in_a_row = value, 0
+        self.value, self._in_a_row, self.ok = value, 0, True
         return Reading(value, True, "", self.text)
 
     def _keep(self, why: str) -> Reading:
         self.unreadable += 1
         self._in_a_row += 1
+        self.ok = False
         level = logging.WARNING if self._in_a_row == LONG_UNREADABLE else logging.DEBUG
         log.log(
             level,
