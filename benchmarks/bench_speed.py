@@ -22,7 +22,7 @@ import numpy as np
 from benchmarks.harness.machine import REPO
 from benchmarks.harness.xvfb import Xvfb
 
-OUT = REPO / "benchmarks" / "results" / "game_speed.json"
+OUT = REPO / "benchmarks" / "results" / "bench" / "game_speed.json"
 
 
 def no_reward(frame) -> tuple[float, bool]:
