@@ -250,7 +250,20 @@ def test_status_with_a_dead_first_broker_uses_the_next(shared_mosquitto, capsys)
     from mqttrl.broker.embedded import free_port
 
     dead = f"mqtt://127.0.0.1:{free_port()}"
-    cli.main(["status", "--run", "r-failover", "--once", "0.3", "--json", "--broker", f"{dead},{shared_mosquitto.url}"])
+    cli.main(
+        [
+            "status",
+            "--run",
+            "r-failover",
+            "--once",
+            "0.3",
+            "--wait-s",
+            "0",
+            "--json",
+            "--broker",
+            f"{dead},{shared_mosquitto.url}",
+        ]
+    )
     out = capsys.readouterr()
     assert '"node": "learner"' in out.out and "Traceback" not in out.err
 
