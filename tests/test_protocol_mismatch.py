@@ -121,3 +121,15 @@ def test_a_member_whose_name_a_process_of_another_protocol_takes_leaves_and_may_
     assert reason(core.on_heartbeat, "w0", encode_json({"model_version": 0, "env_steps": 1}), 2.0) == "protocol_version"
     birth(core, "w0", 3.0, incarnation="c")  # a process of this version under the name again
     assert core.online() == {"w0"}
+
+
+def test_one_batch_of_another_protocol_refuses_that_batch_not_the_sender():
+    """A batch whose protocol byte differs is refused (and said once); the sender's next batch of
+    this version is judged on its own: only a birth of another protocol refuses a worker unread."""
+    core, _ = make()
+    birth(core, "w0", incarnation="a")
+    assert reason(core.on_samples, "w0", other_batch(core.rules.run, "w0", 0), 1.0) == "protocol_version"
+    assert reason(core.on_samples, "w0", other_batch(core.rules.run, "w0", 1), 1.1) == "protocol_version"
+    hb = encode_json({"model_version": 0, "env_steps": 1})
+    core.on_heartbeat("w0", hb, 1.2)  # not refused: the worker's birth was of this version
+    assert core.workers["w0"].online

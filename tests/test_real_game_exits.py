@@ -41,6 +41,9 @@ def test_new_games_after_a_game_over_are_not_held_to_the_hourly_bound():
 
 
 def launched_tick(tmp_path, exit_after: int, over_at: int, max_per_hour: int = 1):
+    """The tick game launched with an env set over it. A game lives ``exit_after`` ticks of 10 ms:
+    keep it well past the launcher's 0.5 s poll for the game to come up (READY_POLL_S) and a busy
+    machine's start-up, or it has exited before its first reset (a crash, not a game over)."""
     from helpers.tick_game import TickEnv
 
     state = tmp_path / "state"
@@ -55,10 +58,10 @@ def launched_tick(tmp_path, exit_after: int, over_at: int, max_per_hour: int = 1
 
 
 def test_a_game_that_exits_at_game_over_plays_game_after_game(tmp_path, caplog):
-    """Game over at tick 25, exit (status 0) at tick 45: each game is an episode, the next starts on
+    """Game over at tick 150, exit (status 0) at tick 170: each game is an episode, the next starts on
     a new game (one info line each, no warning), no crash is counted, and a budget of one start an
     hour is never reached."""
-    game, envs = launched_tick(tmp_path, exit_after=45, over_at=25)
+    game, envs = launched_tick(tmp_path, exit_after=170, over_at=150)
     ended = []
     try:
         deadline = time.monotonic() + 40
@@ -79,7 +82,7 @@ def test_a_game_that_exits_at_game_over_plays_game_after_game(tmp_path, caplog):
 
 def test_a_game_that_exits_mid_episode_is_a_crash(tmp_path):
     """Exit status 0 without the episode's end: a crash (the env set's restart path, counted)."""
-    game, envs = launched_tick(tmp_path, exit_after=30, over_at=0, max_per_hour=5)
+    game, envs = launched_tick(tmp_path, exit_after=150, over_at=0, max_per_hour=5)
     try:
         deadline = time.monotonic() + 20
         while envs.env_restarts == 0:
@@ -254,7 +257,7 @@ def test_an_evaluation_of_several_episodes_plays_a_new_game_for_each(tmp_path):
     from mqttrl.envs.launched import new_game_for_evaluation
     from mqttrl.envs.rollout import greedy_returns
 
-    game, envs = launched_tick(tmp_path, exit_after=45, over_at=25)
+    game, envs = launched_tick(tmp_path, exit_after=170, over_at=150)
     try:
         new_game_for_evaluation(envs.envs)
         assert game.relaunches == 1  # the evaluation's first episode on a fresh game

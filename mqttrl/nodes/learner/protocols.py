@@ -20,25 +20,33 @@ MAX_REMEMBERED = 4096
 
 
 class OtherProtocols:
-    """The workers known to speak another protocol, by name: their protocol and mqttrl version."""
+    """The workers known to speak another protocol, by name: their protocol and mqttrl version.
+
+    Only a birth message makes a worker's later messages refused unread (:meth:`refuse_known`):
+    one batch of another protocol refuses that batch (and is said once), never the sender's next
+    ones, which may be of this version (a bad batch is one bad message, not a verdict on its sender).
+    """
 
     def __init__(self) -> None:
+        #: the workers whose birth said they speak another protocol (their messages refused unread)
         self.workers: dict[str, tuple[int, str | None]] = {}
+        #: (worker, protocol) already said in a WARNING, with the mqttrl version it named
+        self._said: dict[tuple[str, int], str | None] = {}
 
     def check(self, worker: str, protocol: int | None, mqttrl: str | None = None) -> None:
         """Raise :class:`Rejected` when ``worker`` speaks another ``protocol`` (None: one that
         names none, an old sender: taken). The first time per worker and version, one WARNING."""
         if protocol is None or protocol == PROTOCOL_VERSION:
             return
-        known = self.workers.get(worker)
-        mqttrl = mqttrl or (known[1] if known is not None and known[0] == protocol else None)
+        said = (worker, protocol)
+        mqttrl = mqttrl or self._said.get(said)
         line = mismatch_line(worker, protocol, mqttrl)
-        if known is None or known[0] != protocol:
+        if said not in self._said:
             log.warning("%s", line)
-        self.workers.pop(worker, None)
-        self.workers[worker] = (protocol, mqttrl)
-        while len(self.workers) > MAX_REMEMBERED:
-            del self.workers[next(iter(self.workers))]
+        self._said.pop(said, None)
+        self._said[said] = mqttrl
+        while len(self._said) > MAX_REMEMBERED:
+            del self._said[next(iter(self._said))]
         raise Rejected("protocol_version", line, quiet=True)
 
     def check_state(self, worker: str, st: WorkerState) -> None:
@@ -49,6 +57,10 @@ class OtherProtocols:
         elif st.protocol is None or st.protocol == PROTOCOL_VERSION:
             self.workers.pop(worker, None)
         else:
+            self.workers.pop(worker, None)
+            self.workers[worker] = (st.protocol, st.mqttrl)
+            while len(self.workers) > MAX_REMEMBERED:
+                del self.workers[next(iter(self.workers))]
             self.check(worker, st.protocol, st.mqttrl)
 
     def refuse_known(self, worker: str) -> None:
