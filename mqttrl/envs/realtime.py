@@ -237,7 +237,8 @@ class RealTimeEnv(gym.Wrapper):
         inner = env.env if self.history is not None else env
         self.game = game_of(inner)
         self.inner = inner
-        self.pausable = can_pause(inner)
+        #: a lock-step env under the clock stops when it is not stepped: it always pauses
+        self.pausable = can_pause(inner) if self.game is not None else True
         self._sent = False
         self._send_error: Exception | None = None
         #: a reset running on its own thread (:meth:`start_reset`): the thread and its result
@@ -367,10 +368,12 @@ class RealTimeEnv(gym.Wrapper):
             self.env.close()
 
     def pause(self) -> None:
-        if self.pausable and not self.clock.paused and self._reset_job is None:
+        if self.game is None:
+            pass  # lock-step: not stepping it is its pause
+        elif self.pausable and not self.clock.paused and self._reset_job is None:
             self.game.pause()
             self._game_paused = True
-        elif self.game is not None and callable(getattr(self.game, "release_controls", None)):
+        elif callable(getattr(self.game, "release_controls", None)):
             self.game.release_controls()  # a game that runs on: no key held, a virtual pad neutral
         self.clock.pause()
 
