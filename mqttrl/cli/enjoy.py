@@ -1,7 +1,8 @@
 """``mqttrl enjoy PATH``: play a trained policy in its env, no broker, no torch (:func:`mqttrl.load_policy`).
 
-Exit status: 0 after the episodes, 2 when PATH holds no policy that loads (one line saying why),
-1 when the env cannot be made or recorded (one line).
+Exit status: 0 after the episodes, 2 when PATH holds no policy that loads (one line saying why) or
+its env is set wrong (a config error), 5 when a package the env or ``--video`` needs is missing
+(the line names what to install), 1 when the env cannot be made or recorded otherwise (one line).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 
 from mqttrl.cli.common import Command, model_args
+from mqttrl.cli.errors import EXIT_FAILED, EXIT_MISSING, EXIT_USAGE
 from mqttrl.policy.source import describe_choice
 
 
@@ -75,6 +77,28 @@ def make_env(policy, render: bool, video: str | None):
     return env
 
 
+def _env_or_exit(policy, args: argparse.Namespace, env_id: str):
+    """The env to play in, or one line and the table's code: 5 for a package that is missing
+    (moviepy for --video, an env's extra), 2 for a config mistake, 1 for anything else."""
+    import gymnasium as gym
+
+    from mqttrl.config import ConfigError
+    from mqttrl.plugin.manager import MissingDependency
+
+    try:
+        return make_env(policy, args.render, args.video)
+    except (gym.error.DependencyNotInstalled, MissingDependency) as e:
+        _fail(str(e), EXIT_MISSING)
+    except ModuleNotFoundError as e:
+        from mqttrl.cli.errors import missing_module_hint
+
+        _fail(f"cannot make the env {env_id}: {missing_module_hint(e.name or str(e))}", EXIT_MISSING)
+    except ConfigError as e:
+        _fail(f"cannot make the env {env_id}: {e}", EXIT_USAGE)
+    except Exception as e:
+        _fail(f"cannot make the env {env_id}: {type(e).__name__}: {e}", EXIT_FAILED)
+
+
 def run(args: argparse.Namespace) -> None:
     import numpy as np
 
@@ -85,10 +109,7 @@ def run(args: argparse.Namespace) -> None:
     except (OSError, ValueError) as e:
         _fail(str(e), 2)
     env_id = policy.config.env.id if policy.config is not None else "(unknown: no run config)"
-    try:
-        env = make_env(policy, args.render, args.video)
-    except Exception as e:
-        _fail(f"cannot make the env {env_id}: {type(e).__name__}: {e}", 1)
+    env = _env_or_exit(policy, args, env_id)
     print(f"playing {describe_choice(policy.source)}")
     print(f"{policy.algorithm} policy in env {env_id}", flush=True)
     returns = []
@@ -116,7 +137,7 @@ COMMAND = Command(
     help="play a trained policy in its env and print the returns (no broker needed)",
     description="Load a trained policy (mqttrl.load_policy: numpy only, no torch, no broker) and play it\n"
     "in the run's env, printing each episode's return and the mean. Exit 2 if PATH holds no\n"
-    "policy, 1 if the env cannot be made or fails.",
+    "policy, 5 if a package the env or --video needs is missing, 1 if the env cannot be made or fails.",
     epilog="examples:\n"
     "  mqttrl train configs/cartpole_dqn.toml --run-dir runs/cartpole-dqn\n"
     "  mqttrl enjoy runs/cartpole-dqn --episodes 10\n"

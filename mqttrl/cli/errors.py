@@ -2,12 +2,15 @@
 
 ``guarded(run)(args)`` runs a command and turns the errors a user can cause (a broker that
 is down or misspelled, a bad config, a plugin or an optional package that is missing) into
-one line on stderr and a documented exit code (docs/cli.md, "Exit codes"). Anything else is
-a bug: one line that says so, and the traceback only when ``MQTTRL_TRACEBACK=1``.
+one line on stderr and a documented exit code (docs/cli.md, "Exit codes"). So are the file
+system's refusals: a path that is read-only or not ours is a usage mistake (2), a full disk has a
+code of its own (6). Anything else is a bug: one line that says so, and the traceback only when
+``MQTTRL_TRACEBACK=1``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -22,6 +25,7 @@ EXIT_USAGE = 2  # bad arguments or config (argparse uses 2 too)
 EXIT_UNSOLVED = 3  # mqttrl train / evaluate: the budget ended before the target return
 EXIT_BROKER = 4  # no broker at the given address (refused, unresolvable, timed out, not allowed)
 EXIT_MISSING = 5  # a plugin or an optional package is not installed
+EXIT_DISK_FULL = 6  # the disk (or quota) filled: what was written is kept whole (mqttrl.state.atomic)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 #: importable module -> the extra that installs it (pip install 'mqttrl[EXTRA]')
@@ -62,12 +66,18 @@ def describe(exc: BaseException) -> tuple[str, int]:
     """The one line and exit code for an error a user can cause, or ('', 0) for a bug."""
     from mqttrl.config import ConfigError
     from mqttrl.plugin.manager import MissingDependency, PluginError, UnknownPluginError
-    from mqttrl.state.run_dir import RunDirInUse
+    from mqttrl.state.atomic import DiskFull, is_disk_full
+    from mqttrl.state.run_dir import RunDirInUse, RunDirNotWritable
 
     if isinstance(exc, ConfigError):
         return f"config error: {exc}", EXIT_USAGE
-    if isinstance(exc, RunDirInUse):
+    if isinstance(exc, RunDirInUse | RunDirNotWritable):
         return str(exc), EXIT_USAGE
+    if isinstance(exc, DiskFull):
+        return str(exc), EXIT_DISK_FULL
+    if is_disk_full(exc):
+        where = f" writing {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        return f"the disk is full{where} ({_reason(exc)}): free space and run it again", EXIT_DISK_FULL
     if isinstance(exc, MissingDependency):
         return str(exc), EXIT_MISSING
     if isinstance(exc, UnknownPluginError):
@@ -78,7 +88,18 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return missing_module_hint(exc.name), EXIT_MISSING
     if isinstance(exc, ConnectionError | TimeoutError | socket.gaierror):
         return f"broker: {exc}", EXIT_BROKER
+    if isinstance(exc, OSError) and exc.filename and exc.errno in NOT_WRITABLE:
+        return f"cannot use {exc.filename}: {exc.strerror} (check the path and its permissions)", EXIT_USAGE
     return "", 0
+
+
+#: the errnos of a path the user pointed at that this process may not write (or read)
+NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's words without its class: the OS's strerror where it has one."""
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def guarded(run: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> None:
         raise run_dir_rules.RunDirInUse("--init-from starts a new run and --resume continues one: choose one")
     cfg = load(args.config, args.overrides)
     run_dir = Path(args.run_dir or f"runs/{cfg.run}")
+    run_dir_rules.check_writable(run_dir)  # a read-only folder: one line now, not at the first checkpoint
     resume = args.resume or (args.resume_if_any and run_dir_rules.resumable(run_dir))
     if args.init_from and args.resume_if_any:
         raise run_dir_rules.RunDirInUse("--init-from starts a new run and --resume-if-any continues one: choose one")

@@ -1,10 +1,15 @@
-"""``mqttrl telemetry`` / ``mqttrl-telemetry``: aggregate a run into storages, ask for best-model saves."""
+"""``mqttrl telemetry`` / ``mqttrl-telemetry``: aggregate a run into storages, ask for best-model saves.
+
+Ctrl-C ends it with 130 (its storages closed first), a stop request (SIGTERM, Windows' CTRL_BREAK)
+with 0, as docs/cli.md's table says for every node.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from mqttrl.cli.common import Command, broker_args, settings, setup_logging, verbose_arg
+from mqttrl.cli.errors import EXIT_INTERRUPTED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +50,9 @@ def storage_options(items: list[str]) -> dict[str, dict]:
 
 def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
-    from mqttrl.nodes.telemetry import TelemetrySettings, make_storages, run_telemetry
+    from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
     from mqttrl.plugin.manager import UnknownPluginError
+    from mqttrl.system.procs import StopSignals
 
     options = storage_options(args.storage_opt)
     try:
@@ -56,7 +62,11 @@ def run(args: argparse.Namespace) -> None:
     telemetry = TelemetrySettings(
         window=args.window, interval_s=args.interval, quicksave_best=not args.no_best_quicksave
     )
-    run_telemetry(settings(args), args.run, storages, telemetry, max_seconds=args.max_seconds)
+    node = TelemetryNode(settings(args), args.run, storages, telemetry)
+    signals = StopSignals(node.stop)
+    node.run(max_seconds=args.max_seconds)
+    if signals.interrupted:  # Ctrl-C: a clean stop, but not the end a script should take for done
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 COMMAND = Command(

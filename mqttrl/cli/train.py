@@ -19,7 +19,7 @@ from mqttrl.cli.common import (
     setup_logging,
     verbose_arg,
 )
-from mqttrl.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNSOLVED, EXIT_USAGE
+from mqttrl.cli.errors import EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNSOLVED, EXIT_USAGE
 
 EPILOG = """examples:
   mqttrl train configs/cartpole_dqn.toml
@@ -42,6 +42,7 @@ exit codes (docs/cli.md):
   3  the budget (--max-seconds, --max-env-steps) ended before the target return
   4  the broker cannot be reached
   5  a plugin or an optional package is not installed
+  6  the disk filled: the run stopped, its newest intact checkpoint and best/ kept (continue with --resume)
   130  interrupted (Ctrl-C)
 """
 
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> None:
     """Exits 0 when the target was reached (or the config has none), 3 when it was not, 1 when a
     node failed for good (the epilog's table)."""
     setup_logging(args.verbose)
-    from mqttrl.trainer.run import train
+    from mqttrl.trainer.run import DISK_FULL, train
 
     overrides = list(args.overrides)
     for flag, key in TRAIN_FLAGS.items():
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> None:
     )
     if summary.get("failure"):
         print(f"mqttrl: {summary['failure']}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_DISK_FULL if summary.get("stop_reason") == DISK_FULL else EXIT_FAILED)
     if summary.get("stop_reason") == "interrupted":  # Ctrl-C: a script must tell it from a budget spent
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(0 if summary.get("solved") or cfg.train.target_return is None else EXIT_UNSOLVED)

@@ -29,6 +29,7 @@ from mqttrl.config.settings import ConfigError as ConfigError
 from mqttrl.config.settings import non_negative as non_negative
 from mqttrl.config.settings import one_of as one_of
 from mqttrl.config.settings import positive as positive
+from mqttrl.config.settings import seed_range as seed_range
 from mqttrl.config.settings import setting as setting
 from mqttrl.config.settings import unit_interval as unit_interval
 from mqttrl.config.settings import unit_positive as unit_positive
@@ -400,7 +401,7 @@ class TrainConfig:
     """Settings of ``mqttrl train`` (single-machine mode) and of evaluation."""
 
     workers: int = setting(2, doc="worker processes (`--workers`)", validator=positive)
-    seed: int = setting(0, doc="run seed (`--seed`)")
+    seed: int = setting(0, doc="run seed (`--seed`)", validator=seed_range)
     target_return: float | None = setting(
         475.0,
         doc='stop when the greedy evaluation mean reaches it; `"none"` (TOML has no null): never, train for the '
@@ -706,7 +707,7 @@ def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | Non
 
 
 def write_resolved(config: RunConfig, path: Path) -> None:
+    from mqttrl.state.atomic import write_file_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
-    tmp.replace(path)
+    write_file_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True), sync=False)

@@ -81,6 +81,17 @@ def non_negative(inst, attribute, value):
         raise ConfigError(f"{attribute.name}={value!r}: must be >= 0")
 
 
+#: the seeds every generator a run seeds takes: numpy's legacy ``np.random.seed`` and Gymnasium's
+#: spaces take 0 .. 2**32 - 1 only (``default_rng`` refuses a negative one, torch one past 2**64)
+SEED_MAX = 2**32 - 1
+
+
+@_allows(f"0 to {SEED_MAX} (2**32 - 1)")
+def seed_range(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+        raise ConfigError(f"{attribute.name}={value!r}: must be a whole number from 0 to {SEED_MAX} (2**32 - 1)")
+
+
 @_allows("between 0 and 1")
 def unit_interval(inst, attribute, value):
     if not 0 <= value <= 1:

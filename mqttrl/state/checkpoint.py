@@ -19,6 +19,8 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from mqttrl.state.atomic import write_file_atomically
+
 
 class CheckpointError(RuntimeError):
     pass
@@ -96,9 +98,7 @@ class CheckpointStore:
         return path
 
     def _set_latest(self, name: str) -> None:
-        tmp = self.root / ".latest.tmp"
-        tmp.write_text(name)
-        tmp.replace(self.root / "latest")
+        write_file_atomically(self.root / "latest", name, sync=False)
 
     def _prune(self) -> None:
         periodic = sorted(p for p in self.root.glob("ckpt-*") if p.is_dir())

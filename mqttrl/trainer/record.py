@@ -9,13 +9,16 @@ the trainer's thread reads.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 
 from mqttrl.config import RunConfig
+from mqttrl.state.atomic import is_disk_full
 from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, score_file, write_best_dir
 from mqttrl.wire.episodes import EpisodeStats
 
@@ -39,13 +42,48 @@ EVAL_COLUMNS = [
 ]
 
 
-def _append_csv(path: Path, columns: list[str]):
-    """``path`` opened for appending, with its header written if it is new; (file, writer)."""
-    f = open(path, "a", newline="")
-    writer = csv.writer(f)
-    if f.tell() == 0:
-        writer.writerow(columns)
-    return f, writer
+class CsvLog:
+    """A CSV file rows are appended to, that a full disk never leaves with part of a row: the rows
+    are buffered and flushed whole (:meth:`flush`); a flush the disk refuses cuts the file back to
+    its last whole row and drops every later row (``full`` says so). A reader (``compare``, the
+    next session's ``--resume``) finds whole rows only."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.path = path
+        self.full = False
+        self._rows = io.StringIO()
+        self._writer = csv.writer(self._rows)
+        with open(path, "a", newline=""):  # made now (an empty run still has its header)
+            pass
+        self.size = os.path.getsize(path)
+        if self.size == 0:
+            self._writer.writerow(columns)
+            self.flush()
+
+    def writerow(self, row: list) -> None:
+        if not self.full:
+            self._writer.writerow(row)
+
+    def flush(self) -> None:
+        """Append the rows written since the last flush; on a full disk cut back and set ``full``."""
+        text = self._rows.getvalue()
+        if self.full or not text:
+            return
+        self._rows.seek(0)
+        self._rows.truncate()
+        try:
+            with open(self.path, "a", newline="") as f:
+                f.write(text)
+            self.size += len(text.encode())
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self.full = True
+            log.error("the disk is full: %s keeps its rows up to here, later ones are dropped", self.path)
+            try:
+                os.truncate(self.path, self.size)  # shrinking takes no space
+            except OSError:
+                pass
 
 
 class RunRecord:
@@ -67,8 +105,15 @@ class RunRecord:
         self.solved_at: dict | None = None
         #: the evaluation of the model at the end of the budget (``train.final_eval``)
         self.final_eval: dict | None = None
-        self._episodes_file, self._episodes = _append_csv(run_dir / "episodes.csv", EPISODE_COLUMNS)
-        self._evals_file, self._evals = _append_csv(run_dir / "evaluations.csv", EVAL_COLUMNS)
+        #: why a write was refused for a full disk ("" while none was): the trainer stops the run (exit 6)
+        self.full_disk = ""
+        self._episodes = CsvLog(run_dir / "episodes.csv", EPISODE_COLUMNS)
+        self._evals = CsvLog(run_dir / "evaluations.csv", EVAL_COLUMNS)
+
+    @property
+    def disk_full(self) -> bool:
+        """A write of the record found the disk full (what it had written is kept whole)."""
+        return bool(self.full_disk) or self._episodes.full or self._evals.full
 
     @property
     def env_steps(self) -> int:
@@ -118,7 +163,7 @@ class RunRecord:
             }
             self.evals.append(row)
             self._evals.writerow(list(row.values()))
-            self._evals_file.flush()
+            self._evals.flush()
             if self.best_eval is None or row["mean"] > self.best_eval:
                 self.best_eval = row["mean"]
             score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]))
@@ -137,7 +182,14 @@ class RunRecord:
             "evaluation.json": json.dumps(row, indent=2).encode(),
             SCORE_FILE: score_file(score),
         }
-        write_best_dir(self.run_dir / "best", files)
+        try:
+            write_best_dir(self.run_dir / "best", files)  # atomic: a full disk leaves the previous best/
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self.full_disk = f"best/ not replaced by model {row['model_version']}: the disk is full"
+            log.error("%s (the previous best/ is kept)", self.full_disk)
+            return
         self.best_score = score
 
     def curve(self) -> list[dict]:
@@ -172,7 +224,7 @@ class RunRecord:
         """The progress display's figures; ``view`` is the telemetry node's."""
         m = view["learner"]
         with self._lock:
-            self._episodes_file.flush()
+            self._episodes.flush()
             last_eval = self.evals[-1] if self.evals else None
         return {
             "elapsed": elapsed,
@@ -246,11 +298,11 @@ class RunRecord:
         }
 
     def close(self) -> None:
-        """Close the CSVs; what arrives later is dropped."""
+        """Flush the CSVs; what arrives later is dropped."""
         with self._lock:
             self._closed = True
-            self._episodes_file.close()
-            self._evals_file.close()
+            self._episodes.flush()
+            self._evals.flush()
 
 
 def earlier_env_steps(run_dir: Path) -> int:

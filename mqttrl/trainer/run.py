@@ -25,6 +25,8 @@ from mqttrl.broker.embedded import EmbeddedBroker
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.nodes.evaluator import EvaluatorNode
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
+from mqttrl.state.atomic import EXIT_DISK_FULL, is_disk_full, write_file_atomically
+from mqttrl.state.run_dir import check_writable
 from mqttrl.system.procs import install_stop_handlers
 from mqttrl.trainer.plan import plan_children, storage_options
 from mqttrl.trainer.progress import Progress
@@ -46,6 +48,8 @@ TRAINER_LOG = "trainer.log"
 GIVE_UP_AFTER_S = 300.0
 #: the stop reasons of a run that ended as planned (any other is a failure: exit 1)
 PLANNED_STOPS = ("target reached", "time budget", "env step budget", "interrupted")
+#: the stop reason of a run ended by a full disk (exit 6: what was written is kept whole)
+DISK_FULL = "disk full"
 
 
 def _stop_on_signals(interrupted: threading.Event) -> Callable[[], None]:
@@ -97,7 +101,7 @@ def _node_logs(run_dir: Path, quiet: bool = False) -> Callable[[], None]:
     files: dict[str, logging.FileHandler] = {}
     undo = []
     for name, file in {**NODE_LOGS, "mqttrl": TRAINER_LOG}.items():
-        handler = files.get(file) or files.setdefault(file, logging.FileHandler(run_dir / "logs" / file))
+        handler = files.get(file) or files.setdefault(file, _LogFile(run_dir / "logs" / file))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
         logger = logging.getLogger(name)
         undo.append((logger, handler, logger.propagate, logger.level))
@@ -115,6 +119,18 @@ def _node_logs(run_dir: Path, quiet: bool = False) -> Callable[[], None]:
             handler.close()
 
     return restore
+
+
+class _LogFile(logging.FileHandler):
+    """A node's log file that drops its lines once the disk is full, instead of printing a
+    "--- Logging error ---" traceback on the console for every line (the run says so in one)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        import sys
+
+        if is_disk_full(sys.exc_info()[1]):
+            return
+        super().handleError(record)
 
 
 class NodeThread(threading.Thread):
@@ -199,7 +215,7 @@ def _start(
         plan = plan_children(config, run_dir, broker, broker_args, credentials, **start_from)
         _start_nodes(run, plan.brokers)
         run.learner = plan.learner
-        run.supervisor = Supervisor(plan.children, give_up_after_s=GIVE_UP_AFTER_S)
+        run.supervisor = Supervisor(plan.children, give_up_after_s=GIVE_UP_AFTER_S, final_codes=(EXIT_DISK_FULL,))
         run.on_stop(run.supervisor.stop)
         run.supervisor.start()
     except BaseException:  # leave no broker, thread or child process behind
@@ -252,15 +268,23 @@ def _stop_reason(run: LocalRun, elapsed: float) -> str | None:
         return "time budget"
     if tc.max_env_steps and run.record.env_steps >= tc.max_env_steps:
         return "env step budget"
+    if run.record.disk_full or any(_exit_code(c) == EXIT_DISK_FULL for c in run.supervisor.given_up):
+        return DISK_FULL
     for c in run.supervisor.given_up:
         return f"{c.name} exited ({c.proc.returncode if c.proc else None}) {c.restarts + 1} times"
     hopeless = run.supervisor.hopeless()
     if hopeless is not None:
         return hopeless
     for t in run.threads:
+        if t.error is not None and is_disk_full(t.error):
+            return DISK_FULL
         if t.error is not None:
             return f"the {t.name} node failed: {type(t.error).__name__}: {t.error}"
     return None
+
+
+def _exit_code(child: Child) -> int | None:
+    return child.proc.returncode if child.proc is not None else None
 
 
 def _watch(run: LocalRun, display: Progress, t_start: float, interrupted: threading.Event) -> str:
@@ -308,21 +332,42 @@ def _failure(run: LocalRun, stop_reason: str) -> str | None:
     """The one line that says why a run that did not end as planned failed (None if it did)."""
     if stop_reason in PLANNED_STOPS:
         return None
+    if stop_reason == DISK_FULL:
+        return disk_full_line(run.run_dir)
     assert run.supervisor is not None
     logs = [str(c.log_path) for c in run.supervisor.given_up]
     where = f" (see {', '.join(logs)})" if logs else f" (see {run.run_dir / 'logs'})"
     return f"the run failed: {stop_reason}; given up{where}"
 
 
+def disk_full_line(run_dir: Path, unwritten: str = "") -> str:
+    """The one line of a run ended by a full disk: what it kept whole, and how to go on."""
+    from mqttrl.state.run_dir import what_is_kept
+
+    lost = f"; {unwritten} was not written" if unwritten else ""
+    return (
+        f"the run stopped: the disk is full; {what_is_kept(run_dir)}{lost}. Free space, then continue "
+        f"it with --resume (mqttrl train {shlex.quote(str(run_dir))}/config.json --run-dir "
+        f"{shlex.quote(str(run_dir))} --resume)"
+    )
+
+
 def _summary(run: LocalRun, stop_reason: str, wall: float) -> dict:
-    """``summary.json``'s content, written into the run directory."""
+    """``summary.json``'s content, written into the run directory (atomically: a full disk leaves the
+    previous one, or none, never a truncated one; the run then says so, exit 6)."""
     assert run.record is not None and run.supervisor is not None and run.evaluator is not None
     summary = run.record.summary(stop_reason, wall, run.view(), run.evaluator.latest_version)
     summary["failure"] = _failure(run, stop_reason)
     summary["restarts"] = {c.name: c.restarts for c in run.supervisor.children if c is not run.learner}
     summary["learner_restarts"] = run.learner.restarts if run.learner else 0
     summary["run_dir"] = str(run.run_dir)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    try:
+        write_file_atomically(run.run_dir / "summary.json", json.dumps(summary, indent=2))
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        summary["stop_reason"] = DISK_FULL
+        summary["failure"] = disk_full_line(run.run_dir, unwritten="summary.json")
     return summary
 
 
@@ -359,6 +404,10 @@ def train(
     ``quiet``: nothing on stdout or stderr (no display, no summary lines; every log line goes to
     ``<run dir>/logs``). A run that failed (the learner given up) says why in ``summary["failure"]``.
     """
+    if run_dir is not None:  # a read-only or foreign folder: one line (exit 2) before anything starts
+        check_writable(Path(run_dir))
+    else:
+        check_writable(Path("runs").absolute(), "the default run directory")
     config = _preflight(config)
     start_from = _claim(run_dir, resume, overwrite, init_from)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(config.run)

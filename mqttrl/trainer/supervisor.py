@@ -124,8 +124,11 @@ class Supervisor:
     The one restart policy of ``mqttrl train`` and ``mqttrl workers``: a child that lived over
     ``healthy_after_s`` (30 s) is started again at once, one that died younger after 0.5 s doubling
     per restart (up to ``max_backoff_s``); a child past its ``max_restarts`` is given up
-    (:attr:`given_up`). With ``give_up_after_s``, :meth:`hopeless` says why the whole fleet is given
-    up once no child has stayed up ``healthy_after_s`` for that long (a broker that is gone).
+    (:attr:`given_up`), and so at once is one that exits with one of ``final_codes`` (a code a
+    restart cannot mend: ``mqttrl train`` gives a learner that found the disk full, exit 6, no
+    second try that would fill it again). With ``give_up_after_s``, :meth:`hopeless` says why the
+    whole fleet is given up once no child has stayed up ``healthy_after_s`` for that long (a broker
+    that is gone).
     """
 
     def __init__(
@@ -135,8 +138,10 @@ class Supervisor:
         *,
         give_up_after_s: float | None = None,
         healthy_after_s: float = 30.0,
+        final_codes: tuple[int, ...] = (),
     ):
         self.children = children
+        self.final_codes = tuple(final_codes)
         self.max_backoff_s = max_backoff_s
         self.give_up_after_s = give_up_after_s
         self.healthy_after_s = healthy_after_s
@@ -174,6 +179,16 @@ class Supervisor:
         now = time.monotonic()
         for c in self.children:
             if c.alive() or c in self.given_up:
+                continue
+            code = c.proc.returncode if c.proc else None
+            if code in self.final_codes:
+                log.error(
+                    "%s exited with %s, which a restart does not mend; not restarting it (see %s)",
+                    c.name,
+                    code,
+                    c.log_path,
+                )
+                self.given_up.append(c)
                 continue
             if c.exhausted:
                 log.error(

@@ -40,6 +40,8 @@ class Dispatcher:
         except Rejected as r:
             self.rejections.add(r, f"{kind} from {name}" if name else str(kind))
         except Exception as exc:  # never let one message take the node down
+            if getattr(exc, "ends_node", False):  # unless the node cannot go on (a full disk: DiskFull)
+                raise
             self.log.exception("handling a message on %s failed", topic)
             self.rejections.add(Rejected("internal_error", f"{type(exc).__name__}: {exc}"), str(kind))
         return kind

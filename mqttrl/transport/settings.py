@@ -28,12 +28,17 @@ def _check_url(url: str) -> urllib.parse.SplitResult:
         raise ValueError(f"{url!r} is not a broker URL (scheme must be mqtt:// or mqtts://)")
     if not u.hostname:
         raise ValueError(f"{url!r} is not a broker URL (no host)")
-    try:
-        u.port  # noqa: B018  (urllib checks the port only when asked)
-    except ValueError as e:
-        raise ValueError(f"{url!r} is not a broker URL ({e})") from None
     if u.netloc.endswith(":"):
         raise ValueError(f"{url!r} is not a broker URL (no port after the ':'; leave both out for the default)")
+    try:
+        port = u.port  # urllib checks the port only when asked
+    except ValueError as e:
+        if "out of range" not in str(e):  # not a number: urllib's words say so
+            raise ValueError(f"{url!r} is not a broker URL ({e})") from None
+        port = -1
+    if port is not None and not 1 <= port <= 65535:  # port 0 would connect to the default port, 1883
+        shown = u.netloc.rpartition(":")[2]
+        raise ValueError(f"{url!r} is not a broker URL (port {shown}: a port is 1 to 65535)")
     return u
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from mqttrl.config import RunConfig
 from mqttrl.nodes.learner.core import LearnerCore
+from mqttrl.state.atomic import DiskFull, is_disk_full
 from mqttrl.state.checkpoint import CheckpointStore, read_checkpoint
 from mqttrl.state.rng import restore_rng, rng_state
 
@@ -33,13 +34,18 @@ class Checkpointing:
         self.last_update = 0
         #: the audit ledger, once the learner opened one (a line per save)
         self.ledger: Any = None
+        #: the first save a full disk refused: every later save raises it again at once, writing nothing
+        self.disk_full: DiskFull | None = None
 
     def due(self) -> bool:
         every = self.config.learner.checkpoint_every
         return bool(every) and self.algo.updates - self.last_update >= every
 
     def save(self, name: str | None = None, extra: dict | None = None, files: dict[str, bytes] | None = None) -> Path:
-        """A checkpoint now: periodic (``name`` None, the oldest pruned) or named."""
+        """A checkpoint now: periodic (``name`` None, the oldest pruned) or named. A full disk is a
+        :class:`DiskFull` naming what was kept; it ends the node (``ends_node``, past the dispatcher)."""
+        if self.disk_full is not None:
+            raise self.disk_full
         tensors, algo_meta = self.algo.state_dict(include_replay=self.config.learner.checkpoint_replay)
         all_tensors = {f"algo/{k}": v for k, v in tensors.items()}
         rng_meta, rng_tensors = rng_state()
@@ -63,9 +69,16 @@ class Checkpointing:
         self.last_update = self.algo.updates
         if self.ledger is not None:
             self.ledger.write("checkpoint", name=name or "periodic", updates=self.algo.updates)
-        if name is None:
-            return self.store.save_periodic(self.algo.updates, all_tensors, meta)
-        return self.store.save_named(name, all_tensors, meta, files)
+        try:
+            if name is None:
+                return self.store.save_periodic(self.algo.updates, all_tensors, meta)
+            return self.store.save_named(name, all_tensors, meta, files)
+        except Exception as e:  # safetensors words a full disk as its own error, not an OSError
+            if not is_disk_full(e):
+                raise
+            what = f"checkpoint {name or f'ckpt-{self.algo.updates:010d}'}"
+            self.disk_full = DiskFull(disk_full_line(self.store.root.parent, what))
+            raise self.disk_full from None
 
     def resume(self, now: float) -> str | None:
         """The newest checkpoint read back into the algorithm and the core; its path, or None when
@@ -85,3 +98,11 @@ class Checkpointing:
         self.last_update = self.algo.updates
         log.info("resumed from %s: version %d, %d updates", path, core.version, self.algo.updates)
         return str(path)
+
+
+def disk_full_line(run_dir: Path, writing: str) -> str:
+    """The learner's one line when a write (``writing``: what) found the disk full. Checkpoints are
+    written to a temporary folder and renamed, so the ones before it are whole."""
+    from mqttrl.state.run_dir import what_is_kept
+
+    return f"the disk is full: {writing} not written; {what_is_kept(run_dir)}. Free space, then continue with --resume"

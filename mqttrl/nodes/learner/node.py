@@ -25,7 +25,7 @@ from typing import Any
 from mqttrl import PROTOCOL_VERSION, __version__
 from mqttrl.config import RunConfig, write_resolved
 from mqttrl.nodes.learner.best import BestModels
-from mqttrl.nodes.learner.checkpointing import Checkpointing
+from mqttrl.nodes.learner.checkpointing import Checkpointing, disk_full_line
 from mqttrl.nodes.learner.env_spec import learner_config
 from mqttrl.nodes.learner.setup import clock, set_up_training, take_demos
 from mqttrl.nodes.learner.setup import init_from as init_from_model
@@ -34,6 +34,7 @@ from mqttrl.observe.ledger import Ledger
 from mqttrl.observe.prometheus import serve_metrics
 from mqttrl.observe.timing import BlockTimes, FleetTiming
 from mqttrl.plugin.manager import get_registry
+from mqttrl.state.atomic import DiskFull, is_disk_full
 from mqttrl.state.best import read_score
 from mqttrl.state.checkpoint import CheckpointStore
 from mqttrl.system.procs import StopSignals
@@ -379,7 +380,7 @@ class LearnerNode:
                 if deadline and now > deadline:
                     break
         finally:
-            metrics_file.close()
+            _close(metrics_file)
             if metrics_server is not None:
                 metrics_server.shutdown()
             self._shutdown()
@@ -388,8 +389,8 @@ class LearnerNode:
         try:
             path = self.save_checkpoint()
             log.info("final checkpoint %s", path)
-        except Exception:
-            log.exception("final checkpoint failed")
+        except Exception as e:  # a full disk: one line (Checkpointing tries no write after the first refused)
+            log.error("final checkpoint failed: %s", e, exc_info=not isinstance(e, DiskFull))
         self.client.stop(
             final=[Outgoing(self.topics.learner_state, self._state_payload("offline", "stopped"), 1, True, "state")]
         )
@@ -431,8 +432,22 @@ def run_learner(
     signals.stop = node.stop
     if stopped.is_set():
         node.stop()
-    node.run(max_seconds=max_seconds)
+    try:
+        node.run(max_seconds=max_seconds)
+    except Exception as e:  # a full disk ends the learner in one line that says what was kept (exit 6)
+        if isinstance(e, DiskFull) or not is_disk_full(e):
+            raise
+        raise DiskFull(disk_full_line(Path(run_dir), str(getattr(e, "filename", None) or "a learner file"))) from None
     return signals
+
+
+def _close(f: Any) -> None:
+    """Close a file the learner appends to; a full disk (its last line unwritten) is the loop's error."""
+    try:
+        f.close()
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
 
 
 def continue_after_retained(core: Any, payload: bytes) -> None:
