@@ -40,14 +40,16 @@ def test_new_games_after_a_game_over_are_not_held_to_the_hourly_bound():
         game.close()
 
 
-def launched_tick(tmp_path, exit_after: int, over_at: int, max_per_hour: int = 1):
+def launched_tick(tmp_path, exit_after: int, over_at: int, max_per_hour: int = 1, each_episode: bool = False):
     """The tick game launched with an env set over it. A game lives ``exit_after`` ticks of 10 ms:
     keep it well past the launcher's 0.5 s poll for the game to come up (READY_POLL_S) and a busy
     machine's start-up, or it has exited before its first reset (a crash, not a game over)."""
     from helpers.tick_game import TickEnv
 
     state = tmp_path / "state"
-    game = GameProcess(tick_settings(state, "--exit-after", str(exit_after), ready_s=30.0, max_per_hour=max_per_hour))
+    extra = ("--exit-after", str(exit_after)) if exit_after else ()
+    settings = tick_settings(state, *extra, ready_s=30.0, max_per_hour=max_per_hour, each_episode=each_episode)
+    game = GameProcess(settings)
     envs = EnvSet(
         lambda: LaunchedEnv(game, lambda: TickEnv(str(state), hang_s=1.0, episode_steps=10_000, over_at=over_at)),
         1,
@@ -92,6 +94,43 @@ def test_a_game_that_exits_mid_episode_is_a_crash(tmp_path):
         envs.close()
         game.close()
     assert game.crashes == 1 and game.relaunches == 1
+
+
+def test_a_game_that_stays_over_plays_a_new_game_each_episode_with_launch_each_episode(tmp_path, caplog):
+    """A game that never exits and stays over from tick 150 (freegames' Pacman freezes at game over):
+    with ``launch_each_episode`` every episode is a new game, none a crash, within a budget of one
+    start an hour."""
+    game, envs = launched_tick(tmp_path, exit_after=0, over_at=150, each_episode=True)
+    ended = []
+    try:
+        deadline = time.monotonic() + 40
+        with caplog.at_level("INFO", logger="mqttrl.envs"):
+            while len(ended) < 3:
+                ended += envs.step(np.array([0]))[5]
+                assert time.monotonic() < deadline, (game.launches, game.relaunches)
+    finally:
+        envs.close()
+        game.close()
+    assert all(e.terminated for e in ended) and envs.env_restarts == 0
+    assert game.crashes == 0 and game.relaunches >= 2
+    assert sum("env.launch_each_episode" in r.getMessage() for r in caplog.records) == game.relaunches
+
+
+def test_without_it_a_game_that_stays_over_is_a_crash_with_a_hint(tmp_path, caplog):
+    """The same game without the setting: its reset fails while it still runs; a crash (counted),
+    and one line that names the setting."""
+    game, envs = launched_tick(tmp_path, exit_after=0, over_at=150, max_per_hour=5)
+    try:
+        deadline = time.monotonic() + 40
+        with caplog.at_level("INFO", logger="mqttrl.envs"):
+            while envs.env_restarts == 0:
+                envs.step(np.array([0]))
+                assert time.monotonic() < deadline
+    finally:
+        envs.close()
+        game.close()
+    assert game.crashes == 1
+    assert sum("set env.launch_each_episode = true" in r.getMessage() for r in caplog.records) == 1
 
 
 class SlowResetGame(gym.Env):

@@ -144,6 +144,12 @@ class EnvConfig:
         "game that exits with status 0 at an episode's end, a game over, is started again without counting)",
         validator=positive,
     )
+    launch_each_episode: bool = setting(
+        False,
+        doc="the launched game cannot start a new game itself (at game over it freezes, or shows its end until "
+        "restarted, like freegames' Pacman): every episode is a new process, the game stopped and started again at "
+        "each reset after an episode's end (a game over: not counted against `launch_max_per_hour`)",
+    )
     spec: dict = setting(  # noqa: RUF009 (an attrs field)
         factory=dict,
         doc="the env's spaces (observation, action), made once where the game is: by `mqttrl train`, by the "

@@ -108,6 +108,8 @@ class LaunchSettings:
     env: dict = attrs.field(factory=dict)
     ready_s: float = 60.0
     max_per_hour: int = 20
+    #: ``[env] launch_each_episode``: a new process for every episode (a game that cannot restart itself)
+    each_episode: bool = False
 
     @classmethod
     def of(cls, env_config: Any, num_envs: int | None = None) -> LaunchSettings | None:
@@ -132,6 +134,7 @@ class LaunchSettings:
             env,
             env_config.launch_ready_s,
             env_config.launch_max_per_hour,
+            bool(getattr(env_config, "launch_each_episode", False)),
         )
 
 

@@ -7,18 +7,23 @@ and the process exits with 0 within :data:`GAME_OVER_EXIT_S`), starts a new game
 (:meth:`GameProcess.relaunch`, not a ``crash``: one info line, counted in ``relaunches``, not in
 ``crashes`` nor against ``launch_max_per_hour``), makes the env over it again and resets that.
 A game that exits mid-episode, or with another status, is a crash: the reset raises and the env
-set's restart path relaunches it (counted against the budget). Greedy evaluation and ``mqttrl
+set's restart path relaunches it (counted against the budget). A game that cannot start a new game
+itself (it freezes at game over, or shows its end until restarted) sets ``[env]
+launch_each_episode``: every reset after an episode's end is a new game. Greedy evaluation and ``mqttrl
 enjoy`` play through it too (:func:`new_game` starts an evaluation on a fresh game).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from mqttrl.envs.launch import GameProcess
+
+log = logging.getLogger("mqttrl.envs")
 
 #: after an episode's end, how long a game whose reset failed (its window closed) has to exit
 #: with status 0 for it to be a game over rather than a crash
@@ -83,6 +88,9 @@ class LaunchedEnv(gym.Wrapper):
     def reset(self, **kwargs):
         """A new episode; after a game over, on a new game (see the module docstring)."""
         ended, self.ended = self.ended, False
+        if ended and self.game.settings.each_episode:  # a game that cannot start a new game itself
+            self.new_game("a new game for each episode (env.launch_each_episode)")
+            return self.env.reset(**kwargs)
         if ended and self._exited_at_game_over(GAME_OVER_EXIT_S if self.exits_at_game_over else 0.0):
             self.new_game("the game exited at its episode's end (game over)")
             return self.env.reset(**kwargs)
@@ -90,9 +98,24 @@ class LaunchedEnv(gym.Wrapper):
             return self.env.reset(**kwargs)
         except Exception:
             if not (ended and self._exited_at_game_over(GAME_OVER_EXIT_S)):
+                if ended and self.game.running():
+                    self._hint_each_episode()
                 raise  # a crash: the env set's restart path relaunches it, counted
         self.new_game("the game closed at its episode's end (game over)")
         return self.env.reset(**kwargs)
+
+    def _hint_each_episode(self) -> None:
+        """Once: a game still running whose reset failed after its episode's end may be one that
+        stays over until restarted; then every such end is counted as a crash, and the hour's
+        budget of crashes ends the worker."""
+        if not self.hinted:
+            self.hinted = True
+            log.warning(
+                "the game's reset failed after its episode's end and the game still runs: if it stays over until "
+                "it is started again, set env.launch_each_episode = true (a new game each episode, not a crash)"
+            )
+
+    hinted = False
 
     def _exited_at_game_over(self, wait_s: float) -> bool:
         status = self.game.exit_status(wait_s)
