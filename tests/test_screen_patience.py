@@ -45,9 +45,9 @@ def test_the_new_options_are_checked_in_one_line(extra, says):
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
-def test_the_new_options_default_to_todays_behaviour_but_a_patient_lookup():
+def test_the_new_options_default_to_todays_behaviour_but_a_patient_lookup_and_a_hang_check():
     o = parse_options({"window": "g", "reward": REWARD, "keys": KEYS})
-    assert (o.window_wait_s, o.frozen_s, o.key_mode, o.control_hz, o.step_s) == (30.0, 0.0, "hold", 0.0, 0.05)
+    assert (o.window_wait_s, o.frozen_s, o.key_mode, o.control_hz, o.step_s) == (30.0, 10.0, "hold", 0.0, 0.05)
     assert parse_options({"window": "g", "reward": REWARD, "keys": KEYS, "control_hz": 0, "step_s": 0.1}).step_s == 0.1
 
 
@@ -271,8 +271,9 @@ def test_a_game_that_stops_drawing_is_an_error_after_frozen_s(display, start_gam
 
 def test_tapped_keys_fire_key_down_events_and_hold_nothing(display, start_game):
     """Catch moves its paddle while a key is down (it polls the keys) and restarts on Return's
-    key-down event: with key_mode = "tap" the paddle does not follow Left (down and up before the
-    game looks), while a tapped Return restarts the game (the paddle back in the middle)."""
+    key-down event: with key_mode = "tap" and tap_s = 0 the paddle does not follow Left (down and
+    up before the game looks), while a tapped Return restarts the game (the paddle back in the
+    middle). (The default tap_s moves it: tests/test_screen_frozen_and_taps.py.)"""
     game = start_game("catch-taps")
     game.wait_window()
     held = screen_env(display, "catch-taps", step_s=0.03, reset_keys=["Return"])
@@ -285,7 +286,7 @@ def test_tapped_keys_fire_key_down_events_and_hold_nothing(display, start_game):
     finally:
         held.close()
     assert right > middle + 30, (middle, right)
-    tapped = screen_env(display, "catch-taps", step_s=0.03, key_mode="tap")
+    tapped = screen_env(display, "catch-taps", step_s=0.03, key_mode="tap", tap_s=0)
     try:
         tapped.reset()  # no reset keys: the paddle stays where it was
         start = paddle_x(tapped.grab())

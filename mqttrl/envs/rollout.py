@@ -45,6 +45,7 @@ class EnvFailing(RuntimeError):
 
 _NO_FAILURES: list[int] = []
 _NO_DEMO: dict[int, object] = {}
+_NO_STILL: dict[int, float] = {}
 
 
 def obs_dtype(space: gym.Space) -> np.dtype:
@@ -106,6 +107,9 @@ class EnvSet:
         #: this step's actions that a person took instead of the policy (``info["demo_action"]``), by env
         self.demo_actions: dict[int, object] = _NO_DEMO
         self._in_demo: set[int] = set()  # envs whose open episode has such steps
+        #: this step's envs whose frame equalled the one before, by env: the seconds it has stood still
+        #: (``info["still_s"]``, the screen kit's frozen check); a worker holds their steps back
+        self.still: dict[int, float] = _NO_STILL
         #: per env, failures since its last successful step
         self.failures = [0] * num_envs
         self._failing = False
@@ -141,8 +145,7 @@ class EnvSet:
         rewards = rewards64.astype(np.float32)
         terminated = np.array([r[2] for r in results], dtype=bool)
         truncated = np.array([r[3] for r in results], dtype=bool)
-        self.demo_actions = {i: r[4]["demo_action"] for i, r in enumerate(results) if "demo_action" in r[4]} or _NO_DEMO
-        self._in_demo.update(self.demo_actions)
+        self._read_infos(results)
         self.returns += rewards64
         self.lengths += 1
         new_obs = next_obs
@@ -170,6 +173,12 @@ class EnvSet:
             self.obs_at = None
         self.total_steps += self.num_envs
         return obs, rewards, next_obs, terminated, truncated, ended
+
+    def _read_infos(self, results: list) -> None:
+        """What the step's infos say: a person's actions (demonstrations), frames standing still."""
+        self.demo_actions = {i: r[4]["demo_action"] for i, r in enumerate(results) if "demo_action" in r[4]} or _NO_DEMO
+        self._in_demo.update(self.demo_actions)
+        self.still = {i: r[4]["still_s"] for i, r in enumerate(results) if "still_s" in r[4]} or _NO_STILL
 
     def answered(self) -> None:
         """The actions for :attr:`obs` go out now: their capture-to-action time is counted (once)."""
@@ -307,7 +316,7 @@ class EnvSet:
         if np.ndim(action) == 0:  # a discrete action as step() passes it: a python scalar
             action = np.asarray(action).item()
         try:
-            o, r, term, trunc, _ = self.envs[i].step(action)
+            o, r, term, trunc, info = self.envs[i].step(action)
         except Exception as e:
             self._note_failure(i, "step", e)
             self.returns[i] = 0.0
@@ -315,6 +324,8 @@ class EnvSet:
             self.obs[i] = self._restart(i)
             return None
         self.failures[i] = 0
+        if "still_s" in info:  # the game made afresh may still be frozen: held back as in step()
+            self.still = {**self.still, i: info["still_s"]}
         next_obs = np.asarray(o, dtype=self.dtype).reshape(obs.shape)
         self.returns[i] += r
         self.lengths[i] += 1

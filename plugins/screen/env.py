@@ -1,6 +1,7 @@
 """The screen kit's env: a game's window in, its keys out, reward and end from the user's function.
 
-A step holds the action's keys (only changes are sent; or taps them, ``key_mode = "tap"``),
+A step holds the action's keys (only changes are sent; or taps them, ``key_mode = "tap"``: down at
+the step's start, up ``tap_s`` later, so that a game polling the keys once a frame sees them),
 waits until ``step_s`` (or ``1 / control_hz``) after the last frame, grabs the window, hands the
 full-size RGB frame to the reward function and returns the shrunk, stacked frames. The game runs
 on its own clock all along: this env never pauses it. It also speaks mqttrl's real-time protocol
@@ -8,7 +9,9 @@ on its own clock all along: this env never pauses it. It also speaks mqttrl's re
 
 A game that is not there is waited for (``window_wait_s``, at the start and at a reset); one that
 goes away or hangs is an error at the next frame, never a run of frames of something else: a
-window that closed or is no longer shown, and frames that stopped changing for ``frozen_s``.
+window that closed or is no longer shown, and frames that stopped changing for ``frozen_s``. A step
+whose frame equals the one before says so (``info["still_s"]``): a worker holds such steps back
+and drops them when the game is then found frozen, so a hung game's picture is never trained on.
 
 One window is one env: at reset an env claims its window (an X property naming host, process
 and env) and leaves a window another live env plays alone; ``display = [...]`` lists displays
@@ -32,7 +35,7 @@ import numpy as np
 
 from .capture import Grabber, Stillness, rgb, shrink
 from .gamepad import Gamepad, Layout, make_backend
-from .keys import Keyboard, make_keyboard
+from .keys import KeyActions, Keyboard, make_keyboard, sleep_until
 from .options import ScreenOptions, check_result, load_reward, parse_options
 from .window import (
     Finder,
@@ -83,6 +86,40 @@ def pad_space(pad: Gamepad) -> gym.spaces.Box:
     return gym.spaces.Box(low, high, dtype=np.float32)
 
 
+class FrozenCheck:
+    """``frozen_s``: frames pixel-equal that long are a hung game (a frozen window stays on the
+    screen, and its last picture would be played on). Counts the steps since the frames stopped
+    changing: they carry ``still_s`` in their info, and a worker drops them (the error says how many)."""
+
+    def __init__(self, frozen_s: float):
+        self.frozen_s = frozen_s
+        self.still = Stillness()
+        #: steps in a row whose frame equalled the one before
+        self.steps = 0
+
+    def restart(self, frame: np.ndarray, at: float) -> None:
+        """A new episode's first frame: the count starts from it."""
+        self.still.restart()
+        self.still.seen(frame, at)
+        self.steps = 0
+
+    def check(self, frame: np.ndarray, at: float, what) -> float:
+        """Seconds the frames have been equal up to ``frame`` (0: it changed, or frozen_s = 0: not
+        checked); a :class:`ScreenEnvError` naming ``what()`` when that reaches ``frozen_s``."""
+        if not self.frozen_s:
+            return 0.0
+        still = self.still.seen(frame, at)
+        self.steps = self.steps + 1 if still > 0 else 0
+        if still >= self.frozen_s:
+            f = self.frozen_s
+            raise ScreenEnvError(
+                f"screen env: {what()} has not changed for {f:g} s: the game hangs (frozen_s = {f:g}; its "
+                f"{self.steps - 1} steps since the frames stopped changing are not trained on; a game that may "
+                "show a still picture longer needs a larger one, 0 turns the check off)"
+            )
+        return still
+
+
 class ScreenEnv(gym.Env):
     """``id = "screen"``: see :class:`~.options.ScreenOptions` for the kwargs."""
 
@@ -98,7 +135,8 @@ class ScreenEnv(gym.Env):
         one = o.window and len(self.displays) == 1
         self.window = wait_for_window(o.window, self.display, o.window_exact, o.window_wait_s) if one else None
         self._watch: WindowWatch | None = None
-        self._still = Stillness()
+        self._still = FrozenCheck(o.frozen_s)
+        self.taps = KeyActions(o.key_mode, o.tap_s)
         #: seconds a step lasts when the worker's clock does not pace it (step_s, or 1 / control_hz)
         self.period = 1.0 / o.control_hz if o.control_hz else o.step_s
         self.region = self.window.region if self.window else Region(*(o.region or [0, 0, 1, 1]))
@@ -134,6 +172,7 @@ class ScreenEnv(gym.Env):
 
     def release_controls(self) -> None:
         """Let go of the controls: no key held, the pad neutral (a reset, an episode's end, a pause)."""
+        self.taps.tap_at = None
         self.keyboard.release_all()
         if self.pad is not None:
             self.pad.neutral()
@@ -183,16 +222,8 @@ class ScreenEnv(gym.Env):
         if lost:
             raise ScreenEnvError(f"screen env: the window {self.window.title!r} on {self.display or '$DISPLAY'} {lost}")
 
-    def _check_changing(self) -> None:
-        """Raise when every frame for ``frozen_s`` was the same: the game hangs (a frozen window
-        stays on the screen, and its last picture would be played on)."""
-        o = self.opts
-        if o.frozen_s and self._still.seen(self.last_bgra, self.last_frame_at) >= o.frozen_s:
-            what = f"the window {self.window.title!r}" if self.window else f"the screen region {o.region}"
-            raise ScreenEnvError(
-                f"screen env: {what} has not changed for {o.frozen_s:g} s: the game hangs (frozen_s = {o.frozen_s:g}; "
-                "a game that may show a still picture longer needs a larger one, 0 turns the check off)"
-            )
+    def _what(self) -> str:
+        return f"the window {self.window.title!r}" if self.window else f"the screen region {self.opts.region}"
 
     def _close_watch(self) -> None:
         if self._watch is not None:
@@ -214,8 +245,7 @@ class ScreenEnv(gym.Env):
             self.reward_fn.reset(frame)
         self.frames.clear()
         self.steps = 0
-        self._still.restart()
-        self._still.seen(self.last_bgra, self.last_frame_at)
+        self._still.restart(self.last_bgra, self.last_frame_at)
         return self.observe(), {}
 
     # ---- which window: one env per window
@@ -321,37 +351,42 @@ class ScreenEnv(gym.Env):
     # ---- the real-time protocol (mqttrl.envs.realtime): [env] control_hz keeps the clock
     def send_action(self, action: int) -> None:
         """Hold the keys of ``action`` from now on, or tap them (``key_mode``), or set the gamepad to
-        it (``gamepad``); returns at once."""
+        it (``gamepad``); returns at once. A tap's keys go up ``tap_s`` later in :meth:`step`, at
+        the period's end (:meth:`read_obs`) under the worker's clock, or at the next action."""
         if self.pad is not None:
             self.pad.act(action)
             return
-        keys = self.actions[int(action)]
-        if self.opts.key_mode == "tap":
-            self.keyboard.press(keys)
-        else:
-            self.keyboard.hold(keys)
+        self.taps.send(self.keyboard, self.actions[int(action)])
 
     def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
         """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait; a window
         that closed or a game that hangs is a :class:`ScreenEnvError` (the worker's restart path)."""
+        self.taps.end(self.keyboard)  # the period is over: a tap lasts it at most
+        return self._read()
+
+    def _read(self) -> tuple[np.ndarray, float, bool, bool, dict]:
         frame = self.grab()
         self._check_shown()
-        self._check_changing()
+        still = self._still.check(self.last_bgra, self.last_frame_at, self._what)  # an error at frozen_s
         reward, done = self.judge(frame)
         self.steps += 1
         truncated = not done and 0 < self.opts.max_episode_steps <= self.steps
         if done or truncated:
             self.release_controls()
-        # when the frame was grabbed (time.monotonic()): the worker counts capture to action from it
-        return self.observe(), reward, done, truncated, {"frame_at": self.last_frame_at}
+        # when the frame was grabbed (time.monotonic()): the worker counts capture to action from it;
+        # still_s: this frame equals the one before (the worker holds the step back: a hung game's?)
+        info = {"frame_at": self.last_frame_at, "still_s": still} if still else {"frame_at": self.last_frame_at}
+        return self.observe(), reward, done, truncated, info
 
     def step(self, action):
-        """The action's keys, a wait until :attr:`period` after the last frame, the frame then."""
+        """The action's keys, a wait until :attr:`period` after the last frame, the frame then. A
+        tap's keys go up ``tap_s`` after they went down, or before the frame if the step is shorter
+        (a step that does not wait, ``step_s = 0``, leaves them down until the next action)."""
         self.send_action(action)
-        wait = self.last_frame_at + self.period - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        return self.read_obs()
+        end = self.last_frame_at + self.period
+        self.taps.end_by(self.keyboard, end)
+        sleep_until(end)
+        return self._read()
 
     def set_control_hz(self, hz: float) -> None:
         """The run's ``[env] control_hz`` (for mqttrl to tell the env it makes): a step that the

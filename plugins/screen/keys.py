@@ -7,8 +7,9 @@ extension on the display the game is on, in this process, no subprocess per key)
 names are X keysym names, as ``xdotool`` spells them: ``Left``, ``Right``, ``Up``, ``Down``, ``space``, ``Return``, ``Escape``, ``Shift_L``,
 ``a`` ... Only changes are sent: :meth:`Keyboard.hold` releases the keys no longer wanted and
 presses the new ones, so a key held over several steps is one press. :meth:`Keyboard.press` is
-the other way to act (``key_mode = "tap"``): each key down and up at once, a key-down event every
-step, for games that act on key events rather than on the keys held.
+the other way to act (``key_mode = "tap"``, ``tap_s = 0``): each key down and up at once, a
+key-down event every step, for games that act on key events only; :meth:`Keyboard.strike` starts a
+tap that lasts (the env lets go ``tap_s`` later), for games that poll the keys once a frame.
 """
 
 from __future__ import annotations
@@ -63,16 +64,29 @@ class Keyboard:
     def press(self, keys: Iterable[str]) -> None:
         """Each of ``keys`` down, then up, at once and in one flush: a key-down event for a game that
         fires on it (a shot, a jump, a menu), again at every call; nothing stays held. A game that
-        only polls which keys are down once a frame may miss it: :meth:`hold` is for that."""
+        only polls which keys are down once a frame misses it: :meth:`strike` is for that."""
+        wanted = self._down(keys)
+        for k in reversed(wanted):
+            self._send(k, False)
+        self.held = frozenset()
+        self._flush()
+
+    def strike(self, keys: Iterable[str]) -> None:
+        """Exactly ``keys`` down from now on, each with a key-down event of its own (one that was
+        down goes up first, in the same flush): a tap's start, that a game polling the keys once a
+        frame sees while they stay down; :meth:`release_all` ends it."""
+        self.held = frozenset(self._down(keys))
+        self._flush()
+
+    def _down(self, keys: Iterable[str]) -> list[str]:
+        """The held keys up, then ``keys`` down (not flushed); ``keys`` sorted."""
         wanted = sorted(set(keys))
         for k in sorted(self.held):
             self._send(k, False)
         self.held = frozenset()
         for k in wanted:
             self._send(k, True)
-        for k in reversed(wanted):
-            self._send(k, False)
-        self._flush()
+        return wanted
 
     def release_all(self) -> None:
         self.hold(())
@@ -171,6 +185,47 @@ class PynputKeyboard(Keyboard):  # pragma: no cover (Windows/macOS: untested her
 
     def _send(self, key: str, down: bool) -> None:
         (self.controller.press if down else self.controller.release)(self._key(key))
+
+
+class KeyActions:
+    """An action's keys as ``key_mode`` sends them: held (only changes sent), or tapped: down at
+    the step's start, up ``tap_s`` later (:meth:`end_by`), at the period's end (:meth:`end`, under
+    the worker's clock) or at the next action, whichever comes first; ``tap_s = 0``: down and up at once."""
+
+    def __init__(self, mode: str, tap_s: float):
+        self.mode, self.tap_s = mode, tap_s
+        #: when the keys of a tap went down, None when none is down
+        self.tap_at: float | None = None
+
+    def send(self, keyboard: Keyboard, keys: Iterable[str]) -> None:
+        """The action's keys now; returns at once."""
+        if self.mode == "hold":
+            keyboard.hold(keys)
+        elif not self.tap_s:
+            keyboard.press(keys)  # a key-down event and nothing held
+        else:
+            keyboard.strike(keys)  # a new key-down event even for a key the last tap still holds
+            self.tap_at = time.monotonic() if keyboard.held else None
+
+    def end(self, keyboard: Keyboard) -> None:
+        """A tap's keys up now (if one is down)."""
+        if self.tap_at is not None:
+            self.tap_at = None
+            keyboard.release_all()
+
+    def end_by(self, keyboard: Keyboard, deadline: float) -> None:
+        """Wait for a tap's ``tap_s`` (at most until ``deadline``, the step's end) and let go; a step
+        already over (``step_s = 0``: another clock paces) leaves the keys down until the next action."""
+        if self.tap_at is not None and deadline > time.monotonic():
+            sleep_until(min(self.tap_at + self.tap_s, deadline))
+            self.end(keyboard)
+
+
+def sleep_until(t: float) -> None:
+    """Sleep until ``time.monotonic()`` reads ``t`` (not at all when it is past)."""
+    wait = t - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
 
 
 #: the keys backends a config may name (``keys_backend``)

@@ -49,11 +49,19 @@ class ScreenOptions:
     #: the run's ``[env] control_hz``: a step that the worker's clock does not pace (``mqttrl
     #: enjoy``, an evaluator) lasts ``1 / control_hz`` s, as in training; instead of ``step_s``
     control_hz: float = 0.0
-    #: ``"hold"``: an action's keys are held down for the step; ``"tap"``: pressed and released at
-    #: the step's start (a key-down event every step, for games that act on key events)
+    #: ``"hold"``: an action's keys are held down for the step; ``"tap"``: pressed at the step's
+    #: start and released ``tap_s`` later (a key-down event every step, for games that act on key events)
     key_mode: str = "hold"
-    #: seconds of pixel-equal frames after which a step raises (a game that hangs); 0: not checked
-    frozen_s: float = 0.0
+    #: seconds a tapped key stays down (at most the step; under the worker's clock, until the
+    #: period's end): a game that polls the keys once a frame sees only a key down at its poll. 0.04:
+    #: one frame of a 25 fps game, two of a 50 fps one, and still up for part of a 0.05 s step. 0:
+    #: down and up at once (key-down events only)
+    tap_s: float = 0.04
+    #: seconds of pixel-equal frames after which a step raises (a game that hangs); the steps of
+    #: the still stretch are not trained on. 10: longer than a playing game's still moments (a
+    #: loading screen, a pause between rounds), short enough that a hung game costs seconds, not a
+    #: run; a game that shows one picture longer (a pause menu waiting for a key) needs 0: not checked
+    frozen_s: float = 10.0
     #: keys tapped at reset (a game's "restart"); the reset then waits until the game is not over
     reset_keys: list = field(default_factory=list)
     reset_timeout_s: float = 10.0
@@ -134,15 +142,7 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
         _fail("size", o.size, "a positive int or [width, height]")
     if not _is_int(o.frame_stack) or o.frame_stack < 1:
         _fail("frame_stack", o.frame_stack, "an int >= 1")
-    for key in ("step_s", "reset_timeout_s", "window_wait_s", "frozen_s"):
-        if not _is_number(getattr(o, key)):
-            _fail(key, getattr(o, key), "seconds, >= 0")
-    if not _is_number(o.control_hz):
-        _fail("control_hz", o.control_hz, "steps a second, > 0 (0: step_s paces the steps)")
-    if o.control_hz and "step_s" in kwargs:
-        _fail("step_s", o.step_s, f"give step_s or control_hz (here {o.control_hz:g}), not both")
-    if o.key_mode not in ("hold", "tap"):
-        _fail("key_mode", o.key_mode, '"hold" (keys held for the step) or "tap" (pressed and released at its start)')
+    _check_timing(o, kwargs)
     if not _is_int(o.max_episode_steps) or o.max_episode_steps < 0:
         _fail("max_episode_steps", o.max_episode_steps, "an int >= 0")
     for key in ("window_exact", "gray", "focus"):
@@ -160,6 +160,21 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
     if not all(isinstance(n, str) for n in o.reset_keys):
         _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
     return o
+
+
+def _check_timing(o: ScreenOptions, kwargs: dict[str, Any]) -> None:
+    """The seconds and rates, and how keys are pressed."""
+    for key in ("step_s", "reset_timeout_s", "window_wait_s", "frozen_s", "tap_s"):
+        if not _is_number(getattr(o, key)):
+            _fail(key, getattr(o, key), "seconds, >= 0")
+    if not _is_number(o.control_hz):
+        _fail("control_hz", o.control_hz, "steps a second, > 0 (0: step_s paces the steps)")
+    if o.control_hz and "step_s" in kwargs:
+        _fail("step_s", o.step_s, f"give step_s or control_hz (here {o.control_hz:g}), not both")
+    if o.key_mode not in ("hold", "tap"):
+        _fail("key_mode", o.key_mode, '"hold" (keys held for the step) or "tap" (pressed, released tap_s later)')
+    if "tap_s" in kwargs and o.key_mode != "tap":
+        _fail("tap_s", o.tap_s, 'how long key_mode = "tap" holds a tapped key; here key_mode is "hold"')
 
 
 def _check_actions(o: ScreenOptions) -> None:

@@ -86,7 +86,8 @@ class FreeLoop(GameLoop):
         shell.drain()
         shell.load_new_weights()
         shell.heartbeat_if_due()
-        shell.evaluate_if_due(self.envs)
+        if not self.recorder.hold.steps:  # an evaluation's episodes would break the held steps' sequence
+            shell.evaluate_if_due(self.envs)
         idle = shell.idle_now()
         if idle:
             # idle in small slices: messages, weights and heartbeats go on; behind a link that
@@ -127,7 +128,8 @@ class RealTimeLoop(GameLoop):
         there is); a game that cannot pause plays on with the newest model, its steps not
         recorded meanwhile (they would be lost or refused as stale)."""
         shell, envs = self.shell, self.envs
-        shell.evaluate_if_due(envs)
+        if not self.recorder.hold.steps:  # as in the free loop
+            shell.evaluate_if_due(envs)
         idle = self.idle_reason = self.why_idle()
         if idle and envs.pausable:
             self.pause(idle)
@@ -152,6 +154,7 @@ class RealTimeLoop(GameLoop):
             blocks.add("spin", envs.spun - spun0)  # the part of the wait spent spinning (CPU)
         blocks.add("env_step", max(0.0, blocks.clock() - t1 - slept - self.chore_s))
         if envs.resetting_rows:
+            self.recorder.hold.drop(envs.failed)  # before the gap's truncations: the held steps came first
             record = self.gap_step(out, record)
         else:
             self.in_gap = False

@@ -4,6 +4,8 @@ A step gives every env's row of a transition. Before the actor records it, a per
 replace the policy's where the env reports them (demonstrations), and the row of a game that
 crashed mid-step is refilled with a real transition of the env made afresh; then the actor, the
 demonstration recorder and the worker core (counts, finished episodes) each get the same record.
+The actor gets a step whose game's frames stood still only once they move again (:class:`StillHold`):
+a game found frozen meanwhile fails, and its still steps are dropped, never trained on.
 """
 
 from __future__ import annotations
@@ -52,6 +54,56 @@ class VectorStep:
         self.extras = {k: v.copy() for k, v in self.extras.items()}
 
 
+class StillHold:
+    """Vector steps kept from the actor while a game's frames stand still (:attr:`EnvSet.still`,
+    a screen env's frozen check): a hung game shows its last picture until ``frozen_s`` finds it,
+    and those frames are not play. A step is recorded, in order, once every game still in it has
+    moved since; when anything breaks the sequence first (a game fails: a still one was frozen;
+    a step not recorded; a new model) the held steps are dropped, every game's open n-step
+    window ending where they began. At most ``frozen_s`` of steps wait."""
+
+    def __init__(self, actor: Actor):
+        self.actor = actor
+        self.steps: list[VectorStep] = []
+        #: env -> index in :attr:`steps` of the first step of its open still run
+        self.runs: dict[int, int] = {}
+        #: the model version that acted the held steps
+        self.version = -1
+
+    def add(self, still: dict[int, float], step: VectorStep, version: int) -> list[VectorStep]:
+        """``step`` held (``still``: its games whose frame stood still) after the earlier ones; the
+        steps now safe to record, in order."""
+        if not still and not self.steps:
+            return [step]
+        if not self.steps:
+            self.version = version
+        step.copy_inputs()  # the actor's buffers may be reused by its next act()
+        self.steps.append(step)
+        self.runs = {i: j for i, j in self.runs.items() if i in still}  # those that moved: their run is over
+        for i in still:
+            self.runs.setdefault(i, len(self.steps) - 1)
+        k = min(self.runs.values(), default=len(self.steps))
+        out, self.steps = self.steps[:k], self.steps[k:]
+        self.runs = {i: j - k for i, j in self.runs.items()}
+        return out
+
+    def drop(self, failed: list[int]) -> None:
+        """Forget the held steps (the games' streams end where they began); ``failed``: the games
+        that failed now (a still one was frozen: the env's error said so, with how many steps)."""
+        if not self.steps:
+            return
+        first = self.steps[0].obs
+        for i in range(len(first)):
+            self.actor.truncate(i, first[i])
+        frozen = sorted(i for i in failed if i in self.runs)
+        log.info(
+            "%d vector steps held back while a game's frames stood still not recorded (%s)",
+            len(self.steps),
+            f"env {', '.join(map(str, frozen))} froze" if frozen else "the sequence broke before they moved",
+        )
+        self.steps, self.runs = [], {}
+
+
 class StepRecorder:
     """Hands each vector step on: to the actor (recorded), the demonstration recorder and the core."""
 
@@ -73,12 +125,17 @@ class StepRecorder:
         #: called while central inference is down during a refill (the worker heartbeats)
         self.inference_down = inference_down
         self.stopping = stopping
+        #: steps whose games' frames stand still, until they move (or the game is found frozen)
+        self.hold = StillHold(actor)
 
     def take(self, envs: EnvSet, step: VectorStep, record: bool, timed: bool) -> None:
         """A person's actions where the env reports them, crashed games' rows refilled, recorded
         (unless ``record`` is False: an idle game that cannot pause), counted; ``timed``: the
         recording is the ``record`` block (the real-time loop times every part of its period)."""
         step.actions = envs.taken(step.actions)  # a person's actions where the env reports them (demonstrations)
+        hold = self.hold
+        if hold.steps and (envs.failed or not record or self.core.version != hold.version):
+            hold.drop(envs.failed)
         if envs.failed:  # a game crashed mid-step: its row gets a real transition from the env made afresh
             step.copy_inputs()
             for i in envs.failed:
@@ -86,9 +143,8 @@ class StepRecorder:
                 self.refill_row(envs, i, step)
         if record:
             with self.blocks.timed("record") if timed else contextlib.nullcontext():
-                self.actor.record(
-                    step.obs, step.actions, step.extras, step.rewards, step.next_obs, step.terminated, step.truncated
-                )
+                for s in hold.add(envs.still, step, self.core.version):
+                    self.actor.record(s.obs, s.actions, s.extras, s.rewards, s.next_obs, s.terminated, s.truncated)
             if self.demo_recorder is not None:
                 self.demo_recorder.step(
                     envs, step.obs, step.actions, step.rewards, step.next_obs, step.terminated, step.truncated
