@@ -292,6 +292,8 @@ def reconcile(ledgers: Path, faults: list[dict], watch: WeightsWatch, evals, con
     for path in ledgers.glob("worker-*.jsonl"):
         _, name, inc = path.stem.rsplit("-", 2) if path.stem.count("-") >= 2 else (None, None, None)
         for e in read_ledger(path):
+            if "seq" not in e:
+                continue  # not a batch's line (a model loaded)
             key = (name, inc, e["seq"])
             rec = sent.setdefault(key, {"n": 0})
             if e["ev"] == "sent":

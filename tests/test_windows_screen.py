@@ -208,7 +208,8 @@ def _check_run(watch: Watcher, observer: PaddleObserver) -> None:
     assert abs(int(values[counts.argmax()]) - BG_GRAY) <= 3, (values, counts)  # the game's pictures
     # episodes end at the HUD's game over: the last reward the lost life, one life, so -1 or more
     eps = watch.episodes
-    assert all(e["return"] >= -1 for e in eps) and all(e["length"] > 1 for e in eps), eps[:5]
+    bad = [(i, eps[i - 1] if i else None, e) for i, e in enumerate(eps) if e["return"] < -1 or e["length"] <= 1]
+    assert not bad, f"(index, the episode before, the episode) of {len(eps)}: {bad[:3]}"
     assert not any(e.get("truncated") for e in eps[:3]), eps[:3]
     # the paddle starts each game in the middle (60..100 px); only held keys take it further
     assert observer.xs, "the observer never saw the paddle"

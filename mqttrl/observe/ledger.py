@@ -1,7 +1,8 @@
 """An audit ledger: one JSON line per sample batch a node sent, got acknowledged or judged.
 
 Set ``MQTTRL_LEDGER_DIR`` and every worker writes ``worker-<name>-<incarnation>.jsonl``
-(``sent``, then ``acked`` once the broker acknowledged it) and every learner writes
+(``sent``, then ``acked`` once the broker acknowledged it; ``loaded`` with the epoch and version
+of each model it starts playing) and every learner writes
 ``learner-<epoch>.jsonl`` (``accepted`` or ``refused`` with the reason, and ``checkpoint``
 marks). Each line is flushed as written, so a process killed with SIGKILL leaves an
 exact record up to its last line. ``benchmarks/chaos.py`` reconciles these files to
@@ -38,6 +39,12 @@ class Ledger:
 
     def close(self) -> None:
         self._f.close()
+
+
+def note(ledger: Ledger | None, event: str, **fields) -> None:
+    """``ledger.write`` where a node has a ledger (unset, the default: nothing, one check)."""
+    if ledger is not None:
+        ledger.write(event, **fields)
 
 
 def read(path: Path) -> list[dict]:

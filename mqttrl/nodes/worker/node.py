@@ -44,6 +44,7 @@ from mqttrl.nodes.worker.remote_forward import RemoteForward
 from mqttrl.nodes.worker.step import StepRecorder
 from mqttrl.nodes.worker.weights_inbox import WeightsInbox
 from mqttrl.observe.ledger import Ledger
+from mqttrl.observe.ledger import note as ledger_note
 from mqttrl.observe.prometheus import serve_metrics
 from mqttrl.observe.timing import BlockTimes, PeriodStats
 from mqttrl.plugin.algorithm import Actor, ActorContext, AlgorithmInfo, Forward, SyncActor
@@ -391,6 +392,7 @@ class WorkerNode:
         with self.blocks.timed("load"):
             self.actor.load_weights(w.tensors, w.info)
         self.core.loaded(w)
+        ledger_note(self.ledger, "loaded", epoch=w.epoch, v=w.version)  # the model played from here
         self.model_info = dict(w.info)
         if self.remote is not None:
             self.remote.require_version(w.version, w.epoch)
@@ -447,9 +449,8 @@ class WorkerNode:
             count=count,
             compression=self.core.config.worker.compression,
         )
-        if self.ledger is not None:
-            self._note_acks()
-            self.ledger.write("sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
+        self._note_acks()  # the acknowledgements so far first: a ledger's lines stay in order
+        ledger_note(self.ledger, "sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
         t1 = self.blocks.clock()
         self.client.publish(self.topics.samples(self.name), payload, qos=1, retain=False, kind="samples", tag=seq)
         self.blocks.add("encode", t1 - t0)
