@@ -30,6 +30,7 @@ from mqttrl_plugins.screen.readers import (
     LivesReader,
     MatchReader,
     NumberReader,
+    StillReader,
     cut_glyphs,
     load_glyphs,
     render_glyphs,
@@ -150,6 +151,47 @@ def test_match_lives_and_bar_readers(tmp_path):
     assert BarReader([0, 5, 100, 10], [200, 40, 40]).read(bar).value == pytest.approx(0.37)
 
 
+def test_the_still_reader_is_done_once_a_region_stood_still_for_its_frames():
+    """A moving sprite in the region: never still; the same frame ``frames`` times in a row: still
+    (and done, in a table), until a frame changes; a change outside the region is not looked at."""
+    reader = StillReader([0, 60, 160, 40], frames=3)
+    playing = [catch(n) for n in range(6)]
+    for k, frame in enumerate(playing):
+        frame[70:80, 10 * k : 10 * k + 10] = (255, 0, 0)  # a sprite moves along the region
+    assert [reader.read(f).value for f in playing] == [False] * 6 and reader.still == 0
+    frozen = playing[-1]
+    assert [reader.read(frozen).value for _ in range(4)] == [False, False, True, True]
+    assert reader.still == 4 and reader.difference == 0.0
+    assert reader.read(playing[0]).value is False and reader.still == 0
+    outside = catch(5)
+    reader.read(outside)
+    assert [reader.read(catch(9)).value for _ in range(3)] == [False, False, True]  # the score changed: not looked at
+    reader.forget()  # a new episode: the frame before is forgotten
+    assert reader.read(catch(9)).value is False and reader.still == 0
+    tolerant = StillReader([0, 60, 160, 40], frames=2, tolerance=1.0)
+    noisy = [catch(1).astype(np.int16) + d for d in (0, 1, 0, 1)]  # every pixel off by one, frame to frame
+    assert [tolerant.read(np.clip(f, 0, 255).astype(np.uint8)).value for f in noisy] == [False, False, True, True]
+
+    table = ScreenReward({"over": {"kind": "still", "region": [0, 60, 160, 40], "frames": 2, "reward": -1.0}})
+    table.reset(catch(0))
+    assert [table(catch(0)) for _ in range(3)] == [(0.0, False), (-1.0, True), (0.0, True)]
+    assert table(playing[0]) == (0.0, False) and table.readings["over"].value is False
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({"frames": 0}, "frames=0: an int >= 1"),
+        ({"frames": 2.5}, "frames=2.5: an int >= 1"),
+        ({"tolerance": -1}, "tolerance=-1: a number >= 0"),
+    ],
+)
+def test_a_still_reader_s_bad_argument_is_one_line(args, says):
+    with pytest.raises(ScreenEnvError) as e:
+        StillReader([0, 0, 9, 9], name="over", **args)
+    assert str(e.value).startswith("screen env: reward.over: ") and says in str(e.value) and "\n" not in str(e.value)
+
+
 # ---- the reward table -------------------------------------------------------------------------------
 def catch_table(tmp_path: Path, **score) -> dict:
     write_png(tmp_path / "catch.png", catch())
@@ -218,6 +260,15 @@ def parse(reward) -> None:
             "the bar reads empty on the first frame",
         ),
         ({"clip": -1, "score": {}}, "reward.clip=-1"),
+        ({"over": {"kind": "still", "region": [0, 0, 9, 9], "frames": 0}}, "reward.over: frames=0: an int >= 1"),
+        (
+            {"over": {"kind": "still", "region": [0, 0, 9, 9], "frame": 5}},
+            "unknown key 'frame' (did you mean 'frames'?)",
+        ),
+        (
+            {"over": {"kind": "still", "region": [0, 0, 9, 9], "tolerance": -2.0}},
+            "reward.over: tolerance=-2.0: a number >= 0",
+        ),
     ],
 )
 def test_a_wrong_table_region_glyph_set_or_file_is_one_line(change, says, tmp_path, monkeypatch):
@@ -255,7 +306,7 @@ def test_the_docs_table_is_a_table_the_kit_takes():
     table = tomllib.loads(block)["env"]["kwargs"]["reward"]
     from mqttrl_plugins.screen.reward_config import check_table
 
-    assert set(check_table(table)) == {"score", "lives", "over", "health"}
+    assert set(check_table(table)) == {"score", "lives", "over", "health", "frozen"}
 
 
 # ---- real games in real windows ---------------------------------------------------------------------

@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> None:
     paths = save_probe(result, args.out)
     last = result.rows[-1] if result.rows else {}
     readings = ", ".join(f"{n}={last.get(n)} ({last.get(n + '_status')})" for n in result.readers) or "no readers"
-    print(f"{len(result.rows)} frames in {args.seconds:g} s; last: {readings}; done: {bool(last.get('done'))}")
+    seconds = last.get("t", 0.0) if result.stopped else args.seconds
+    print(f"{len(result.rows)} frames in {seconds:g} s; last: {readings}; done: {bool(last.get('done'))}")
+    if result.stopped:
+        print(result.stopped)
     print("wrote " + ", ".join(str(p) for p in paths))
 
 

@@ -17,7 +17,7 @@
 - settings: ``ConfigError`` (one line for the user) and the validators ``positive``,
   ``non_negative``, ``unit_interval``, ``unit_positive``, ``layer_sizes``;
 - the screen kit's readers (``mqttrl_plugins.screen.readers``): ``NumberReader``, ``MatchReader``,
-  ``LivesReader``, ``BarReader``, ``Reading``, and glyphs: ``Glyph``, ``load_glyphs``,
+  ``LivesReader``, ``BarReader``, ``StillReader``, ``Reading``, and glyphs: ``Glyph``, ``load_glyphs``,
   ``render_glyphs``, ``cut_glyphs``, ``save_glyphs`` (docs/real-games.md);
 - ``obs_dtype`` (the observations' dtype kept from the env to the network), ``Episode`` (a
   demonstration episode), ``UPDATES_KEY`` and ``FLEET_PROGRESS_KEY`` (weights-info keys actors read);
@@ -93,6 +93,7 @@ _CONTRACT = {
     "MatchReader": "mqttrl_plugins.screen.readers",
     "LivesReader": "mqttrl_plugins.screen.readers",
     "BarReader": "mqttrl_plugins.screen.readers",
+    "StillReader": "mqttrl_plugins.screen.readers",
     "Reading": "mqttrl_plugins.screen.readers",
     "Glyph": "mqttrl_plugins.screen.readers",
     "load_glyphs": "mqttrl_plugins.screen.readers",

@@ -35,6 +35,9 @@ class Probe:
     frame: np.ndarray | None = None
     readers: dict[str, Any] = field(default_factory=dict)
     done: bool = False
+    #: why the probe stopped before its seconds ("": it did not): a game over that a reset does
+    #: not end (a game that needs a new process, ``[env] launch_each_episode``)
+    stopped: str = ""
 
 
 def probe(kwargs: dict[str, Any], seconds: float, keys: str = "none", seed: int = 0) -> Probe:
@@ -65,7 +68,11 @@ def probe(kwargs: dict[str, Any], seconds: float, keys: str = "none", seed: int 
             out.rows.append(row)
             out.done = done
             if done:
-                env.reset()
+                try:
+                    env.reset()
+                except RuntimeError as e:  # the game stays over: the probe ends at its game over
+                    out.stopped = f"{e}; the probe stopped at the game over"
+                    break
         out.frame = env.grab().copy()
     finally:
         env.close()

@@ -7,6 +7,7 @@
     lives = { kind = "lives", region = [100, 4, 56, 8], icon = "life.png", penalty = -1.0, done_at = 0 }
     over = { kind = "match", region = [0, 60, 160, 40], reference = "over.png", done = true }
     health = { kind = "bar", region = [4, 150, 100, 4], color = [200, 40, 40], scale = 1.0 }
+    frozen = { kind = "still", region = [20, 20, 320, 360], frames = 10, done = true }
 
 Each sub-table is one reader, named as you like (the name is in its messages); ``kind`` says which.
 A step's reward is the sum of the readers' rewards, clipped to ``[-clip, clip]`` with ``clip > 0``;
@@ -16,7 +17,9 @@ the episode is done when any reader says so:
 * ``lives``: ``penalty`` for each life below the fewest seen this episode (a blinking icon costs
   once), ``gain`` for each above the last count; done at ``done_at`` lives or fewer;
 * ``match``: ``reward`` on the frame the region comes to match; done while it matches (``done = true``);
-* ``bar``: ``scale`` × the change of the filled fraction; done at ``done_at`` or less.
+* ``bar``: ``scale`` × the change of the filled fraction; done at ``done_at`` or less;
+* ``still``: ``reward`` on the frame the region has stood still ``frames`` frames in a row; done
+  while it stays still (``done = true``, the default: a game that just stops at its end).
 
 An unreadable frame adds nothing and keeps the last value: the change is paid at the next good
 reading. Paths are relative to the working directory. :func:`check_table` checks the table's shape
@@ -33,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .readers import BarReader, LivesReader, MatchReader, NumberReader, Reader, Reading
+from .readers import BarReader, LivesReader, MatchReader, NumberReader, Reader, Reading, StillReader
 from .readers.base import check_color, check_region
 from .readers.glyphs import load_glyphs, render_glyphs
 from .window import ScreenEnvError
@@ -66,6 +69,7 @@ KEYS: dict[str, dict[str, Any]] = {
     },
     "match": {**_COMMON, "reference": _REQUIRED, "tolerance": 12.0, "when": "same", "done": False, "reward": 0.0},
     "bar": {**_COMMON, "color": _REQUIRED, "tolerance": 60.0, "vertical": False, "scale": 1.0, "done_at": None},
+    "still": {**_COMMON, "frames": 10, "tolerance": 0.0, "done": True, "reward": 0.0},
 }
 #: the reward table's own keys (beside one table per reader)
 TOP = {"clip": 0.0}
@@ -89,6 +93,10 @@ def _check_value(where: str, key: str, value: Any, default: Any) -> None:
         fail("a string" if key != "glyphs" else "a folder of glyph PNGs, an .npz or a .json file")
     elif key == "when" and value not in ("same", "different"):
         fail('"same" (matches the reference) or "different" (the screen changed)')
+    elif key == "frames" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        fail("an int >= 1, the frames in a row the region must stand still (at step_s = 0.1, 10 frames are 1 s)")
+    elif key == "tolerance" and _is_number(value) and value < 0:
+        fail("a number >= 0")
     elif key == "font_size" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         fail("the font's size in pixels, an int > 0")
     elif isinstance(default, bool) and not isinstance(value, bool):
@@ -179,6 +187,8 @@ def _make_reader(name: str, o: dict[str, Any]) -> Reader:
         return LivesReader(region, o["icon"], icon_region=o["icon_region"], tolerance=o["tolerance"], name=name)
     if kind == "match":
         return MatchReader(region, o["reference"], tolerance=o["tolerance"], when=o["when"], name=name)
+    if kind == "still":
+        return StillReader(region, frames=o["frames"], tolerance=o["tolerance"], name=name)
     return BarReader(region, o["color"], tolerance=o["tolerance"], vertical=o["vertical"], name=name)
 
 
@@ -216,9 +226,9 @@ class Term:
             elif before is not None and now > before:
                 reward = o["gain"] * (now - before)
             self.lowest = now if self.lowest is None else min(self.lowest, now)
-        elif kind == "match" and now and not before:
+        elif kind in ("match", "still") and now and not before:
             reward = o["reward"]
-        if kind == "match":
+        if kind in ("match", "still"):
             done = bool(o["done"] and now)
         else:
             done = o.get("done_at") is not None and now is not None and now <= o["done_at"]

@@ -35,6 +35,27 @@ def board(frame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[
     return path, pellets, ghosts, me
 
 
+def hunt_key(frame: np.ndarray) -> str | None:
+    """The arrow key towards the nearest ghost (a test that wants the game over soon)."""
+    path, _, ghosts, me = board(frame)
+    if me is None:
+        return None
+    seen = {me: None}
+    queue = deque([me])
+    while queue:
+        r, c = queue.popleft()
+        if ghosts[r, c] and (r, c) != me:
+            while seen[(r, c)][0] != me:
+                r, c = seen[(r, c)][0]
+            return seen[(r, c)][1]
+        for key, (dy, dx) in MOVES.items():
+            nxt = (r + dy, c + dx)
+            if 0 <= nxt[0] < N and 0 <= nxt[1] < N and path[nxt] and nxt not in seen:
+                seen[nxt] = ((r, c), key)
+                queue.append(nxt)
+    return None
+
+
 def next_key(frame: np.ndarray) -> str | None:
     """The arrow key towards the nearest pellet that no ghost is near (None: nothing to do)."""
     path, pellets, ghosts, me = board(frame)

@@ -6,7 +6,9 @@
 * :class:`MatchReader` (:mod:`.match`): a region like a reference picture ("game over"), or not
   like it ("screen changed");
 * :class:`LivesReader` (:mod:`.lives`): how many times an icon is drawn in a region;
-* :class:`BarReader` (:mod:`.bar`): the filled fraction of a bar.
+* :class:`BarReader` (:mod:`.bar`): the filled fraction of a bar;
+* :class:`StillReader` (:mod:`.still`): whether a region has stopped changing (a game that just
+  stops at its end).
 
 Each reads ``reader.read(frame) -> Reading`` (an unreadable frame keeps the last value, says so,
 and is counted in ``reader.unreadable``) and checks the first frame with ``check_start(frame)``.
@@ -34,6 +36,7 @@ from .glyphs import Glyph, cut_glyphs, load_glyphs, render_glyphs, save_glyphs
 from .lives import LivesReader
 from .match import MatchReader
 from .number import NumberReader, parse_number
+from .still import StillReader
 
 __all__ = [
     "BarReader",
@@ -43,6 +46,7 @@ __all__ = [
     "NumberReader",
     "Reader",
     "Reading",
+    "StillReader",
     "Unreadable",
     "cut_glyphs",
     "load_glyphs",
