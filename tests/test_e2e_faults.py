@@ -106,6 +106,7 @@ def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
         watch.wait(lambda w: w.version >= version_at_copy + 5, 60, "five more model versions")
         learner.kill()
         version_at_kill = watch.version
+        old_epoch = watch.latest["epoch"]  # the killed learner's: its last metrics stay the latest until the new one's
         shutil.rmtree(run_dir / "checkpoints")
         shutil.copytree(old, run_dir / "checkpoints")  # the newer checkpoints are lost: resume from an old one
         # the broker forgets the retained weights (a restart without persistence would do the same)
@@ -122,13 +123,22 @@ def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
         assert learner.wait_for("resumed from", 60), learner.text()[-3000:]
         resumed_at = int(re.search(r"resumed from \S+: version (\d+)", learner.text()).group(1))
         assert resumed_at < version_at_kill, "the checkpoint was older than the workers' model"
+        # the resumed learner's own metrics (a newer epoch): the killed one's last metrics would pass
+        # any wait on samples at once, and the test would then check the old epoch (1 in 3 runs failed so)
         watch.wait(
-            lambda w: w.latest.get("epoch", 0) > 0 and w.latest["samples"] > 0, 60, "the resumed learner's samples"
+            lambda w: w.latest.get("epoch", 0) > old_epoch and w.latest["samples"] > 0,
+            60,
+            "the resumed learner's samples",
         )
+        new = watch.latest["epoch"]
+        # the worker's batches of the new epoch (the backlog the broker kept for the learner is the old
+        # epoch's: its samples alone count up while the resumed learner holds the worker back)
+        watch.wait(lambda w: w.last_batch["w0"].epoch == new, 90, "a batch of the resumed learner's epoch")
         samples_then = watch.latest["samples"]
         watch.wait(lambda w: w.latest["samples"] > samples_then + 2000, 60, "samples keep being accepted")
         assert "future_version" not in watch.latest["rejected"], watch.latest["rejected"]
         new_epoch = watch.latest["epoch"]
+        assert new_epoch == new
     finally:
         w0.terminate()
         learner.terminate(60)
