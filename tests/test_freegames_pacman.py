@@ -128,6 +128,11 @@ def test_the_shipped_config_s_readers_read_dots_as_reward_and_the_frozen_maze_as
             assert env.launches == 4
         finally:
             env.close()
+    # the game writes its score at the start of each tick and stops at the catch: a pellet eaten on
+    # the catching tick (its log line and the catch read by the same 20 ms poll; pellets are 4 ticks
+    # apart) is in the game's state but never on the screen (fresh-ci: 28 read for ever, 29 kept)
+    if len(log) > 1 and abs(caught_at - log[-1][0]) <= 0.06:
+        log = log[:-1]
     readings = [start] + [(t, r) for t, _, _, r in steps]
     ok = [(t, r) for t, r in readings if r.ok]
     wrong = [(t, r.value, shown_at(log, t, 0.3)) for t, r in ok if r.value not in shown_at(log, t, 0.3)]
