@@ -186,3 +186,17 @@ def test_the_evaluator_takes_a_restarted_learners_weights_at_a_lower_version():
     assert (seen.weights.epoch, seen.weights.version) == (2, 3)
     seen.dispatch(topics.weights, encode_weights(60, "dqn", "r", tensors, epoch=1))  # a late copy of the old one
     assert (seen.weights.epoch, seen.weights.version) == (2, 3)
+
+
+def test_a_worker_evaluates_a_resumed_learners_new_epoch_at_a_lower_version():
+    """Issue 44: the worker swapped to the resumed learner's model (a new epoch, a lower version);
+    its evaluation schedule takes that model as new, and the result names its epoch."""
+    from mqttrl.wire import ModelRef
+
+    ev = WorkerEvaluation(episodes=2, every_s=0.0, clock=lambda: 0.0)
+    envs = EnvSet(lambda: Counter(), 1, seed=0)
+    ev.play(envs, GreedyActor(), ModelRef(7, 50), {})
+    assert ev.due(ModelRef(8, 3)) and not ev.due(ModelRef(7, 50))
+    result = ev.play(envs, GreedyActor(), ModelRef(8, 3), {})
+    assert result.model == ModelRef(8, 3) and result.to_json()["model_epoch"] == 8
+    assert ev.evaluated == 3 and not ev.due(ModelRef(7, 60))

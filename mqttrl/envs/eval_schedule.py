@@ -7,6 +7,10 @@ evaluations is not raised by a faster run simply being evaluated more often. The
 model are those the learner had taken in when it published it; a learner that does not say them
 (one older than that key) is evaluated by time. Shared by the evaluator node and a worker that
 evaluates on its own game.
+
+Models are named by :class:`~mqttrl.wire.model_ref.ModelRef` (epoch, version): a learner resumed
+from an older checkpoint opens a new epoch whose versions are lower than the old ones', and its
+models are due all the same. A bare version (an older caller) is a model of epoch 0.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from mqttrl.plugin.algorithm import INGESTED_KEY
+from mqttrl.wire.model_ref import NO_MODEL, ModelRef
 
 
 def trained_env_steps(info: Mapping) -> int | None:
@@ -36,8 +41,8 @@ class EvalSchedule:
         first_after_s: float | None = None,
     ):
         self.every_s, self.every_env_steps, self.clock = every_s, every_env_steps, clock
-        #: the newest model version evaluated (-1: none)
-        self.evaluated = -1
+        #: the newest model evaluated (NO_MODEL: none)
+        self.last: ModelRef = NO_MODEL
         self._next_at = clock() + (every_s if first_after_s is None else first_after_s)
         self._next_mark = every_env_steps
 
@@ -46,18 +51,34 @@ class EvalSchedule:
         """The env steps the next model evaluated by data must have (None: by time)."""
         return self._next_mark if self.every_env_steps else None
 
-    def due(self, version: int, env_steps: int | None = None) -> bool:
-        """Model ``version`` (trained on ``env_steps``) should be evaluated now."""
-        if version < 0 or version <= self.evaluated:
+    @property
+    def evaluated(self) -> int:
+        """The version of the newest model evaluated (-1: none)."""
+        return self.last.version
+
+    @evaluated.setter
+    def evaluated(self, model: int | ModelRef) -> None:
+        self.last = ModelRef.of(model)
+
+    def due(self, model: int | ModelRef, env_steps: int | None = None) -> bool:
+        """Model ``model`` (trained on ``env_steps``) should be evaluated now: one newer than the
+        last evaluated, by epoch, then version."""
+        ref = ModelRef.of(model)
+        if ref.version < 0 or ref <= self.last:
             return False
         if self.every_env_steps and env_steps is not None:
-            return env_steps >= self._next_mark
+            return env_steps >= self._next_mark or self._data_went_back(ref, env_steps)
         return self.clock() >= self._next_at
 
-    def judged(self, version: int, env_steps: int | None = None) -> None:
-        """Model ``version`` was evaluated (or its evaluation failed: not again at once): the next
+    def _data_went_back(self, ref: ModelRef, env_steps: int) -> bool:
+        """A new epoch's model trained on fewer env steps than the last one evaluated (a learner
+        resumed from an older checkpoint): due at once, and the marks count on from its data."""
+        return ref.epoch > self.last.epoch and env_steps < self._next_mark - self.every_env_steps
+
+    def judged(self, model: int | ModelRef, env_steps: int | None = None) -> None:
+        """Model ``model`` was evaluated (or its evaluation failed: not again at once): the next
         is due a period from now or at the first mark past ``env_steps``."""
-        self.evaluated = max(self.evaluated, version)
+        self.last = max(self.last, ModelRef.of(model))
         self._next_at = self.clock() + self.every_s
         if self.every_env_steps and env_steps is not None:
             self._next_mark = (env_steps // self.every_env_steps + 1) * self.every_env_steps

@@ -25,6 +25,7 @@ import numpy as np
 from mqttrl.config.settings import ConfigError
 from mqttrl.observe.timing import LatencyStats
 from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire.model_ref import ModelRef
 
 log = logging.getLogger("mqttrl.envs")
 
@@ -390,7 +391,7 @@ def evaluate_model(actor, make: Callable[[], gym.Env], weights, episodes: int) -
     actor.load_weights(weights.tensors, weights.info)
     started = time.monotonic()
     returns = evaluate(actor, make, episodes, evaluation_seed(weights.version, episodes))
-    return Evaluation.of_returns(weights.version, returns, time.monotonic() - started)
+    return Evaluation.of_returns(ModelRef.of(weights), returns, time.monotonic() - started)
 
 
 def evaluate(actor, make: Callable[[], gym.Env], episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:

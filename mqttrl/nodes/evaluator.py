@@ -27,8 +27,9 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import WeightsMessage, decode_json, decode_weights
+from mqttrl.wire import NO_MODEL, ModelRef, WeightsMessage, decode_json, decode_weights
 from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire.model_ref import newest_match
 
 log = logging.getLogger("mqttrl.evaluate")
 
@@ -42,7 +43,8 @@ def model_env_steps(weights: WeightsMessage) -> int | None:
     return trained_env_steps(weights.info)
 
 
-#: the models a listening evaluator keeps by version, for the results of workers that evaluated them
+#: the models a listening evaluator keeps (by :class:`ModelRef`: a resumed learner's new epoch
+#: numbers its models lower than the old one's), for the results of workers that evaluated them
 RECENT_MODELS = 16
 
 
@@ -60,8 +62,8 @@ class _Latest:
         self.first_published_at: float | None = None
         #: why the run's config cannot be evaluated here (unknown algorithm, bad value): raised by the loop
         self.error: Exception | None = None
-        #: with ``listen``: the recent models by version, and the workers' results not handed on yet
-        self.recent: dict[int, tuple[WeightsMessage, bytes]] = {}
+        #: with ``listen``: the recent models by reference, and the workers' results not handed on yet
+        self.recent: dict[ModelRef, tuple[WeightsMessage, bytes]] = {}
         self.results: list[dict] = []
         handlers = {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}
         if listen:
@@ -94,9 +96,16 @@ class _Latest:
             self.first_published_at = w.published_at
         if w.newer_than(self.weights):  # a restarted learner's new epoch wins at a lower version
             self.weights, self.payload = w, payload
-        self.recent[w.version] = (w, payload)
-        while len(self.recent) > RECENT_MODELS:
+        self.recent[w.ref] = (w, payload)
+        while len(self.recent) > RECENT_MODELS:  # the oldest by epoch, then version
             del self.recent[min(self.recent)]
+
+    def model_of(self, result: dict) -> tuple[ModelRef, WeightsMessage | None, bytes | None]:
+        """The model a worker's ``result`` judged: its reference (that of the kept model where the
+        result names no epoch) and the kept weights, or None for them when no longer kept."""
+        asked = ModelRef(result.get("model_epoch", 0), result["model_version"])
+        ref = newest_match(self.recent, asked)
+        return (asked, None, None) if ref is None else (ref, *self.recent[ref])
 
     def on_eval(self, name: str, payload: bytes) -> None:
         """A worker's greedy evaluation (``eval_on = "workers"``): kept for the loop to hand on."""
@@ -135,19 +144,25 @@ class EvaluatorNode:
         self.rejections = self.seen.rejections
         #: every result, in order
         self.results: list[dict] = []
-        self.evaluated = -1
+        #: the newest model evaluated (NO_MODEL: none)
+        self.evaluated: ModelRef = NO_MODEL
         self._stop = threading.Event()
         self._final = threading.Event()
         #: with ``play=False``: the newest model when the final evaluation was asked for (the workers'
         #: first evaluation of it or a newer one ends the loop)
-        self.final_version: int | None = None
+        self.final_model: ModelRef | None = None
         self._done = threading.Event()
         self.client = MqttClient(broker, client_id=f"mqttrl-{self.name}", subscriptions=self.seen.subscriptions())
 
     @property
     def latest_version(self) -> int:
         """The newest model version received (-1: none yet)."""
-        return self.seen.weights.version if self.seen.weights is not None else -1
+        return self.latest.version
+
+    @property
+    def latest(self) -> ModelRef:
+        """The newest model received (NO_MODEL: none yet)."""
+        return self.seen.weights.ref if self.seen.weights is not None else NO_MODEL
 
     def start(self) -> EvaluatorNode:
         """Connect (raises when the broker cannot be reached); :meth:`serve` then runs the loop."""
@@ -171,9 +186,9 @@ class EvaluatorNode:
                 if not self.play:  # the workers evaluate: hand their results on
                     self._hand_on_workers_results(t0)
                     if self._final.is_set():  # the final one: theirs of the newest model, or a newer one
-                        if self.final_version is None:
-                            self.final_version = self.latest_version
-                        if self.evaluated >= self.final_version:
+                        if self.final_model is None:
+                            self.final_model = self.latest
+                        if self.evaluated >= self.final_model:
                             return None
                     continue
                 if self._final.is_set():
@@ -181,12 +196,12 @@ class EvaluatorNode:
                     return None
                 w = self.seen.weights
                 steps = None if w is None else model_env_steps(w)
-                if w is None or not schedule.due(w.version, steps):
+                if w is None or not schedule.due(w.ref, steps):
                     continue
                 result = self._evaluate_newest(t0)
                 if result is None:
                     continue
-                schedule.judged(w.version, steps)  # w: the model just evaluated
+                schedule.judged(w.ref, steps)  # w: the model just evaluated
                 if target is not None and result["mean"] >= target:
                     return result
             return None
@@ -209,9 +224,9 @@ class EvaluatorNode:
     def _evaluate_newest(self, t0: float) -> dict | None:
         """Evaluate the newest model if no evaluation has seen it; publish and hand on the result."""
         seen, w, payload = self.seen, self.seen.weights, self.seen.payload
-        if seen.actor is None or w is None or payload is None or w.version <= self.evaluated:
+        if seen.actor is None or w is None or payload is None or w.ref <= self.evaluated:
             return None
-        self.evaluated = w.version
+        self.evaluated = w.ref
         record = attrs.evolve(
             evaluate_model(seen.actor, seen.make, w, self.episodes),
             wall_s=round(time.monotonic() - t0, 2),
@@ -237,12 +252,12 @@ class EvaluatorNode:
         seen = self.seen
         while seen.results:
             result = seen.results.pop(0)
-            w, payload = seen.recent.get(result["model_version"], (None, None))
+            ref, w, payload = seen.model_of(result)
             result["wall_s"] = round(time.monotonic() - t0, 2)
             if w is not None and seen.first_published_at is not None:
                 result["training_s"] = round(w.published_at - seen.first_published_at, 2)
             self.results.append(result)
-            self.evaluated = max(self.evaluated, result["model_version"])
+            self.evaluated = max(self.evaluated, ref)
             if self.on_result is not None:
                 self.on_result(result, w, payload)
 

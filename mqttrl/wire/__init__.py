@@ -23,6 +23,7 @@ from .inference import (
     request_spec,
 )
 from .metrics import InferenceMetrics, LearnerMetrics
+from .model_ref import NO_MODEL, ModelRef
 from .samples import (
     COMPRESSIONS,
     BatchHeader,
@@ -39,6 +40,7 @@ from .weights import WeightsMessage, decode_weights, encode_weights
 
 __all__ = [
     "COMPRESSIONS",
+    "NO_MODEL",
     "BatchHeader",
     "EpisodeReport",
     "EpisodeStats",
@@ -52,6 +54,7 @@ __all__ = [
     "InferenceState",
     "LearnerMetrics",
     "LearnerState",
+    "ModelRef",
     "Quicksave",
     "QuicksaveReply",
     "Rejected",

@@ -5,6 +5,10 @@ publish it; the evaluator listening for the workers' results, telemetry and ``mq
 record read it. All of them encode and decode it here, so a field or a check is written once:
 a result without a finite number for any of ``mean``, ``std``, ``min``, ``max``, ``eval_s``, or
 with a negative count, is refused (counted, logged by the receiver's dispatcher).
+
+The model is named by ``model_version`` and ``model_epoch`` (:class:`~.model_ref.ModelRef`): a
+resumed learner's new epoch numbers its models lower than the old epoch's. A result without
+``model_epoch`` (a sender older than it) reads as epoch 0, which matches its version in any epoch.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import attrs
 
 from .control import decode_json, encode_json
 from .errors import Rejected
+from .model_ref import ModelRef
 
 #: the float fields every evaluation carries
 _NUMBERS = ("mean", "std", "min", "max", "eval_s")
 #: optional fields: the data the model was trained on, and the evaluator's own clocks
 _OPTIONAL = {"env_steps": int, "wall_s": float, "training_s": float}
+#: how far a model's epoch may go (as the weights' check)
+_EPOCH_LIMIT = 2**62
 
 
 @attrs.frozen
@@ -40,15 +47,25 @@ class Evaluation:
     #: seconds since the evaluator started, and from the run's first model to this one's publication
     wall_s: float | None = None
     training_s: float | None = None
+    #: the learner epoch of the model (0: a sender that names none)
+    model_epoch: int = 0
+
+    @property
+    def model(self) -> ModelRef:
+        """Which model was evaluated."""
+        return ModelRef(self.model_epoch, self.model_version)
 
     @classmethod
-    def of_returns(cls, version: int, returns: list[float], eval_s: float, env_steps: int | None = None) -> Evaluation:
-        """The evaluation of ``returns`` (one per greedy episode)."""
+    def of_returns(
+        cls, model: int | ModelRef, returns: list[float], eval_s: float, env_steps: int | None = None
+    ) -> Evaluation:
+        """The evaluation of ``returns`` (one per greedy episode) of ``model`` (a bare version: epoch 0)."""
         import numpy as np
 
+        ref = ModelRef.of(model)
         r = np.asarray(returns, dtype=np.float64)
         return cls(
-            version,
+            ref.version,
             len(returns),
             float(r.mean()),
             float(r.std()),
@@ -56,11 +73,15 @@ class Evaluation:
             float(r.max()),
             round(eval_s, 3),
             env_steps,
+            model_epoch=ref.epoch,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The message's fields (the optional ones only where known)."""
-        return {k: v for k, v in attrs.asdict(self).items() if v is not None or k not in _OPTIONAL}
+        """The message's fields (the optional ones only where known; ``model_epoch`` where not 0)."""
+        fields = attrs.asdict(self)
+        return {
+            k: v for k, v in fields.items() if (v is not None or k not in _OPTIONAL) and (k, v) != ("model_epoch", 0)
+        }
 
     def encode(self) -> bytes:
         return encode_json(self.to_json())
@@ -93,9 +114,13 @@ class Evaluation:
             value = data.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 optional[key] = typ(value)
+        epoch = data.get("model_epoch", 0)
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < _EPOCH_LIMIT:
+            raise Rejected("bad_value", f"eval result of model epoch {epoch!r}")
         return cls(
             data["model_version"],
             data["episodes"],
             *(float(data[k]) for k in _NUMBERS),
             **optional,  # type: ignore[arg-type]
+            model_epoch=epoch,
         )

@@ -18,6 +18,7 @@ from safetensors.numpy import save as st_save
 
 from .. import PROTOCOL_VERSION
 from .errors import Rejected
+from .model_ref import ModelRef
 
 FORMAT = "mqttrl.weights"
 
@@ -40,16 +41,20 @@ class WeightsMessage:
     epoch: int = 0
 
     @property
+    def ref(self) -> ModelRef:
+        """Which model these weights are: newer weights compare greater, across learner restarts too."""
+        return ModelRef(self.epoch, self.version)
+
+    @property
     def order(self) -> tuple[int, int]:
-        """(epoch, version): newer weights compare greater, across learner restarts too."""
+        """(epoch, version): :attr:`ref` as a tuple (kept for older callers)."""
         return (self.epoch, self.version)
 
-    def newer_than(self, current: WeightsMessage | tuple[int, int] | None) -> bool:
-        """Whether these weights replace ``current`` (weights, an ``(epoch, version)`` order, or None:
-        nothing yet): the one "newest weights win" rule of every receiver (:func:`newer`)."""
-        if current is None:
-            return True
-        return newer(self.order, current.order if isinstance(current, WeightsMessage) else current)
+    def newer_than(self, current: WeightsMessage | ModelRef | tuple[int, int] | None) -> bool:
+        """Whether these weights replace ``current`` (weights, a :class:`ModelRef`, an ``(epoch,
+        version)`` pair, or None: nothing yet): the one "newest weights win" rule of every receiver,
+        ``self.ref > current.ref``."""
+        return current is None or self.ref > ModelRef.of(current)
 
 
 def newer(offered: tuple[int, int], current: tuple[int, int]) -> bool:
@@ -59,7 +64,7 @@ def newer(offered: tuple[int, int], current: tuple[int, int]) -> bool:
     epoch, so its weights win even when their version number went back; weights of an older epoch
     (a retained copy a broker restored) never replace newer ones.
     """
-    return offered > current
+    return ModelRef.of(offered) > ModelRef.of(current)
 
 
 def checksum(tensors: Mapping[str, np.ndarray]) -> str:

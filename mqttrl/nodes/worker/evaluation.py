@@ -27,6 +27,7 @@ from mqttrl.envs.eval_schedule import EvalSchedule, trained_env_steps
 from mqttrl.envs.launched import new_game_for_evaluation
 from mqttrl.envs.rollout import EnvSet, evaluation_seed, greedy_returns
 from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire.model_ref import ModelRef
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -70,19 +71,20 @@ class WorkerEvaluation:
         return self.schedule.evaluated
 
     @evaluated.setter
-    def evaluated(self, version: int) -> None:
-        self.schedule.evaluated = version
+    def evaluated(self, model: int | ModelRef) -> None:
+        self.schedule.evaluated = model
 
-    def due(self, version: int, info: dict | None = None) -> bool:
-        """An evaluation is due: the model is one not evaluated yet and the period has passed (or,
-        with ``train.eval_every_env_steps``, its env steps, from its ``info``, reached the next mark)."""
-        return self.schedule.due(version, trained_env_steps(info or {}))
+    def due(self, model: int | ModelRef, info: dict | None = None) -> bool:
+        """An evaluation is due: the model (its :class:`ModelRef`: a resumed learner's new epoch is
+        newer at a lower version) is one not evaluated yet and the period has passed (or, with
+        ``train.eval_every_env_steps``, its env steps, from its ``info``, reached the next mark)."""
+        return self.schedule.due(model, trained_env_steps(info or {}))
 
     def play(
         self,
         envs: EnvSet,
         actor: Any,
-        version: int,
+        version: int | ModelRef,
         info: dict,
         during: Callable[[], None] | None = None,
         max_steps: int = 100_000,
@@ -91,13 +93,14 @@ class WorkerEvaluation:
         every env is reset after), calling ``during`` after each step; the result as an evaluator
         publishes it."""
         env_steps = trained_env_steps(info)  # the data the model was trained on: curves by env step
-        self.schedule.judged(version, env_steps)  # also when it fails: not again at once
+        ref = ModelRef.of(version)  # the model: its epoch too (a bare version: epoch 0)
+        self.schedule.judged(ref, env_steps)  # also when it fails: not again at once
         started = time.monotonic()
         for i in range(envs.num_envs):  # the open training episodes end here (as a truncation)
             actor.truncate(i, envs.obs[i])
         new_game_for_evaluation(envs.envs)  # a launched game: the first episode on a fresh game
-        seed = evaluation_seed(version, self.episodes)
+        seed = evaluation_seed(ref.version, self.episodes)
         returns = greedy_returns(envs.envs, envs.dtype, actor, self.episodes, seed, max_steps, during)
         envs.reset_all()
-        self.schedule.judged(version, env_steps)  # the period counts from the evaluation's end
-        return Evaluation.of_returns(version, returns, time.monotonic() - started, env_steps)
+        self.schedule.judged(ref, env_steps)  # the period counts from the evaluation's end
+        return Evaluation.of_returns(ref, returns, time.monotonic() - started, env_steps)

@@ -53,7 +53,7 @@ from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
-from mqttrl.wire import Rejected, RejectionCounter, WorkerState, decode_weights, encode_batch, encode_json
+from mqttrl.wire import ModelRef, Rejected, RejectionCounter, WorkerState, decode_weights, encode_batch, encode_json
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -311,15 +311,15 @@ class WorkerNode:
         the result on ``eval/<worker>``; messages and heartbeats go on meanwhile. A game that fails
         during it ends the evaluation (no result); the env set makes it afresh as after any failure."""
         ev, busy = self.evaluation, getattr(envs, "resetting_rows", None) or self.games_paused
-        if ev is None or busy or not ev.due(self.core.version, self.model_info):
+        if ev is None or busy or not ev.due(model := ModelRef(self.core.epoch, self.core.version), self.model_info):
             return
         if self.core.rules.sync and not self.core.awaiting_model:
             return  # a PPO round's share is being collected: its evaluation waits for the round's end
         if self.actor.pending():  # what was recorded goes out first (a batch never spans the gap)
             self.send_batch()
-        version = self.core.version
+        version = self.core.version  # the model: ``model``, by epoch and version (a new epoch's is lower)
         try:
-            result = ev.play(envs, self.actor, version, self.model_info, during=self._evaluation_chores)
+            result = ev.play(envs, self.actor, model, self.model_info, during=self._evaluation_chores)
         except EnvFailing:
             raise
         except Exception as e:
