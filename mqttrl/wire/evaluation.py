@@ -20,14 +20,12 @@ import attrs
 
 from .control import decode_json, encode_json
 from .errors import Rejected
-from .model_ref import ModelRef
+from .model_ref import EPOCH_LIMIT, ModelRef
 
 #: the float fields every evaluation carries
 _NUMBERS = ("mean", "std", "min", "max", "eval_s")
 #: optional fields: the data the model was trained on, and the evaluator's own clocks
 _OPTIONAL = {"env_steps": int, "wall_s": float, "training_s": float}
-#: how far a model's epoch may go (as the weights' check)
-_EPOCH_LIMIT = 2**62
 
 
 @attrs.frozen
@@ -115,7 +113,7 @@ class Evaluation:
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 optional[key] = typ(value)
         epoch = data.get("model_epoch", 0)
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < _EPOCH_LIMIT:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < EPOCH_LIMIT:
             raise Rejected("bad_value", f"eval result of model epoch {epoch!r}")
         return cls(
             data["model_version"],

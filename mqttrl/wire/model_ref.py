@@ -46,6 +46,9 @@ class ModelRef:
         return f"v{self.version} (epoch {self.epoch})" if self.epoch else f"v{self.version}"
 
 
+#: an epoch is below this (the weights', batches' and evaluations' checks)
+EPOCH_LIMIT = 2**62
+
 #: no model yet: below every model's reference
 NO_MODEL = ModelRef(-1, -1)
 

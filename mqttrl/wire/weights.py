@@ -18,7 +18,7 @@ from safetensors.numpy import save as st_save
 
 from .. import PROTOCOL_VERSION
 from .errors import Rejected
-from .model_ref import ModelRef
+from .model_ref import EPOCH_LIMIT, ModelRef
 
 FORMAT = "mqttrl.weights"
 
@@ -180,7 +180,7 @@ def decode_weights(payload: bytes, max_bytes: int = 512 * 1024 * 1024) -> Weight
         algorithm, run, digest = meta["algorithm"], meta["run"], meta["checksum"]
     except (KeyError, ValueError, TypeError, RecursionError) as exc:
         raise Rejected("bad_header", f"weights metadata incomplete ({exc})") from None
-    if version < 0 or not 0 <= epoch < 2**62 or not isinstance(info, dict) or not isinstance(cast, dict):
+    if version < 0 or not 0 <= epoch < EPOCH_LIMIT or not isinstance(info, dict) or not isinstance(cast, dict):
         raise Rejected("bad_header", "negative version, epoch out of range or bad info")
     try:
         tensors = st_load(bytes(payload))

@@ -38,22 +38,7 @@ def board(frame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[
 def hunt_key(frame: np.ndarray) -> str | None:
     """The arrow key towards the nearest ghost (a test that wants the game over soon)."""
     path, _, ghosts, me = board(frame)
-    if me is None:
-        return None
-    seen = {me: None}
-    queue = deque([me])
-    while queue:
-        r, c = queue.popleft()
-        if ghosts[r, c] and (r, c) != me:
-            while seen[(r, c)][0] != me:
-                r, c = seen[(r, c)][0]
-            return seen[(r, c)][1]
-        for key, (dy, dx) in MOVES.items():
-            nxt = (r + dy, c + dx)
-            if 0 <= nxt[0] < N and 0 <= nxt[1] < N and path[nxt] and nxt not in seen:
-                seen[nxt] = ((r, c), key)
-                queue.append(nxt)
-    return None
+    return None if me is None else _first_key(path, ghosts, me)
 
 
 def next_key(frame: np.ndarray) -> str | None:
@@ -64,17 +49,23 @@ def next_key(frame: np.ndarray) -> str | None:
     danger = ghosts.copy()
     for dy, dx in MOVES.values():
         danger |= np.roll(ghosts, (dy, dx), axis=(0, 1))
+    return _first_key(path & ~danger, pellets, me)
+
+
+def _first_key(open_: np.ndarray, goal: np.ndarray, me: tuple[int, int]) -> str | None:
+    """The first arrow key of a shortest way from ``me`` along ``open_`` tiles to the nearest
+    ``goal`` tile other than ``me`` (breadth first; None: none reachable)."""
     seen = {me: None}
     queue = deque([me])
     while queue:
         r, c = queue.popleft()
-        if pellets[r, c] and (r, c) != me:
+        if goal[r, c] and (r, c) != me:
             while seen[(r, c)][0] != me:
                 r, c = seen[(r, c)][0]
             return seen[(r, c)][1]
         for key, (dy, dx) in MOVES.items():
             nxt = (r + dy, c + dx)
-            if 0 <= nxt[0] < N and 0 <= nxt[1] < N and path[nxt] and not danger[nxt] and nxt not in seen:
+            if 0 <= nxt[0] < N and 0 <= nxt[1] < N and open_[nxt] and nxt not in seen:
                 seen[nxt] = ((r, c), key)
                 queue.append(nxt)
     return None

@@ -317,14 +317,13 @@ class WorkerNode:
             return  # a PPO round's share is being collected: its evaluation waits for the round's end
         if self.actor.pending():  # what was recorded goes out first (a batch never spans the gap)
             self.send_batch()
-        version = self.core.version  # the model: ``model``, by epoch and version (a new epoch's is lower)
         try:
             result = ev.play(envs, self.actor, model, self.model_info, during=self._evaluation_chores)
         except EnvFailing:
             raise
         except Exception as e:
             log.warning(
-                "worker %s: the evaluation of model %d stopped: %s: %s", self.name, version, type(e).__name__, e
+                "worker %s: the evaluation of model %d stopped: %s: %s", self.name, model.version, type(e).__name__, e
             )
             envs.reset_all()
             return
@@ -332,7 +331,7 @@ class WorkerNode:
         log.info(
             "worker %s evaluated model %d: mean %.1f over %d episodes (%.1f s)",
             self.name,
-            version,
+            model.version,
             result.mean,
             result.episodes,
             result.eval_s,
