@@ -14,23 +14,14 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 from helpers.configs import cartpole_dqn_toml
-from helpers.procs import Proc, node_env, script
+from helpers.e2e import start_learner, start_worker
+from helpers.procs import node_env
 from helpers.watch import Watcher
 
 from mqttrl.observe.ledger import read as read_ledger
 from mqttrl.transport.topics import Topics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def start_learner(tmp_path: Path, cfg: Path, url: str, run_dir: Path, env: dict, *extra: str) -> Proc:
-    argv = [script("mqttrl-learner"), "--config", str(cfg), "--broker", url, "--run-dir", str(run_dir), *extra]
-    return Proc(argv, tmp_path / f"learner-{time.monotonic_ns()}.log", env)
-
-
-def start_worker(tmp_path: Path, url: str, run: str, name: str, env: dict) -> Proc:
-    argv = [script("mqttrl-worker"), "--broker", url, "--run", run, "--name", name]
-    return Proc(argv, tmp_path / f"worker-{name}-{time.monotonic_ns()}.log", env)
 
 
 def setup(tmp_path: Path, run: str) -> tuple[Path, dict, Path]:
@@ -54,12 +45,12 @@ def test_a_worker_restarted_under_its_name_loses_nothing(tmp_path, mosquitto):
     run = "e2e-restart"
     cfg, env, ledgers = setup(tmp_path, run)
     watch = Watcher(mosquitto.port, run)
-    learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run", env)
-    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, tmp_path / "run", env=env)
+    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env=env)
     try:
         watch.wait(lambda w: w.latest.get("workers", {}).get("w0", {}).get("last_seq", -1) >= 20, 90, "20 batches")
         w0.kill()
-        w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+        w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env=env)
         watch.wait(
             lambda w: w.latest["workers"]["w0"]["restarts"] == 1 and w.latest["workers"]["w0"]["last_seq"] >= 20,
             90,
@@ -96,8 +87,8 @@ def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
     cfg, env, ledgers = setup(tmp_path, run)
     run_dir = tmp_path / "run"
     watch = Watcher(mosquitto.port, run)
-    learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, env)
-    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env)
+    learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, env=env)
+    w0 = start_worker(tmp_path, mosquitto.url, run, "w0", env=env)
     try:
         watch.wait(lambda w: (run_dir / "checkpoints" / "latest").exists(), 120, "a first checkpoint")
         time.sleep(0.5)
@@ -119,7 +110,7 @@ def test_a_learner_whose_version_went_back_is_followed(tmp_path, mosquitto):
         # the resumed learner publishes ten times less often, so that it passes the worker's old version
         # well after the worker loaded its first model (what the worker's ledger's loads are checked for)
         slow = ("--set", "learner.publish_every=200")
-        learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, env, "--resume", *slow)
+        learner = start_learner(tmp_path, cfg, mosquitto.url, run_dir, "--resume", *slow, env=env)
         assert learner.wait_for("resumed from", 60), learner.text()[-3000:]
         resumed_at = int(re.search(r"resumed from \S+: version (\d+)", learner.text()).group(1))
         assert resumed_at < version_at_kill, "the checkpoint was older than the workers' model"
