@@ -42,7 +42,7 @@ def run(side: Mqttrl, scenario: Scenario, seed: int, workdir: Path, sets: list[s
         print(f"{side.name} seed {seed}: no summary.json (exit {rc}); log {log}", file=sys.stderr)
     curve = [list(p) for p in read_curve(run_dir / "evaluations.csv")]
     if summary and not summary["solved"] and summary.get("final_eval_mean") is None:
-        last = _last_checkpoint(run_dir, summary, scenario)
+        last = _last_checkpoint(run_dir, side.eval_env or summary["env"], scenario)
         curve += [[summary["env_steps"], summary["wall_s"], last]] if last is not None else []
     figures = run_figures([tuple(p) for p in curve], scenario.target)
     figures.update(
@@ -56,7 +56,7 @@ def run(side: Mqttrl, scenario: Scenario, seed: int, workdir: Path, sets: list[s
     return {"seed": seed, "exit": rc, "run_dir": str(run_dir), "curve": curve, "figures": figures}
 
 
-def _last_checkpoint(run_dir: Path, summary: dict, scenario: Scenario) -> float | None:
+def _last_checkpoint(run_dir: Path, env_id: str, scenario: Scenario) -> float | None:
     """The greedy mean of the run's last checkpoint, as a baseline's models are evaluated (None, and
     why, when there is none to load: the curve then ends at the run's last evaluation)."""
     import numpy as np
@@ -68,7 +68,7 @@ def _last_checkpoint(run_dir: Path, summary: dict, scenario: Scenario) -> float 
     except Exception as e:  # reported, not fatal: the run's own curve stands
         print(f"{run_dir.name}: no last checkpoint to evaluate ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return greedy_mean(lambda o: policy.predict(np.asarray(o)[None])[0], summary["env"], scenario.episodes)
+    return greedy_mean(lambda o: policy.predict(np.asarray(o)[None])[0], env_id, scenario.episodes)
 
 
 def record_demos(side: Mqttrl, scenario: Scenario, workdir: Path) -> Path:

@@ -26,13 +26,16 @@ MEASURES = {
 @dataclasses.dataclass(frozen=True)
 class Mqttrl:
     """``mqttrl train CONFIG`` with ``--set``s; with ``demos``, on that many demonstration episodes of
-    the scenario's demonstrator, recorded by ``mqttrl record`` before the runs."""
+    the scenario's demonstrator, recorded by ``mqttrl record`` before the runs; ``eval_env``: the env
+    id its last checkpoint is evaluated on where the run's own env id cannot make the game alone
+    (a game the worker launches: the baselines' launched env)."""
 
     name: str
     config: str
     sets: tuple[str, ...] = ()
     demos: int | None = None
     role: str = "mqttrl"
+    eval_env: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

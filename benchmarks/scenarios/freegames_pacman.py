@@ -58,7 +58,7 @@ SCENARIO = Scenario(
     episodes=5,
     eval_every_steps=5_000,
     sides=(
-        Mqttrl("mqttrl", CONFIG, (f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]',)),
+        Mqttrl("mqttrl", CONFIG, (f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]',), eval_env=ENV),
         baseline("SB3 DQN", "sb3", "DQN"),
         baseline("sb3-contrib QR-DQN", "sb3_contrib", "QRDQN"),
         RandomPolicy("random", ENV, episodes=20),
