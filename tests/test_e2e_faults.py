@@ -13,7 +13,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from helpers.configs import cartpole_dqn_toml
+from helpers.configs import resumable_dqn_toml
 from helpers.e2e import start_learner, start_worker
 from helpers.procs import node_env
 from helpers.watch import Watcher
@@ -26,14 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def setup(tmp_path: Path, run: str) -> tuple[Path, dict, Path]:
     cfg = tmp_path / f"{run}.toml"
-    cfg.write_text(
-        cartpole_dqn_toml(
-            run,
-            algorithm={"learning_starts": 300, "replay_ratio": None},
-            worker={"batch_size": 64},
-            learner={"publish_every": 20, "checkpoint_every": 100, "worker_timeout_s": 4.0},
-        )
-    )
+    cfg.write_text(resumable_dqn_toml(run))
     ledgers = tmp_path / "ledgers"
     return cfg, node_env(MQTTRL_LEDGER_DIR=str(ledgers)), ledgers
 

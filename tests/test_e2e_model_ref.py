@@ -15,9 +15,10 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from helpers.configs import cartpole_dqn_toml
+from helpers.configs import resumable_dqn_toml
 from helpers.e2e import start_learner, start_worker
 from helpers.procs import Proc, node_env, script
+from helpers.run_files import wait_for
 from helpers.watch import Watcher
 
 from mqttrl.nodes.evaluator import EvaluatorNode
@@ -31,15 +32,7 @@ RUN = "e2e-model-ref"
 
 def config(tmp_path: Path) -> Path:
     cfg = tmp_path / "run.toml"
-    cfg.write_text(
-        cartpole_dqn_toml(
-            RUN,
-            algorithm={"learning_starts": 300, "replay_ratio": None},
-            worker={"batch_size": 64},
-            learner={"publish_every": 20, "checkpoint_every": 100, "worker_timeout_s": 4.0},
-            train={"eval_on": "workers", "eval_every_s": 2.0, "eval_episodes": 2},
-        )
-    )
+    cfg.write_text(resumable_dqn_toml(RUN, train={"eval_on": "workers", "eval_every_s": 2.0, "eval_episodes": 2}))
     return cfg
 
 
@@ -79,13 +72,6 @@ def forget_retained_weights(port: int) -> None:
     c.disconnect()
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_a_resumed_learners_lower_versions_are_evaluated(tmp_path, mosquitto):
     cfg, run_dir = config(tmp_path), tmp_path / "run"
     watch = Watcher(mosquitto.port, RUN)
@@ -105,7 +91,7 @@ def test_a_resumed_learners_lower_versions_are_evaluated(tmp_path, mosquitto):
         watch.wait(lambda w: w.version >= version_at_copy + 15, 90, "fifteen more model versions")
         old_epoch = watch.latest["epoch"]
         # both evaluated the old epoch's models (the evaluator names itself eval-<id>)
-        wait_for(lambda: {r["evaluator"] for r, _ in listener.since(0)} >= {"w0"}, 60, "w0's evaluation")
+        wait_for("w0's evaluation", lambda: {r["evaluator"] for r, _ in listener.since(0)} >= {"w0"}, 60)
         lrn.kill()
         old_mark = watch.version
         shutil.rmtree(run_dir / "checkpoints")
@@ -125,7 +111,7 @@ def test_a_resumed_learners_lower_versions_are_evaluated(tmp_path, mosquitto):
             return "w0" in names and any(n.startswith("eval-") for n in names)
 
         # by version alone both skipped the new epoch's models until they passed the old mark
-        wait_for(both_evaluated_below_the_old_mark, 90, "the worker's and the evaluator's results of the new epoch")
+        wait_for("the worker's and the evaluator's results of the new epoch", both_evaluated_below_the_old_mark, 90)
         newest_version = watch.version
     finally:
         ev.terminate()

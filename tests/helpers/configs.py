@@ -47,6 +47,18 @@ workers = 2
 """
 
 
+def resumable_dqn_toml(run: str, **sections: dict) -> str:
+    """CartPole DQN that learns from 300 steps, publishes every 20 updates and checkpoints every 100:
+    the fault tests' run (a learner killed and resumed), with ``sections`` added."""
+    return cartpole_dqn_toml(
+        run,
+        algorithm={"learning_starts": 300, "replay_ratio": None},
+        worker={"batch_size": 64},
+        learner={"publish_every": 20, "checkpoint_every": 100, "worker_timeout_s": 4.0},
+        **sections,
+    )
+
+
 def write_config(tmp_path: Path, run: str, max_mb: float = 64.0) -> Path:
     """Write :data:`E2E_DQN_CONFIG` for ``run`` as ``tmp_path/RUN.toml``; returns its path."""
     p = tmp_path / f"{run}.toml"
