@@ -245,6 +245,36 @@ def test_a_window_that_closes_or_hides_is_an_error_at_the_next_step(display, sta
         env.close()
 
 
+def test_a_window_that_moves_mid_episode_is_followed_at_the_next_step(display, start_game, caplog):
+    """A game may move its window after it appeared (turtle's setup() does, a moment after its
+    title is set: on a busy CI machine the env had found it first and grabbed the empty place it
+    left). Moved mid-episode, the next step grabs the window at its new place (the paddle is there,
+    and the keys still move it), with one log line."""
+    from mqttrl_plugins.screen.window import find_window
+
+    game = start_game("catch-moves")
+    game.wait_window()
+    env = screen_env(display, "catch-moves", step_s=0.05)
+    try:
+        env.reset()
+        before = env.region
+        xdotool(display, "windowmove", "--sync", str(env.window.handle), str(before.left + 150), str(before.top + 90))
+        moved = find_window("catch-moves", display, exact=True).region
+        assert (moved.left, moved.top) == (before.left + 150, before.top + 90), (before, moved)
+        with caplog.at_level(logging.INFO, logger="mqttrl.screen"):
+            obs = env.step(0)[0]
+        assert env.region == moved and env.window.region == moved
+        assert obs[-1].max() > 0  # the game, not the black root where it was
+        start = paddle_x(env.grab())
+        for _ in range(3):
+            env.step(2)
+        assert paddle_x(env.grab()) > start + 20, (start, paddle_x(env.grab()))
+        follows = [r.getMessage() for r in caplog.records if "moved or was resized" in r.getMessage()]
+        assert len(follows) == 1 and "'catch-moves'" in follows[0], follows
+    finally:
+        env.close()
+
+
 def test_a_game_that_stops_drawing_is_an_error_after_frozen_s(display, start_game):
     """frozen_s = 2: a running game's frames change (no error in 2.5 s of steps); the game stopped
     (SIGSTOP: its window stays, with its last picture), a step raises 2 s later."""

@@ -20,6 +20,7 @@ with a copy of the game each, and an env takes a free one (a worker's, an evalua
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import socket
@@ -210,17 +211,36 @@ class ScreenEnv(gym.Env):
         return check_result(self.opts.reward, self.reward_fn(frame))
 
     # ---- a game that went away or hangs: an error, not frames of something else
-    def _check_shown(self) -> None:
+    def _frame(self) -> np.ndarray:
+        """The window now (:meth:`grab`), grabbed where the window is: one that moved or was resized
+        since the last frame is followed, and grabbed again at its new place."""
+        frame = self.grab()
+        if self._check_shown():
+            frame = self.grab()
+        return frame
+
+    def _check_shown(self) -> bool:
         """Raise when the window played closed or is hidden: its screen area shows something else
-        now (the worker makes the env again, which waits window_wait_s for the game to be back)."""
+        now (the worker makes the env again, which waits window_wait_s for the game to be back).
+        True when the window moved or was resized: the env now grabs its new place."""
         if self.window is None or self._closed:
-            return
-        if self._watch is None or self._watch.window != self.window or self._watch.display != self.display:
+            return False
+        if self._watch is None or self._watch.handle != self.window.handle or self._watch.display != self.display:
             self._close_watch()
             self._watch = WindowWatch(self.window, self.display)
+        where = self.display or "$DISPLAY"
         lost = self._watch.lost()
         if lost:
-            raise ScreenEnvError(f"screen env: the window {self.window.title!r} on {self.display or '$DISPLAY'} {lost}")
+            raise ScreenEnvError(f"screen env: the window {self.window.title!r} on {where} {lost}")
+        region = self._watch.region()
+        if region is None or region == self.region:
+            return False
+        log.info(
+            "screen env: the window %r on %s moved or was resized to %s; following it", self.window.title, where, region
+        )
+        self.window = dataclasses.replace(self.window, region=region)
+        self.region, self._grabber = region, None
+        return True
 
     def _what(self) -> str:
         return f"the window {self.window.title!r}" if self.window else f"the screen region {self.opts.region}"
@@ -336,8 +356,7 @@ class ScreenEnv(gym.Env):
     def _wait_for_start(self) -> np.ndarray:
         deadline = time.monotonic() + self.opts.reset_timeout_s
         while True:
-            frame = self.grab()
-            self._check_shown()
+            frame = self._frame()
             _, done = self.judge(frame)
             if not done:
                 return frame
@@ -365,8 +384,7 @@ class ScreenEnv(gym.Env):
         return self._read()
 
     def _read(self) -> tuple[np.ndarray, float, bool, bool, dict]:
-        frame = self.grab()
-        self._check_shown()
+        frame = self._frame()
         still = self._still.check(self.last_bgra, self.last_frame_at, self._what)  # an error at frozen_s
         reward, done = self.judge(frame)
         self.steps += 1

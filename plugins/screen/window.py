@@ -303,17 +303,22 @@ class X11Windows:
 
 # ---- a window that closes: noticed at the next frame ------------------------------------------
 class WindowWatch:
-    """Whether a found window is still shown, asked once a frame (X11: one round trip on a
-    connection of its own). A game that exited or crashed took its window with it, and a grab of
+    """Whether a found window is still shown and where it is, asked once a frame (X11: three round
+    trips on a connection of its own). A game that exited or crashed took its window with it, and a grab of
     its screen area would go on returning whatever is under it (black on Xvfb) as frames."""
 
     def __init__(self, window: Window, display: str | None):
-        self.window, self.display = window, display
+        self.window, self.display, self.handle = window, display, window.handle
         self.ws = window_system(display)
 
     def lost(self) -> str | None:
         """None while the window is shown; else what became of it (the end of a sentence)."""
         return self.ws.lost(self.window.handle)
+
+    def region(self) -> Region | None:
+        """Where the window's inside is now (None: it closed meanwhile). A game may move or resize
+        its window after it appeared (turtle's ``setup()`` does, a moment after the title is set)."""
+        return self.ws.client_region(self.window.handle)
 
     def close(self) -> None:
         self.ws.close()
