@@ -95,10 +95,16 @@ def test_training_survives_losing_a_node_of_the_nats_cluster(tmp_path, nats_clus
     def last_seq(w: Watcher, name: str) -> int:
         return w.latest["workers"][name]["last_seq"]
 
+    def logs() -> str:
+        return "\n".join(f"--- {name}.log\n{p.text()[-1500:]}" for name, p in procs.items())
+
     try:
-        watch.wait(
-            lambda w: w.version >= 3 and last_seq(w, "w2") >= 5 and last_seq(w, "w3") >= 5, 40, "training under way"
-        )
+        try:
+            watch.wait(
+                lambda w: w.version >= 3 and last_seq(w, "w2") >= 5 and last_seq(w, "w3") >= 5, 60, "training under way"
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{logs()}") from None
         assert f"connected to {n2.url}" in w2.text() and f"connected to {n3.url}" in w3.text()
         at_kill = {"version": watch.version, "w2": last_seq(watch, "w2"), "w3": last_seq(watch, "w3")}
         batches_at_kill = watch.latest["batches"]

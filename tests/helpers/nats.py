@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import queue
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from benchmarks.harness.procs import stop_server
@@ -135,11 +137,61 @@ class NatsCluster:
         while time.monotonic() < deadline:
             if any(n.proc.poll() is not None for n in self.nodes):
                 return "a nats-server exited"
-            why = self._not_ready()
+            why = self._not_ready() or self._mqtt_not_ready(deadline)
             if not why:
                 return ""
             time.sleep(0.2)
         return why
+
+    def _mqtt_not_ready(self, deadline: float) -> str:
+        """'' once each node's MQTT layer grants a QoS 1 subscription and a message published on
+        node 1 reaches the clients on nodes 2 and 3; else what is missing. Routes and a meta
+        leader are not enough: the MQTT layer's JetStream streams are made at the first MQTT
+        client's connect, and until they have leaders a node may refuse subscriptions ("Unspecified
+        error", seen after a node loss). One CI run's workers had neither config nor weights after
+        40 s, which this would explain; that run kept no logs (the test's failure now shows them)."""
+        topic = f"probe/{time.monotonic_ns()}"
+        got: queue.Queue = queue.Queue()
+        clients = []
+        try:
+            for n in self.nodes:
+                c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"probe-{n.name}", protocol=mqtt.MQTTv311)
+                c.on_message = lambda _c, name, m: got.put((name, m.payload))
+                c.user_data_set(n.name)
+                c.connect("127.0.0.1", n.mqtt_port)
+                clients.append(c)
+                acks: queue.Queue = queue.Queue()
+                c.on_subscribe = lambda _c, _u, mid, codes, _p, acks=acks: acks.put((mid, codes[0].value))
+                c.loop_start()
+                _, mid = c.subscribe(topic, qos=1)
+                granted = self._granted(acks, mid, deadline)
+                if granted is None or granted >= 0x80:
+                    return f"{n.name}: MQTT subscription {'not answered' if granted is None else 'refused'}"
+            clients[0].publish(topic, b"ready", qos=1).wait_for_publish(timeout=max(deadline - time.monotonic(), 0.1))
+            heard = set()
+            while heard < {"nats-2", "nats-3"} and time.monotonic() < deadline:
+                try:
+                    heard.add(got.get(timeout=0.1)[0])
+                except queue.Empty:
+                    continue
+            return "" if heard >= {"nats-2", "nats-3"} else f"an MQTT message of node 1 reached only {sorted(heard)}"
+        except (OSError, RuntimeError, ValueError) as e:
+            return f"MQTT probe: {type(e).__name__}: {e}"
+        finally:
+            for c in clients:
+                c.disconnect()
+                c.loop_stop()
+
+    @staticmethod
+    def _granted(acks: queue.Queue, mid: int, deadline: float) -> int | None:
+        """The granted QoS (0x80 and up: refused) of subscription ``mid``, None when no SUBACK came."""
+        while True:
+            try:
+                got_mid, code = acks.get(timeout=max(deadline - time.monotonic(), 0.1))
+            except queue.Empty:
+                return None
+            if got_mid == mid:
+                return code
 
     def _not_ready(self) -> str:
         """'' once every node has its 2 routes, sees the same JetStream meta leader of a
