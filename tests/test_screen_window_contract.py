@@ -40,6 +40,8 @@ EXPECTED = {
     "listed": ["mqttrl contract Alpha", "mqttrl contract Beta"],
     # mss grabs the window's colour inside the region, and another colour in the 2 pixels around it
     "capture": [[[200, 30, 40]], False],
+    "pid_is_ours": True,
+    "owned": ["mqttrl contract Alpha", "missing: screen env: no window titled 'CONTRACT alpha' of the launched game"],
     "shown": [None, None],
     "hidden": [
         "is no longer shown (minimised or hidden)",
@@ -72,6 +74,9 @@ class FakeWindows:
     def lost(self, handle):
         return None
 
+    def pid(self, handle):
+        return 100 + handle
+
     def close(self):
         self.closed = True
 
@@ -86,6 +91,18 @@ def test_the_lookup_by_title_is_common_to_every_platform():
     # found, then closed before its client area was read: missing (what a wait cures), not a crash
     with pytest.raises(WindowMissing, match="no window titled 'Notes'"):
         find_on(FakeWindows({2: "Notes"}, gone=(2,)), "Notes")
+
+
+def test_a_launched_games_lookup_takes_only_its_own_processes_window():
+    """Two copies of a game with one title on one display (Tk's Pacman is always "Python Turtle
+    Graphics"): with the launched game's pid, the lookup is its window, not the other's."""
+    ws = FakeWindows({1: "Python Turtle Graphics", 2: "Python Turtle Graphics", 3: "Notes"})
+    with pytest.raises(ScreenEnvError, match="2 windows match .* have the worker launch each copy"):
+        find_on(ws, "Python Turtle Graphics", exact=True)
+    assert find_on(ws, "Python Turtle Graphics", exact=True, owner=102).handle == 2
+    assert find_on(ws, "Python Turtle Graphics", exact=True, owner=101).handle == 1
+    with pytest.raises(WindowMissing, match=r"titled 'Python Turtle Graphics' of the launched game \(pid 7\) \("):
+        find_on(ws, "Python Turtle Graphics", exact=True, owner=7)
 
 
 def test_a_finder_drops_a_connection_whose_display_closed(monkeypatch):

@@ -26,6 +26,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,6 +45,18 @@ READY_POLL_S = 0.5
 STOP_GRACE_S = 5.0
 #: a game that dies while it starts is started again after 0.5 s, 1 s, 2 s ... at most this long
 MAX_BACKOFF_S = 30.0
+
+
+#: the game an env is being made for on this thread (GameProcess.make_env): see launched_game_pid
+_making = threading.local()
+
+
+def launched_game_pid() -> int | None:
+    """The pid of the game the calling thread's launcher is making an env for, while its ``make()``
+    runs (:meth:`GameProcess.make_env`); None anywhere else. An env that finds its game by window
+    title can then take its own game's window (that process's or its process group's) and not
+    another copy of the game with the same title on the same display."""
+    return getattr(_making, "pid", None)
 
 
 #: what a worker fills in, ``{index}`` and ``{worker}``, in ``[env] launch*`` and ``[env.kwargs]``
@@ -265,7 +278,7 @@ class GameProcess:
             if self.stopping():
                 raise StopWhileLaunching("stopped while waiting for the game to come up")
             try:
-                env = make()
+                env = self._made_for_game(make)
             except Exception as e:
                 if not self.running():  # the game died while coming up: start it again, backing off
                     early_deaths += 1
@@ -286,6 +299,14 @@ class GameProcess:
                     self.relaunch_s += self.clock() - self._relaunched_at
                     self._relaunched_at = None
                 return env
+
+    def _made_for_game(self, make: Callable[[], Any]) -> Any:
+        """``make()`` with this game's pid as :func:`launched_game_pid` while it runs."""
+        _making.pid = self.proc.pid if self.proc is not None else None
+        try:
+            return make()
+        finally:
+            _making.pid = None
 
     def close(self) -> None:
         """Stop the game with the worker: a launched game does not outlive it."""

@@ -6,7 +6,8 @@
 - ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``), and
   ``BatchingStorage``, a base for a storage that sends to a server (queue, batches, retries);
 - ``RealTimeGameEnv``: a base class for a game on its own clock (the real-time protocol, rtgym's
-  interface as a model: no-op ``pause``/``resume``/``set_speed`` by default);
+  interface as a model: no-op ``pause``/``resume``/``set_speed`` by default); ``launched_game_pid``:
+  the pid of the game the worker launched, while the env for it is being made;
 - what a sample batch holds: ``SampleSpec``, ``FieldSpec``, ``SampleBatch``;
 - networks shared by torch and numpy: ``NETWORKS``, ``ObsSize``, ``pick_network``,
   ``describe_torso``, ``validate_torso``, ``torso_out_size``, ``torso_weight_shapes``,
@@ -51,6 +52,7 @@ _CONTRACT = {
     "to_line": "mqttrl.plugin.storage",
     "BatchingStorage": "mqttrl.plugin.batching_storage",
     "RealTimeGameEnv": "mqttrl.plugin.realtime_game",
+    "launched_game_pid": "mqttrl.envs.launch",
     "SampleSpec": "mqttrl.wire",
     "FieldSpec": "mqttrl.wire",
     "SampleBatch": "mqttrl.wire",

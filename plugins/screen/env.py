@@ -34,6 +34,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.plugin import launched_game_pid
+
 from .capture import Grabber, Stillness, rgb, shrink
 from .gamepad import Gamepad, Layout, make_backend
 from .keys import KeyActions, Keyboard, make_keyboard, sleep_until
@@ -131,10 +133,14 @@ class ScreenEnv(gym.Env):
         self.reward_fn = load_reward(o.reward)
         self.displays = o.displays
         self.display = self.displays[0]
+        #: the launched game whose window this env plays (its pid), or None: any process's window
+        self.owner = launched_game_pid() if o.window_process == "launched" else None
         # one display: its window now (waiting up to window_wait_s for it); several: the first
         # reset takes a window no other env plays
         one = o.window and len(self.displays) == 1
-        self.window = wait_for_window(o.window, self.display, o.window_exact, o.window_wait_s) if one else None
+        self.window = (
+            wait_for_window(o.window, self.display, o.window_exact, o.window_wait_s, owner=self.owner) if one else None
+        )
         self._watch: WindowWatch | None = None
         self._still = FrozenCheck(o.frozen_s)
         self.taps = KeyActions(o.key_mode, o.tap_s)
@@ -287,9 +293,9 @@ class ScreenEnv(gym.Env):
             for disp in order:
                 try:
                     if len(self.displays) == 1:
-                        win = wait_for_window(o.window, disp, o.window_exact, o.window_wait_s, finder)
+                        win = wait_for_window(o.window, disp, o.window_exact, o.window_wait_s, finder, self.owner)
                     else:
-                        win = finder.find(o.window, disp, o.window_exact)
+                        win = finder.find(o.window, disp, o.window_exact, self.owner)
                 except ScreenEnvError as e:
                     if len(self.displays) == 1:
                         raise

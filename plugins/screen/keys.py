@@ -103,7 +103,10 @@ class Keyboard:
 
 class XTestKeyboard(Keyboard):
     """XTest key events on ``display``; ``focus_window`` (an X window id) gets the input focus
-    first, so the keys reach the game even with no window manager (Xvfb)."""
+    first, so the keys reach the game even with no window manager (Xvfb), and again before every
+    flush of keys, under a server grab: XTest keys go to whichever window has the focus, and with
+    two games on one display another env may have taken it since (a game that polls held keys
+    may see them let go when the focus moves: such games want a display each)."""
 
     def __init__(self, display: str | None = None, focus_window: int | None = None):
         super().__init__()
@@ -123,10 +126,24 @@ class XTestKeyboard(Keyboard):
                 f"screen env: X display {display or '$DISPLAY'!r} has no XTEST extension: cannot press keys"
             )
         self.codes: dict[str, int] = {}
-        if focus_window is not None:
-            win = self.d.create_resource_object("window", focus_window)
-            win.set_input_focus(X.RevertToParent, X.CurrentTime)
-            self.d.sync()
+        self.focus_window = self.d.create_resource_object("window", focus_window) if focus_window else None
+        self._grabbed = False
+        self._focus()
+        self._end_batch()
+
+    def _focus(self) -> None:
+        """The server grabbed (no other client's request until the batch's flush) and the focus on
+        the game's window: the keys that follow reach it, whatever another env focused meanwhile."""
+        if self.focus_window is not None and not self._grabbed:
+            self.d.grab_server()
+            self._grabbed = True
+            self.focus_window.set_input_focus(self._X.RevertToParent, self._X.CurrentTime)
+
+    def _end_batch(self) -> None:
+        if self._grabbed:
+            self.d.ungrab_server()
+            self._grabbed = False
+        self.d.sync()
 
     def check(self, names: Iterable[str]) -> None:
         for name in names:
@@ -144,10 +161,12 @@ class XTestKeyboard(Keyboard):
         return self.codes[name]
 
     def _send(self, key: str, down: bool) -> None:
-        self._xtest.fake_input(self.d, self._X.KeyPress if down else self._X.KeyRelease, self._code(key))
+        code = self._code(key)
+        self._focus()
+        self._xtest.fake_input(self.d, self._X.KeyPress if down else self._X.KeyRelease, code)
 
     def _flush(self) -> None:
-        self.d.sync()
+        self._end_batch()
 
     def close(self) -> None:
         try:

@@ -31,6 +31,10 @@ class ScreenOptions:
     #: the window's title (a case-insensitive part of it unless ``window_exact``)
     window: str = ""
     window_exact: bool = False
+    #: ``"launched"``: when the worker launched the game (``[env] launch``), only that game's windows
+    #: (its process's or its process group's) are looked for, so that copies of one game with the
+    #: same title on one display are told apart; ``"any"``: any process's window with the title
+    window_process: str = "launched"
     #: seconds making the env (or a reset) waits for a window that is not there yet (the game is
     #: starting, or being started again after a crash); 0: a missing window fails at once
     window_wait_s: float = 30.0
@@ -150,6 +154,8 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
             _fail(key, getattr(o, key), "true or false")
     if not isinstance(o.window, str):
         _fail("window", o.window, "a string")
+    if o.window_process not in ("launched", "any"):
+        _fail("window_process", o.window_process, '"launched" (the launched game\'s windows only) or "any"')
     many = isinstance(o.display, list)
     if not (isinstance(o.display, str) or (many and o.display and all(isinstance(d, str) and d for d in o.display))):
         _fail("display", o.display, 'an X display such as ":99", or a list of them, one copy of the game on each')

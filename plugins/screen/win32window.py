@@ -35,6 +35,8 @@ def _user32():
     u.GetWindowTextW.argtypes = (hwnd, wintypes.LPWSTR, ctypes.c_int)
     u.GetClientRect.argtypes = (hwnd, ctypes.POINTER(wintypes.RECT))
     u.ClientToScreen.argtypes = (hwnd, ctypes.POINTER(wintypes.POINT))
+    u.GetWindowThreadProcessId.argtypes = (hwnd, ctypes.POINTER(wintypes.DWORD))
+    u.GetWindowThreadProcessId.restype = wintypes.DWORD
     return u
 
 
@@ -90,6 +92,12 @@ class Win32Windows:
         ):
             return None  # the window closed meanwhile
         return Region(origin.x, origin.y, rect.right - rect.left, rect.bottom - rect.top)
+
+    def pid(self, handle: int) -> int | None:
+        pid = wintypes.DWORD(0)
+        if not self.user32.GetWindowThreadProcessId(handle, ctypes.byref(pid)):
+            return None  # the window closed meanwhile
+        return int(pid.value) or None
 
     def lost(self, handle: int) -> str | None:
         u = self.user32

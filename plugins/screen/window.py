@@ -14,6 +14,7 @@ Windows: :class:`~.win32window.Win32Windows`, ``EnumWindows``/``GetWindowTextW``
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -38,11 +39,12 @@ class WindowMissing(ScreenEnvError):
     """No window has the title (yet): the one lookup failure that waiting may cure (a game that is
     starting, or being started again after a crash)."""
 
-    def __init__(self, title: str, there: str, waited_s: float = 0.0):
-        self.title, self.there = title, there
+    def __init__(self, title: str, there: str, waited_s: float = 0.0, owner: int | None = None):
+        self.title, self.there, self.owner = title, there, owner
         after = f" after {waited_s:g} s" if waited_s else ""
+        of = f" of the launched game (pid {owner})" if owner else ""
         super().__init__(
-            f"screen env: no window titled {title!r}{after} (windows with a title: {there}); is the game running?"
+            f"screen env: no window titled {title!r}{of}{after} (windows with a title: {there}); is the game running?"
         )
 
 
@@ -95,6 +97,10 @@ class WindowSystem(Protocol):
         """None while the window is shown; else what became of it (the end of a sentence)."""
         ...
 
+    def pid(self, handle: int) -> int | None:
+        """The process that made the window (None when it cannot be told, or it closed)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -111,25 +117,45 @@ def window_system(display: str | None = None) -> WindowSystem:
     return X11Windows(display)
 
 
-def find_on(ws: WindowSystem, title: str, exact: bool = False) -> Window:
-    """The one window of ``ws`` whose title is ``title`` (``exact``) or contains it (case-insensitive);
-    none is :class:`WindowMissing`, several a :class:`ScreenEnvError`, both naming the windows there are."""
+def find_on(ws: WindowSystem, title: str, exact: bool = False, owner: int | None = None) -> Window:
+    """The one window of ``ws`` whose title is ``title`` (``exact``) or contains it (case-insensitive)
+    and, with ``owner`` (a launched game's pid), that this process or one of its process group
+    made (two copies of a game with the same title on one display are told apart so); none is
+    :class:`WindowMissing`, several a :class:`ScreenEnvError`, both naming the windows there are."""
     windows = ws.titled()
     titles = [t for _, t in windows]
     hits = [(h, t) for h, t in windows if matches(t, title, exact)]
-    _check_one(title, hits, titles)
+    if owner:
+        hits = [(h, t) for h, t in hits if of_process(ws.pid(h), owner)]
+    _check_one(title, hits, titles, owner)
     handle, name = hits[0]
     region = ws.client_region(handle)
     if region is None:  # it closed while we looked (a game starting, or restarting)
-        raise WindowMissing(title, _there(titles))
+        raise WindowMissing(title, _there(titles), owner=owner)
     return Window(handle, name, region)
 
 
-def find_window(title: str, display: str | None = None, exact: bool = False) -> Window:
+def of_process(pid: int | None, owner: int) -> bool:
+    """Whether a window made by ``pid`` is the launched game ``owner``'s: the game's own process, or
+    one in its process group (the launcher starts a game in a group of its own: a launcher
+    script's game is a child). A window whose process cannot be told is no one's."""
+    if pid is None:
+        return False
+    if pid == owner:
+        return True
+    if not hasattr(os, "getpgid"):  # Windows: the game's own process
+        return False
+    try:
+        return os.getpgid(pid) == owner
+    except OSError:  # gone meanwhile, or another user's
+        return False
+
+
+def find_window(title: str, display: str | None = None, exact: bool = False, owner: int | None = None) -> Window:
     """:func:`find_on` this platform's windows (one connection for the look)."""
     ws = window_system(display)
     try:
-        return find_on(ws, title, exact)
+        return find_on(ws, title, exact, owner)
     finally:
         ws.close()
 
@@ -143,11 +169,11 @@ class Finder:
     def __init__(self) -> None:
         self.connections: dict[str | None, WindowSystem] = {}
 
-    def find(self, title: str, display: str | None = None, exact: bool = False) -> Window:
+    def find(self, title: str, display: str | None = None, exact: bool = False, owner: int | None = None) -> Window:
         if display not in self.connections:
             self.connections[display] = window_system(display)
         try:
-            return find_on(self.connections[display], title, exact)
+            return find_on(self.connections[display], title, exact, owner)
         except DisplayClosed:
             self.connections.pop(display).close()
             raise
@@ -165,23 +191,28 @@ class Finder:
 
 
 def wait_for_window(
-    title: str, display: str | None = None, exact: bool = False, wait_s: float = 0.0, finder: Finder | None = None
+    title: str,
+    display: str | None = None,
+    exact: bool = False,
+    wait_s: float = 0.0,
+    finder: Finder | None = None,
+    owner: int | None = None,
 ) -> Window:
     """:func:`find_window`, waiting up to ``wait_s`` for a window that is not there yet (one log line
     when the wait starts), then the missing-window line. A display that does not open or a title
     that matches several windows fails at once: waiting cures neither. ``finder``: the caller's
-    connections (else one of its own for the wait)."""
+    connections (else one of its own for the wait); ``owner``: the launched game's pid (:func:`find_on`)."""
     if finder is None:
         with Finder() as own:
-            return wait_for_window(title, display, exact, wait_s, own)
+            return wait_for_window(title, display, exact, wait_s, own, owner)
     deadline = time.monotonic() + wait_s
     announced = False
     while True:
         try:
-            return finder.find(title, display, exact)
+            return finder.find(title, display, exact, owner)
         except WindowMissing as e:
             if time.monotonic() >= deadline:
-                raise WindowMissing(e.title, e.there, wait_s if announced else 0.0) from None
+                raise WindowMissing(e.title, e.there, wait_s if announced else 0.0, owner) from None
             if not announced:
                 announced = True
                 log.info(
@@ -193,14 +224,20 @@ def wait_for_window(
         time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
-def _check_one(title: str, hits: list, titles: list[str]) -> None:
+def _check_one(title: str, hits: list, titles: list[str], owner: int | None = None) -> None:
     if len(hits) == 1:
         return
     if not hits:
-        raise WindowMissing(title, _there(titles))
+        raise WindowMissing(title, _there(titles), owner=owner)
     names = ", ".join(repr(t) for _, t in hits[:5])
+    if owner:
+        raise ScreenEnvError(
+            f"screen env: {len(hits)} windows of the launched game (pid {owner}) match {title!r} ({names}); "
+            "give a longer title or window_exact = true"
+        )
     raise ScreenEnvError(
-        f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true"
+        f"screen env: {len(hits)} windows match {title!r} ({names}); give a longer title or window_exact = true, "
+        "or have the worker launch each copy of the game ([env] launch): it then plays its own game's window"
     )
 
 
@@ -282,6 +319,26 @@ class X11Windows:
         except self._xerror.ConnectionClosedError as e:
             raise self._closed(e) from None
         return Region(-origin.x, -origin.y, geom.width, geom.height)
+
+    def pid(self, handle: int) -> int | None:
+        """The X client's process (the X-Resource extension: any local client, no help from the
+        game), else the window's ``_NET_WM_PID`` (which toolkits set, SDL and Tk among them)."""
+        try:
+            if self.d.has_extension("X-Resource"):
+                from Xlib.ext import res
+
+                spec = {"client": handle, "mask": res.LocalClientPIDMask}
+                for got in self.d.res_query_client_ids([spec]).ids:
+                    if got.spec.mask & res.LocalClientPIDMask and got.value:
+                        return int(got.value[0])
+            prop = self.d.create_resource_object("window", handle).get_full_property(
+                self.d.intern_atom("_NET_WM_PID"), 0
+            )
+        except self._xerror.XError:
+            return None
+        except self._xerror.ConnectionClosedError as e:
+            raise self._closed(e) from None
+        return int(prop.value[0]) if prop is not None and len(prop.value) else None
 
     def lost(self, handle: int) -> str | None:
         from Xlib import X

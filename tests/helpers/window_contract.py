@@ -12,6 +12,7 @@ from both. Only numbers, titles and the first words of errors go out: the platfo
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -184,6 +185,12 @@ def lookup_checks(ws) -> dict:
         "waited": failure(lambda: wait_for_window("no such window", wait_s=0.3)),
         "listed": sorted(t for _, t in ws.titled() if "contract" in t),
         "capture": colours(alpha.region),
+        # the process that made a window: this one; a launched game's lookup takes only its own windows
+        "pid_is_ours": ws.pid(alpha.handle) == os.getpid(),
+        "owned": [
+            find_window("CONTRACT alpha", owner=os.getpid()).title,
+            failure(lambda: find_window("CONTRACT alpha", owner=1)),
+        ],
     }
 
 
