@@ -222,10 +222,11 @@ def test_the_learner_never_replaces_best_with_a_worse_model(tmp_path, mosquitto)
     run = "best-learner"
     best = tmp_path / "run" / "checkpoints" / "best"
     node, thread = _learner(tmp_path, mosquitto, run, resume=False)
+    epoch = node.core.epoch  # a claim of version 1 names no epoch: the saved score names the model held
     asker = Asker(mosquitto.port, run)
     try:
         assert "refused" not in asker.ask(**_claim(100.0, TRAINING_RETURNS, 1))
-        assert read_score(best) == BestScore(100.0, 1, TRAINING_RETURNS, 10)
+        assert read_score(best) == BestScore(100.0, 1, TRAINING_RETURNS, 10, epoch)
         assert "does not beat" in asker.ask(**_claim(50.0, TRAINING_RETURNS, 1))["refused"]
         assert "refused" not in asker.ask(**_claim(20.0, GREEDY_EVAL, 1))  # greedy beats training returns
         assert "does not beat" in asker.ask(**_claim(10.0, GREEDY_EVAL, 1))["refused"]
@@ -240,7 +241,7 @@ def test_the_learner_never_replaces_best_with_a_worse_model(tmp_path, mosquitto)
         assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
         assert "the learner refused" in cli.stderr and "without a score" in cli.stderr
         assert "checkpoint written" not in cli.stdout
-        assert read_score(best) == BestScore(20.0, 1, GREEDY_EVAL, 10)
+        assert read_score(best) == BestScore(20.0, 1, GREEDY_EVAL, 10, epoch)
         assert decode_weights((best / "weights.safetensors").read_bytes()).version == 1
     finally:
         node.stop()
@@ -252,7 +253,8 @@ def test_the_learner_never_replaces_best_with_a_worse_model(tmp_path, mosquitto)
     try:
         time.sleep(0.5)
         online = [s for s in asker.states if s.get("status") == "online"]
-        assert online and online[-1]["best"] == _claim(20.0, GREEDY_EVAL, 1)
+        assert online and online[-1]["best"] == _claim(20.0, GREEDY_EVAL, 1) | {"model_epoch": epoch}
+        assert node.core.epoch != epoch  # a new epoch; the best is still the first epoch's model
         assert "does not beat" in asker.ask(**_claim(15.0, GREEDY_EVAL, node.version))["refused"]
         # an older telemetry's command (mean_return over a window) counts as training returns
         assert "refused" in asker.ask(mean_return=499.0, window=20, model_version=node.version)
@@ -260,7 +262,7 @@ def test_the_learner_never_replaces_best_with_a_worse_model(tmp_path, mosquitto)
         node.stop()
         thread.join(30)
         asker.close()
-    assert read_score(best) == BestScore(20.0, 1, GREEDY_EVAL, 10)
+    assert read_score(best) == BestScore(20.0, 1, GREEDY_EVAL, 10, epoch)
     assert decode_json((best / "score.json").read_bytes())["judged_by"] == "greedy_eval"
 
 

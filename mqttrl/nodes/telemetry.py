@@ -262,7 +262,8 @@ class TelemetryNode:
         ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, ev.point_fields(), time.time())])
         self.evaluated = True
-        self._propose_best(BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes), time.time())
+        score = BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes, ev.model_epoch)
+        self._propose_best(score, time.time())
 
     def on_config(self, name: str, payload: bytes) -> None:
         """The run's config (retained): handed to every storage with a ``run_config(config)`` method."""
@@ -335,6 +336,8 @@ class TelemetryNode:
             )
         self.best = candidate
         fields = {"mean_return": candidate.score, "model_version": candidate.model_version}
+        if candidate.model_epoch:
+            fields["model_epoch"] = candidate.model_epoch
         self._write([Point("best", {"run": self.run_name, "judged_by": candidate.judged_by}, fields, now)])
         self.best_pending = candidate
         self._maybe_send_best()
@@ -351,6 +354,7 @@ class TelemetryNode:
             name="best",
             score=best.score,
             model_version=best.model_version,
+            model_epoch=best.model_epoch or None,
             judged_by=best.judged_by,
             episodes=best.episodes,
             # what a learner from before scores were stored reads

@@ -7,8 +7,10 @@ average of the workers' exploring episodes, a noisy stand-in used only when no e
 A greedy-eval score beats any training-returns score; within one kind, the higher score wins.
 
 ``score.json`` is ``{"score": float, "model_version": int, "judged_by": "greedy_eval" |
-"training_returns", "episodes": int}``; it travels on the wire under the same keys (the
-learner's retained state, quicksave commands).
+"training_returns", "episodes": int, "model_epoch": int}``; it travels on the wire under the same
+keys (the learner's retained state, quicksave commands). ``model_epoch`` and ``model_version``
+name the model (:class:`~mqttrl.wire.model_ref.ModelRef`); a score without the epoch (written
+before it was kept) reads as epoch 0, which matches its version in any epoch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import attrs
 
 from mqttrl.state.checkpoint import write_dir_atomically
+from mqttrl.wire.model_ref import EPOCH_LIMIT, ModelRef
 
 SCORE_FILE = "score.json"
 GREEDY_EVAL = "greedy_eval"
@@ -36,6 +39,13 @@ class BestScore:
     model_version: int
     judged_by: str
     episodes: int
+    #: the learner epoch of the model scored (0: not known, any epoch's model of the version)
+    model_epoch: int = 0
+
+    @property
+    def ref(self) -> ModelRef:
+        """The model scored."""
+        return ModelRef(self.model_epoch, self.model_version)
 
     def beats(self, other: BestScore | None) -> bool:
         """Whether this score should replace ``other`` (None: no best yet)."""
@@ -44,11 +54,15 @@ class BestScore:
         return (KINDS.index(self.judged_by), self.score) > (KINDS.index(other.judged_by), other.score)
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """Its JSON form; ``model_epoch`` only where known (a file as before it was kept, else)."""
+        data = attrs.asdict(self)
+        if not self.model_epoch:
+            del data["model_epoch"]
+        return data
 
     def describe(self) -> str:
         how = "greedy evaluation" if self.judged_by == GREEDY_EVAL else "training returns"
-        return f"{self.score:.1f} by {how} over {self.episodes} episodes (model version {self.model_version})"
+        return f"{self.score:.1f} by {how} over {self.episodes} episodes (model {self.ref})"
 
     @classmethod
     def from_json(cls, data: Any) -> BestScore | None:
@@ -56,12 +70,14 @@ class BestScore:
         if not isinstance(data, Mapping):
             return None
         score, version, kind, episodes = (data.get(k) for k in ("score", "model_version", "judged_by", "episodes"))
+        epoch = data.get("model_epoch", 0)
         if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
             return None
         if not isinstance(version, int) or kind not in KINDS:
             return None
         episodes = episodes if isinstance(episodes, int) and not isinstance(episodes, bool) else 0
-        return cls(float(score), version, kind, episodes)
+        epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and 0 <= epoch < EPOCH_LIMIT else 0
+        return cls(float(score), version, kind, episodes, epoch)
 
 
 def read_score(directory: Path) -> BestScore | None:

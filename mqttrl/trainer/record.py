@@ -166,7 +166,8 @@ class RunRecord:
             self._evals.flush()
             if self.best_eval is None or row["mean"] > self.best_eval:
                 self.best_eval = row["mean"]
-            score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]))
+            epoch = int(result.get("model_epoch", 0))
+            score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]), epoch)
             if payload is not None and score.beats(
                 self.best_score
             ):  # a worker's result of a model no longer held: no best/

@@ -21,6 +21,11 @@ class Quicksave(JsonRecord):
     name: str | None = wire_field("`best` for the best model; otherwise a `quicksave-<updates>` checkpoint", None)
     score: float | None = wire_field("the best model's score (greedy mean, or the training-returns average)", None)
     model_version: int | None = wire_field("the model version the score is of", None)
+    model_epoch: int | None = wire_field(
+        "the learner epoch of that model (omitted: any epoch's model of the version, as older senders meant)",
+        None,
+        omit_none=True,
+    )
     judged_by: str | None = wire_field("`greedy_eval` or `training_returns`", None)
     episodes: int | None = wire_field("episodes behind the score", None)
     mean_return: float | None = wire_field("the score, as older learners read it", None, omit_none=True)

@@ -54,6 +54,7 @@ from mqttrl.wire import (
     encode_json,
 )
 from mqttrl.wire.commands import COMMANDS
+from mqttrl.wire.model_ref import ModelRef
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -247,7 +248,7 @@ class LearnerNode:
         cmd = Quicksave.decode(payload) if payload else Quicksave()
         reply = QuicksaveReply(path="")
         if cmd.name == "best":
-            path, reply.refused = self._save_best(cmd.to_json())
+            path, reply.refused = self._save_best(cmd)
             if reply.refused:
                 log.info("quicksave named best refused: %s", reply.refused)
             else:
@@ -261,10 +262,10 @@ class LearnerNode:
             self.client.publish(target, reply.encode(), 1, False, "reply")
 
     # ---- checkpoints -----------------------------------------------------------
-    def _save_best(self, cmd: dict) -> tuple[Path, str | None]:
+    def _save_best(self, cmd: Quicksave) -> tuple[Path, str | None]:
         """``checkpoints/best/``: the learner's full state plus the exact weights of the judged version
         and its score (:mod:`.best`); ``(path, None)``, or ``(best dir, why not)`` when refused."""
-        plan = self.best.plan(cmd, self.version)
+        plan = self.best.plan(cmd, ModelRef(self.core.epoch, self.version))
         if isinstance(plan, str):
             return self.best_dir, plan
         path = self.save_checkpoint("best", extra={"best": plan.info}, files=plan.files)

@@ -15,6 +15,7 @@ from mqttrl.nodes.learner.best import BestModels
 from mqttrl.nodes.learner.core import LearnerCore
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
 from mqttrl.wire import encode_weights
+from mqttrl.wire.model_ref import ModelRef
 
 #: weights go out at QoS 1 (docs/architecture.md, "Weights on a slow link", says why not 0)
 WEIGHTS_QOS = 1
@@ -47,6 +48,6 @@ class WeightsPublisher:
         exact = encode_weights(*head, epoch=core.epoch)
         wire_dtype = self.config.learner.weights_dtype
         payload = exact if wire_dtype == "float32" else encode_weights(*head, epoch=core.epoch, wire_dtype=wire_dtype)
-        self.best.remember(core.version, exact)
+        self.best.remember(ModelRef(core.epoch, core.version), exact)
         self.last = payload
         return payload
