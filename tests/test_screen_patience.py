@@ -275,6 +275,29 @@ def test_a_window_that_moves_mid_episode_is_followed_at_the_next_step(display, s
         env.close()
 
 
+def test_an_episodes_late_first_action_is_one_log_line(display, start_game, caplog):
+    """A worker busy between the reset and the first step lets a fast game play on unseen (CI's
+    Windows Catch test: a ball that falls in half a second, one life, an episode of length 1): the
+    env says so, with the gap; a prompt first step says nothing."""
+    game = start_game("catch-late")
+    game.wait_window()
+    env = screen_env(display, "catch-late", step_s=0.05)
+    try:
+        with caplog.at_level(logging.INFO, logger="mqttrl.screen"):
+            env.reset()
+            env.step(0)
+            env.step(0)
+            env.reset()
+            time.sleep(0.4)
+            env.step(0)
+        late = [r.getMessage() for r in caplog.records if "first action came" in r.getMessage()]
+        assert len(late) == 1 and env.late_starts == 1, late
+        gap = float(late[0].split("came ")[1].split(" s")[0])
+        assert 0.4 <= gap < 1.5, late
+    finally:
+        env.close()
+
+
 def test_a_game_that_stops_drawing_is_an_error_after_frozen_s(display, start_game):
     """frozen_s = 2: a running game's frames change (no error in 2.5 s of steps); the game stopped
     (SIGSTOP: its window stays, with its last picture), a step raises 2 s later."""

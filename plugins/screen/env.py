@@ -55,6 +55,8 @@ from .window import (
 #: this process's envs that hold a window, by the serial in their claim (a claim of this process
 #: whose env is gone, never closed, is free)
 _LIVE: dict[str, weakref.ref] = {}
+#: an episode's first action this long (or 3 steps) after the reset's frame is logged as late
+LATE_START_S = 0.25
 _SERIALS = itertools.count()
 
 
@@ -156,6 +158,8 @@ class ScreenEnv(gym.Env):
         #: ``(display, window id)`` this env has claimed (X11), None before its first reset
         self.claimed: tuple[str | None, int] | None = None
         self._closed = False
+        #: episodes whose first action came late (:meth:`_check_late_start`)
+        self.late_starts = 0
         try:
             self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
         except ScreenEnvError:
@@ -378,10 +382,26 @@ class ScreenEnv(gym.Env):
         """Hold the keys of ``action`` from now on, or tap them (``key_mode``), or set the gamepad to
         it (``gamepad``); returns at once. A tap's keys go up ``tap_s`` later in :meth:`step`, at
         the period's end (:meth:`read_obs`) under the worker's clock, or at the next action."""
+        if self.steps == 0:
+            self._check_late_start()
         if self.pad is not None:
             self.pad.act(action)
             return
         self.taps.send(self.keyboard, self.actions[int(action)])
+
+    def _check_late_start(self) -> None:
+        """One log line when an episode's first action comes long after the reset's frame: the game
+        played on meanwhile (a ball that falls in half a second is missed before the agent acts).
+        The worker was busy (a loaded machine, a long batch or model swap between reset and step)."""
+        late = time.monotonic() - self.last_frame_at
+        if late > max(LATE_START_S, 3 * self.period):
+            self.late_starts += 1
+            log.info(
+                "screen env: the episode's first action came %.2f s after the reset's frame (%d such episodes): "
+                "the game played on meanwhile; was the worker busy?",
+                late,
+                self.late_starts,
+            )
 
     def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
         """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait; a window
