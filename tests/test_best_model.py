@@ -16,6 +16,7 @@ import time
 
 import paho.mqtt.client as mqtt
 import pytest
+from helpers.evaluations import judged
 from helpers.procs import node_env, script
 
 from mqttrl.cli.common import load
@@ -279,8 +280,7 @@ def test_a_new_training_session_never_replaces_best_with_a_worse_evaluation(tmp_
     try:
 
         def evaluation(mean: float, version: int) -> None:
-            result = {"model_version": version, "episodes": 10, "mean": mean, "std": 0.0, "min": mean, "max": mean}
-            record.on_evaluation({**result, "eval_s": 1.0}, None, f"v{version}".encode())
+            record.on_evaluation(judged(version, mean, episodes=10, eval_s=1.0), None, f"v{version}".encode())
 
         evaluation(300.0, 20)
         assert (tmp_path / "best" / "weights.safetensors").read_bytes() == b"earlier"

@@ -8,6 +8,7 @@ import csv
 import json
 
 import numpy as np
+from helpers.evaluations import judged
 
 from mqttrl.api import Result, make_config
 from mqttrl.config import write_resolved
@@ -39,8 +40,8 @@ def test_the_record_keeps_each_evaluation_at_its_models_env_steps(tmp_path):
     rec = RunRecord(cfg, tmp_path)
     rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 5000}))
     # the result comes in when the workers are at 5000 steps; the model was published at 3000
-    rec.on_evaluation({**_result(3, 50.0), "eval_s": 0.1, "env_steps": 3000}, None, b"m3")
-    rec.on_evaluation({**_result(4, 60.0), "eval_s": 0.1}, None, b"m4")  # a learner that does not say
+    rec.on_evaluation(judged(3, 50.0, eval_s=0.1, env_steps=3000), None, b"m3")
+    rec.on_evaluation(judged(4, 60.0, eval_s=0.1), None, b"m4")  # a learner that does not say
     write_resolved(cfg, tmp_path / "config.json")
     summary = {**rec.summary("time budget", 9.0, {"episodes": 1, "learner": {}, "workers": 1}, 4)}
     rec.close()
@@ -98,7 +99,7 @@ def test_the_summary_counts_at_least_the_env_steps_of_its_last_evaluated_model(t
     cfg = make_config(None, max_seconds=5)
     rec = RunRecord(cfg, tmp_path)
     rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 5000}))
-    rec.on_evaluation({**_result(7, 50.0), "eval_s": 0.1, "env_steps": 5300}, None, b"m7")
+    rec.on_evaluation(judged(7, 50.0, eval_s=0.1, env_steps=5300), None, b"m7")
     summary = rec.summary("time budget", 9.0, {"episodes": 1, "learner": {"samples": 5200}, "workers": 1}, 7)
     rec.close()
     assert summary["curve"][-1]["env_steps"] == 5300

@@ -21,7 +21,7 @@ from helpers.procs import Proc, node_env, script
 from helpers.run_files import wait_for
 from helpers.watch import Watcher
 
-from mqttrl.nodes.evaluator import EvaluatorNode
+from mqttrl.nodes.evaluator import EvaluatorNode, Result
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.transport.topics import Topics
 
@@ -47,9 +47,10 @@ class Listener:
         self.node.start()
         threading.Thread(target=self.node.serve, daemon=True).start()
 
-    def take(self, result: dict, weights, payload) -> None:
+    def take(self, result: Result, weights, payload) -> None:
+        as_dict = {**result.evaluation.to_json(), "evaluator": result.evaluator}
         with self._lock:
-            self.results.append((dict(result), None if weights is None else weights.epoch))
+            self.results.append((as_dict, None if weights is None else weights.epoch))
             self.arrived.append(time.monotonic())
 
     def since(self, t: float) -> list[tuple[dict, int | None]]:

@@ -56,7 +56,7 @@ class Run:
             every_s=every_s,
             name="train",
             config=config,
-            on_result=lambda result, w, payload: self.results.append(result["model_version"]),
+            on_result=lambda result, w, payload: self.results.append(result.evaluation.model_version),
             every_env_steps=every_env_steps,
         ).start()
         self.thread = threading.Thread(target=self.node.serve, daemon=True)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from helpers.evaluations import judged
 from helpers.procs import node_env
 
 from mqttrl.config import from_dict
@@ -163,10 +164,6 @@ class W:
         self.version = version
 
 
-def result(version: int, mean: float) -> dict:
-    return {"model_version": version, "episodes": 2, "mean": mean, "std": 0.0, "min": mean, "max": mean}
-
-
 def test_the_record_keeps_episodes_evaluations_the_best_and_the_solve(tmp_path):
     rec = RunRecord(config(target_return=100.0), tmp_path)
     rec.on_episode(
@@ -179,12 +176,12 @@ def test_the_record_keeps_episodes_evaluations_the_best_and_the_solve(tmp_path):
         "w0", EpisodeStats.from_json({"env": 0, "return": 11.0, "length": 11, "terminated": True, "env_steps": 25})
     )
     assert rec.env_steps == 70  # per worker the most it reported
-    rec.on_evaluation({**result(3, 50.0), "eval_s": 0.5, "training_s": 1.5}, W(3), b"model-3")
-    rec.on_evaluation({**result(5, 40.0), "eval_s": 0.5}, W(5), b"model-5")
+    rec.on_evaluation(judged(3, 50.0, training_s=1.5), W(3), b"model-3")
+    rec.on_evaluation(judged(5, 40.0), W(5), b"model-5")
     assert (tmp_path / "best" / "weights.safetensors").read_bytes() == b"model-3"  # only a better mean replaces it
     assert rec.solved_at is None and rec.best_eval == 50.0
-    rec.on_evaluation({**result(7, 120.0), "eval_s": 0.5}, W(7), b"model-7")
-    rec.on_evaluation({**result(9, 130.0), "eval_s": 0.5}, W(9), b"model-9")
+    rec.on_evaluation(judged(7, 120.0), W(7), b"model-7")
+    rec.on_evaluation(judged(9, 130.0), W(9), b"model-9")
     assert rec.solved_at["model_version"] == 7 and rec.solved_at["env_steps"] == 70  # the first that reached it
     assert json.loads((tmp_path / "best" / "evaluation.json").read_text())["model_version"] == 9
     assert rec.evaluation_of(5)["mean"] == 40.0 and rec.evaluation_of(6) is None

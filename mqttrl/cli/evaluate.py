@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> None:
     if args.target is not None:
         if result is None:
             raise SystemExit(3)
-        print(f"target {args.target} reached by model version {result['model_version']} after {result['wall_s']:.0f}s")
+        ev = result.evaluation
+        print(f"target {args.target} reached by model version {ev.model_version} after {ev.wall_s or 0:.0f}s")
 
 
 COMMAND = Command(

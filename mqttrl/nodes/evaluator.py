@@ -33,8 +33,18 @@ from mqttrl.wire.model_ref import newest_match
 
 log = logging.getLogger("mqttrl.evaluate")
 
-#: ``on_result(result, weights, payload)``: the published result, the decoded model and its bytes
-ResultCallback = Callable[[dict, WeightsMessage, bytes], None]
+
+@attrs.frozen
+class Result:
+    """An evaluation and who played it: this evaluator (its name) or a worker on its game."""
+
+    evaluation: Evaluation
+    evaluator: str
+
+
+#: ``on_result(result, weights, payload)``: the result, the decoded model it judged and its bytes
+#: (None for both: a worker's result of a model no longer kept)
+ResultCallback = Callable[[Result, WeightsMessage | None, bytes | None], None]
 
 
 def model_env_steps(weights: WeightsMessage) -> int | None:
@@ -64,7 +74,7 @@ class _Latest:
         self.error: Exception | None = None
         #: with ``listen``: the recent models by reference, and the workers' results not handed on yet
         self.recent: dict[ModelRef, tuple[WeightsMessage, bytes]] = {}
-        self.results: list[dict] = []
+        self.results: list[Result] = []
         handlers = {Kind.CONFIG: self.on_config, Kind.WEIGHTS: self.on_weights}
         if listen:
             handlers[Kind.EVAL] = self.on_eval
@@ -100,16 +110,16 @@ class _Latest:
         while len(self.recent) > RECENT_MODELS:  # the oldest by epoch, then version
             del self.recent[min(self.recent)]
 
-    def model_of(self, result: dict) -> tuple[ModelRef, WeightsMessage | None, bytes | None]:
-        """The model a worker's ``result`` judged: its reference (that of the kept model where the
-        result names no epoch) and the kept weights, or None for them when no longer kept."""
-        asked = ModelRef(result.get("model_epoch", 0), result["model_version"])
+    def model_of(self, evaluation: Evaluation) -> tuple[ModelRef, WeightsMessage | None, bytes | None]:
+        """The model a worker's ``evaluation`` judged: its reference (that of the kept model where
+        it names no epoch) and the kept weights, or None for them when no longer kept."""
+        asked = evaluation.model
         ref = newest_match(self.recent, asked)
         return (asked, None, None) if ref is None else (ref, *self.recent[ref])
 
     def on_eval(self, name: str, payload: bytes) -> None:
         """A worker's greedy evaluation (``eval_on = "workers"``): kept for the loop to hand on."""
-        self.results.append({**Evaluation.decode(payload).to_json(), "evaluator": name})
+        self.results.append(Result(Evaluation.decode(payload), name))
 
 
 class EvaluatorNode:
@@ -143,7 +153,7 @@ class EvaluatorNode:
         self.seen = _Latest(self.topics, episodes, config, listen=not play)
         self.rejections = self.seen.rejections
         #: every result, in order
-        self.results: list[dict] = []
+        self.results: list[Result] = []
         #: the newest model evaluated (NO_MODEL: none)
         self.evaluated: ModelRef = NO_MODEL
         self._stop = threading.Event()
@@ -169,11 +179,11 @@ class EvaluatorNode:
         self.client.start(wait=30)
         return self
 
-    def run(self, target: float | None = None, max_seconds: float | None = None) -> dict | None:
+    def run(self, target: float | None = None, max_seconds: float | None = None) -> Result | None:
         """Connect and serve; returns the first result that met ``target`` (None when stopped)."""
         return self.start().serve(target, max_seconds)
 
-    def serve(self, target: float | None = None, max_seconds: float | None = None) -> dict | None:
+    def serve(self, target: float | None = None, max_seconds: float | None = None) -> Result | None:
         """The loop, in the calling thread: returns the first result that met ``target``, or None
         at ``max_seconds``, at :meth:`stop` or after the evaluation :meth:`final` asked for."""
         t0 = time.monotonic()
@@ -202,7 +212,7 @@ class EvaluatorNode:
                 if result is None:
                     continue
                 schedule.judged(w.ref, steps)  # w: the model just evaluated
-                if target is not None and result["mean"] >= target:
+                if target is not None and result.evaluation.mean >= target:
                     return result
             return None
         finally:
@@ -221,7 +231,7 @@ class EvaluatorNode:
         except queue.Empty:
             pass
 
-    def _evaluate_newest(self, t0: float) -> dict | None:
+    def _evaluate_newest(self, t0: float) -> Result | None:
         """Evaluate the newest model if no evaluation has seen it; publish and hand on the result."""
         seen, w, payload = self.seen, self.seen.weights, self.seen.payload
         if seen.actor is None or w is None or payload is None or w.ref <= self.evaluated:
@@ -236,12 +246,10 @@ class EvaluatorNode:
             # time to this model when it watched from the run's start (no start-up, no eval cadence)
             training_s=None if seen.first_published_at is None else round(w.published_at - seen.first_published_at, 2),
         )
-        result = record.to_json()
+        result = Result(record, self.name)
         self.results.append(result)
         self.client.publish(self.topics.evaluation(self.name), record.encode(), qos=1, kind="eval")
-        log.debug(
-            "model v%d: mean %.1f ± %.1f over %d episodes", w.version, result["mean"], result["std"], self.episodes
-        )
+        log.debug("model %s: mean %.1f ± %.1f over %d episodes", w.ref, record.mean, record.std, self.episodes)
         if self.on_result is not None:
             self.on_result(result, w, payload)
         return result
@@ -251,11 +259,13 @@ class EvaluatorNode:
         old to be kept is handed on without it: it counts, but cannot become ``best/``)."""
         seen = self.seen
         while seen.results:
-            result = seen.results.pop(0)
-            ref, w, payload = seen.model_of(result)
-            result["wall_s"] = round(time.monotonic() - t0, 2)
+            theirs = seen.results.pop(0)
+            ref, w, payload = seen.model_of(theirs.evaluation)
+            training_s = theirs.evaluation.training_s
             if w is not None and seen.first_published_at is not None:
-                result["training_s"] = round(w.published_at - seen.first_published_at, 2)
+                training_s = round(w.published_at - seen.first_published_at, 2)
+            evaluation = attrs.evolve(theirs.evaluation, wall_s=round(time.monotonic() - t0, 2), training_s=training_s)
+            result = attrs.evolve(theirs, evaluation=evaluation)
             self.results.append(result)
             self.evaluated = max(self.evaluated, ref)
             if self.on_result is not None:
@@ -287,13 +297,14 @@ def run_evaluator(
     max_seconds: float | None = None,
     name: str | None = None,
     every_env_steps: int = 0,
-) -> dict | None:
+) -> Result | None:
     """``mqttrl evaluate``: prints each result; returns the first that met ``target`` (or None at the time limit)."""
 
-    def show(result: dict, weights: WeightsMessage, payload: bytes) -> None:
+    def show(result: Result, weights: WeightsMessage | None, payload: bytes | None) -> None:
+        ev = result.evaluation
         print(
-            f"model v{result['model_version']}: mean {result['mean']:.1f} ± {result['std']:.1f} over "
-            f"{result['episodes']} episodes (min {result['min']:.0f}, max {result['max']:.0f})",
+            f"model v{ev.model_version}: mean {ev.mean:.1f} ± {ev.std:.1f} over "
+            f"{ev.episodes} episodes (min {ev.min:.0f}, max {ev.max:.0f})",
             flush=True,
         )
 

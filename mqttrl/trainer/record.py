@@ -16,11 +16,15 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mqttrl.config import RunConfig
 from mqttrl.state.atomic import is_disk_full
 from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, score_file, write_best_dir
 from mqttrl.wire.episodes import EpisodeStats
+
+if TYPE_CHECKING:
+    from mqttrl.nodes.evaluator import Result
 
 log = logging.getLogger("mqttrl.train")
 
@@ -147,27 +151,27 @@ class RunRecord:
             row = [wall, worker, e.env, e.episode_return, e.length, e.terminated, e.model_version]
             self._episodes.writerow(row + [steps])
 
-    def on_evaluation(self, result: dict, weights, payload: bytes | None) -> None:
+    def on_evaluation(self, result: Result, weights, payload: bytes | None) -> None:
         """A result of the evaluator node: a row of evaluations.csv, ``best/`` when it is the best
         so far, and the solve when it reached the target."""
+        ev = result.evaluation
         with self._lock:
             if self._closed:
                 return
             row = {
                 "wall_s": round(time.monotonic() - self.t0, 2),
-                "model_version": result["model_version"],
+                "model_version": ev.model_version,
                 "env_steps": self._env_steps(),
-                **{k: result[k] for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
-                "training_s": result.get("training_s"),
-                "model_env_steps": result.get("env_steps"),
+                **{k: getattr(ev, k) for k in ("episodes", "mean", "std", "min", "max", "eval_s")},
+                "training_s": ev.training_s,
+                "model_env_steps": ev.env_steps,
             }
             self.evals.append(row)
             self._evals.writerow(list(row.values()))
             self._evals.flush()
             if self.best_eval is None or row["mean"] > self.best_eval:
                 self.best_eval = row["mean"]
-            epoch = int(result.get("model_epoch", 0))
-            score = BestScore(float(row["mean"]), int(row["model_version"]), GREEDY_EVAL, int(row["episodes"]), epoch)
+            score = BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes, ev.model_epoch)
             if payload is not None and score.beats(
                 self.best_score
             ):  # a worker's result of a model no longer held: no best/
