@@ -16,7 +16,14 @@ from mqttrl.wire import ModelRef, decode_weights, encode_weights
 from mqttrl.wire.evaluation import Evaluation
 
 TENSORS = {"w": np.zeros(2, np.float32)}
+
+
 RESULT = {"episodes": 3, "mean": 5.0, "std": 0.0, "min": 5.0, "max": 5.0, "eval_s": 0.1}
+
+
+def judged(version: int, epoch: int = 0) -> Evaluation:
+    """A worker's evaluation of model ``version`` of ``epoch`` (0: a worker that names no epoch)."""
+    return Evaluation.of_returns(ModelRef(epoch, version), [5.0, 5.0, 5.0], 0.1)
 
 
 def weights(version: int, epoch: int) -> bytes:
@@ -65,15 +72,15 @@ def test_a_workers_result_is_matched_to_its_epochs_weights():
     old, new = weights(5, epoch=1), weights(5, epoch=2)
     seen.dispatch(topics.weights, old)
     seen.dispatch(topics.weights, new)
-    ref, w, payload = seen.model_of({"model_version": 5, "model_epoch": 1, **RESULT})
+    ref, w, payload = seen.model_of(judged(5, 1))
     assert ref == ModelRef(1, 5) and w.epoch == 1 and payload == old
-    ref, w, payload = seen.model_of({"model_version": 5, "model_epoch": 2, **RESULT})
+    ref, w, payload = seen.model_of(judged(5, 2))
     assert ref == ModelRef(2, 5) and w.epoch == 2 and payload == new
     # a result from a worker older than the field names no epoch: the newest model of its version
-    ref, w, payload = seen.model_of({"model_version": 5, **RESULT})
+    ref, w, payload = seen.model_of(judged(5))
     assert ref == ModelRef(2, 5) and payload == new
     # a model no longer kept: its reference, without weights
-    assert seen.model_of({"model_version": 9, "model_epoch": 1, **RESULT}) == (ModelRef(1, 9), None, None)
+    assert seen.model_of(judged(9, 1)) == (ModelRef(1, 9), None, None)
 
 
 def test_a_workers_result_decoded_by_the_evaluator_keeps_its_epoch():
@@ -81,4 +88,4 @@ def test_a_workers_result_decoded_by_the_evaluator_keeps_its_epoch():
     seen = _Latest(topics, 3, listen=True)
     ev = Evaluation.of_returns(ModelRef(2, 5), [1.0], 0.1)
     seen.dispatch(topics.evaluation("pc1"), ev.encode())
-    assert seen.results[0]["model_epoch"] == 2 and seen.results[0]["model_version"] == 5
+    assert seen.results[0].evaluation.model == ModelRef(2, 5)

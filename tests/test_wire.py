@@ -16,6 +16,7 @@ import tracemalloc
 import zlib
 from types import SimpleNamespace
 
+import attrs
 import lz4.frame
 import numpy as np
 import pytest
@@ -1010,6 +1011,40 @@ def test_weights_round_trip():
     for k, v in t.items():
         assert m.tensors[k].dtype == v.dtype
         np.testing.assert_array_equal(m.tensors[k], v)
+
+
+def test_a_decoded_record_encodes_to_what_decodes_back_the_same():
+    """The records decode whole and encode whole: a weights message's and a batch's ``encode()``
+    decode back to the same record (the wire dtype and the codec as asked)."""
+    t = weights()
+    m = WeightsMessage(7, "dqn", "run-x", t, {"n": 3}, 123.25, 42)
+    same = decode_weights(m.encode())  # (safetensors orders its metadata as it likes: the bytes may differ)
+    assert (same.ref, same.algorithm, same.run, same.info, same.published_at) == (
+        m.ref,
+        "dqn",
+        "run-x",
+        {"n": 3},
+        123.25,
+    )
+    assert all(np.array_equal(same.tensors[k], v) for k, v in t.items())
+    back = decode_weights(m.encode("float16"))
+    assert (back.ref, back.info, back.published_at) == (m.ref, {"n": 3}, 123.25)
+    np.testing.assert_allclose(back.tensors["l1.weight"], t["l1.weight"], rtol=1e-3)
+    arrays = {"obs": np.arange(12, dtype=np.float32).reshape(4, 3), "act": np.arange(4, dtype=np.int64)}
+    batch = SampleBatch("run-x", "w1", 5, 7, 4, arrays, extra={"k": 1}, incarnation="ab12", epoch=42)
+    got = decode_batch(batch.encode("zstd"))
+    assert (got.run, got.worker, got.seq, got.model_version, got.count, got.extra, got.incarnation, got.epoch) == (
+        "run-x",
+        "w1",
+        5,
+        7,
+        4,
+        {"k": 1},
+        "ab12",
+        42,
+    )
+    assert got.sent_at > 0 and all(np.array_equal(got.arrays[k], v) for k, v in arrays.items())
+    assert decode_batch(attrs.evolve(got, sent_at=0.0).encode()).arrays.keys() == arrays.keys()
 
 
 def _tensor_region(payload: bytes) -> tuple[int, dict]:

@@ -164,7 +164,7 @@ def test_a_listening_evaluator_refuses_a_bad_result_and_keeps_a_good_one():
     seen.dispatch(topics.evaluation("pc1"), json.dumps({**good, "mean": float("nan")}).encode())
     seen.dispatch(topics.evaluation("pc1"), json.dumps({k: v for k, v in good.items() if k != "std"}).encode())
     seen.dispatch(topics.evaluation("pc1"), json.dumps(good).encode())
-    assert seen.results == [{**good, "evaluator": "pc1"}]
+    assert [(r.evaluation.to_json(), r.evaluator) for r in seen.results] == [(good, "pc1")]
     assert sum(seen.rejections.snapshot().values()) == 2
 
 

@@ -248,6 +248,23 @@ class SampleBatch:
     #: the learner epoch of the model that made the batch (0: none given)
     epoch: int = 0
 
+    def encode(self, compression: str = "none", level: int | None = None) -> bytes:
+        """This batch on the wire (:func:`encode_batch`; ``sent_at`` is stamped now, ``protocol``
+        is this release's), what :func:`decode_batch` reads back."""
+        return encode_batch(
+            self.run,
+            self.worker,
+            self.seq,
+            self.model_version,
+            self.arrays,
+            self.extra,
+            self.incarnation,
+            self.epoch,
+            self.count,
+            compression,
+            level,
+        )
+
 
 def _align(n: int) -> int:
     return (n + 7) & ~7

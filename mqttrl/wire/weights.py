@@ -50,6 +50,13 @@ class WeightsMessage:
         """(epoch, version): :attr:`ref` as a tuple (kept for older callers)."""
         return (self.epoch, self.version)
 
+    def encode(self, wire_dtype: str = "float32") -> bytes:
+        """This message on the wire (:func:`encode_weights`), its float32 tensors sent as
+        ``wire_dtype``; what :func:`decode_weights` reads back."""
+        return encode_weights(
+            self.version, self.algorithm, self.run, self.tensors, self.info, self.published_at, self.epoch, wire_dtype
+        )
+
     def newer_than(self, current: WeightsMessage | ModelRef | tuple[int, int] | None) -> bool:
         """Whether these weights replace ``current`` (weights, a :class:`ModelRef`, an ``(epoch,
         version)`` pair, or None: nothing yet): the one "newest weights win" rule of every receiver,

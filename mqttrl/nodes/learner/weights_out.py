@@ -14,8 +14,7 @@ from mqttrl.config import RunConfig
 from mqttrl.nodes.learner.best import BestModels
 from mqttrl.nodes.learner.core import LearnerCore
 from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, INGESTED_KEY, UPDATES_KEY
-from mqttrl.wire import encode_weights
-from mqttrl.wire.model_ref import ModelRef
+from mqttrl.wire import WeightsMessage
 
 #: weights go out at QoS 1 (docs/architecture.md, "Weights on a slow link", says why not 0)
 WEIGHTS_QOS = 1
@@ -44,10 +43,12 @@ class WeightsPublisher:
             INGESTED_KEY: core.samples_total,
             UPDATES_KEY: self.algo.updates,
         }
-        head = (core.version, self.config.algorithm.name, self.config.run, tensors, info, time.time())
-        exact = encode_weights(*head, epoch=core.epoch)
+        message = WeightsMessage(
+            core.version, self.config.algorithm.name, self.config.run, tensors, info, time.time(), core.epoch
+        )
+        exact = message.encode()
         wire_dtype = self.config.learner.weights_dtype
-        payload = exact if wire_dtype == "float32" else encode_weights(*head, epoch=core.epoch, wire_dtype=wire_dtype)
-        self.best.remember(ModelRef(core.epoch, core.version), exact)
+        payload = exact if wire_dtype == "float32" else message.encode(wire_dtype)
+        self.best.remember(message.ref, exact)
         self.last = payload
         return payload

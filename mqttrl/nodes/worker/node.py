@@ -53,7 +53,7 @@ from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
-from mqttrl.wire import ModelRef, Rejected, RejectionCounter, WorkerState, decode_weights, encode_batch, encode_json
+from mqttrl.wire import ModelRef, Rejected, RejectionCounter, SampleBatch, WorkerState, decode_weights, encode_json
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -437,17 +437,17 @@ class WorkerNode:
             return
         seq, version = self.core.batch_sent()
         t0 = self.blocks.clock()
-        payload = encode_batch(
+        batch = SampleBatch(
             self.topics.run,
             self.name,
             seq,
             version,
+            count,
             arrays,
             incarnation=self.core.incarnation,
             epoch=self.core.epoch,
-            count=count,
-            compression=self.core.config.worker.compression,
         )
+        payload = batch.encode(self.core.config.worker.compression)
         self._note_acks()  # the acknowledgements so far first: a ledger's lines stay in order
         ledger_note(self.ledger, "sent", seq=seq, n=count, epoch=self.core.epoch, v=version)
         t1 = self.blocks.clock()
