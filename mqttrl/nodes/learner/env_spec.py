@@ -32,6 +32,7 @@ from mqttrl.envs.spec import EnvSpec, SpecError, made_by, spec_of_config, with_s
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.topics import Topics
 from mqttrl.wire import decode_json, encode_json
+from mqttrl.wire.states import LearnerState
 
 log = logging.getLogger("mqttrl.learner")
 
@@ -70,22 +71,20 @@ def learner_config(config: RunConfig, broker: BrokerSettings, registry: Any, sto
 
 def _waiting_state(config: RunConfig, reason: str) -> bytes:
     """The learner's state while it waits: what `mqttrl status` and telemetry show."""
-    return encode_json(
-        {
-            "status": "waiting",
-            "reason": reason,
-            "run": config.run,
-            "algorithm": config.algorithm.name,
-            "model_version": -1,
-            "epoch": 0,
-            "updates": 0,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "mqttrl": __version__,
-            "protocol": PROTOCOL_VERSION,
-            "time": time.time(),
-        }
-    )
+    return LearnerState(
+        status="waiting",
+        reason=reason,
+        run=config.run,
+        algorithm=config.algorithm.name,
+        model_version=-1,
+        epoch=0,
+        updates=0,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        mqttrl=__version__,
+        protocol=PROTOCOL_VERSION,
+        time=time.time(),
+    ).encode()
 
 
 def wait_for_spec(config: RunConfig, broker: BrokerSettings, why: str, stop: threading.Event) -> EnvSpec | None:
