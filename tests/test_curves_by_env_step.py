@@ -13,11 +13,13 @@ from helpers.evaluations import judged
 from mqttrl.api import Result, make_config
 from mqttrl.config import write_resolved
 from mqttrl.nodes.evaluator import model_env_steps
+from mqttrl.nodes.telemetry import RunView
 from mqttrl.plugin.algorithm import INGESTED_KEY
 from mqttrl.trainer.record import RunRecord
 from mqttrl.wire import decode_weights, encode_weights
 from mqttrl.wire.episodes import EpisodeStats
 from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire.metrics import LearnerMetrics
 
 
 def _weights(version: int, info: dict):
@@ -43,7 +45,7 @@ def test_the_record_keeps_each_evaluation_at_its_models_env_steps(tmp_path):
     rec.on_evaluation(judged(3, 50.0, eval_s=0.1, env_steps=3000), None, b"m3")
     rec.on_evaluation(judged(4, 60.0, eval_s=0.1), None, b"m4")  # a learner that does not say
     write_resolved(cfg, tmp_path / "config.json")
-    summary = {**rec.summary("time budget", 9.0, {"episodes": 1, "learner": {}, "workers": 1}, 4)}
+    summary = {**rec.summary("time budget", 9.0, RunView(episodes=1, workers=1), 4)}
     rec.close()
     assert [(c["env_steps"], c["model_version"], c["mean"]) for c in summary["curve"]] == [
         (3000, 3, 50.0),
@@ -100,7 +102,7 @@ def test_the_summary_counts_at_least_the_env_steps_of_its_last_evaluated_model(t
     rec = RunRecord(cfg, tmp_path)
     rec.on_episode("w0", EpisodeStats.from_json({"env": 0, "return": 1.0, "length": 1, "env_steps": 5000}))
     rec.on_evaluation(judged(7, 50.0, eval_s=0.1, env_steps=5300), None, b"m7")
-    summary = rec.summary("time budget", 9.0, {"episodes": 1, "learner": {"samples": 5200}, "workers": 1}, 7)
+    summary = rec.summary("time budget", 9.0, RunView(1, learner=LearnerMetrics(0, 7, samples=5200), workers=1), 7)
     rec.close()
     assert summary["curve"][-1]["env_steps"] == 5300
     assert summary["env_steps"] == 5300

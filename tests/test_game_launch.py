@@ -259,7 +259,7 @@ def test_telemetry_counts_each_workers_game_relaunches_for_the_summary(mosquitto
     node.on_heartbeat("pc1", encode_json({**beat, "game": {"launches": 3, "relaunches": 2}}))
     node.on_heartbeat("pc2", encode_json(beat))  # its game is started by hand
     node.on_heartbeat("pc3", encode_json({**beat, "game": {"launches": "x", "relaunches": -1}}))  # nonsense: 0
-    assert node.view()["game_relaunches"] == {"pc1": 2}
+    assert node.view().game_relaunches == {"pc1": 2}
 
 
 def test_check_plugin_checks_the_runs_env_as_the_run_makes_it(tmp_path, capsys):

@@ -183,8 +183,8 @@ def test_a_restarted_worker_s_counts_go_on_in_the_summary(mosquitto):
     game = {"launches": 10, "relaunches": 9, "crashes": 0, "relaunch_s": 18.5}
     node.on_heartbeat("pc1", encode_json({"incarnation": "b", "env_steps": 50, "model_version": 1, "game": game}))
     view = node.view()
-    assert view["game_relaunches"] == {"pc1": 29} and view["game_crashes"] == {"pc1": 2}
-    assert view["game_relaunch_s"] == {"pc1": 58.5}
+    assert view.game_relaunches == {"pc1": 29} and view.game_crashes == {"pc1": 2}
+    assert view.game_relaunch_s == {"pc1": 58.5}
     assert steps == [900, 950]  # the console's steps go on, not frozen at 900 until 900 more
 
 

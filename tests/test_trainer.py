@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 from helpers.evaluations import judged
 from helpers.procs import node_env
 
 from mqttrl.config import from_dict
+from mqttrl.nodes.telemetry import RunView
 from mqttrl.plugin.manager import get_registry
 from mqttrl.trainer.plan import plan_children, storage_options
 from mqttrl.trainer.record import EPISODE_COLUMNS, EVAL_COLUMNS, RunRecord
@@ -20,6 +22,7 @@ from mqttrl.trainer.run import LocalRun, _stop_reason
 from mqttrl.trainer.supervisor import Child, Supervisor
 from mqttrl.transport.client import BrokerSettings
 from mqttrl.wire.episodes import EpisodeStats
+from mqttrl.wire.metrics import LearnerMetrics
 
 
 def config(**train):
@@ -200,7 +203,7 @@ def test_the_record_keeps_episodes_evaluations_the_best_and_the_solve(tmp_path):
 
 def test_summary_keys_are_those_of_summary_json(tmp_path):
     rec = RunRecord(config(), tmp_path)
-    view = {"episodes": 4, "learner": {"updates": 9, "rejected": {"stale": 1}}, "workers": 2}
+    view = RunView(episodes=4, learner=LearnerMetrics(updates=9, model_version=0, rejected={"stale": 1}), workers=2)
     s = rec.summary("time budget", 12.345, view, 17)
     rec.close()
     assert list(s) == [
@@ -225,9 +228,10 @@ def test_summary_env_steps_count_the_samples_the_learner_took_in_after_the_last_
     since. summary.json's env_steps is the larger (an evaluation's model_env_steps exceeded it)."""
     rec = RunRecord(config(), tmp_path)
     rec.on_episode("w0", EpisodeStats.from_json({"return": 1.0, "length": 10, "env_steps": 100}))
-    view = {"episodes": 1, "learner": {"updates": 3, "samples": 140}, "workers": 1}
+    view = RunView(episodes=1, learner=LearnerMetrics(updates=3, model_version=2, samples=140), workers=1)
     assert rec.summary("time budget", 1.0, view, 2)["env_steps"] == 140
-    view["learner"]["samples"] = 60  # a learner that restarted and lost count: the episodes' figure stands
+    # a learner that restarted and lost count: the episodes' figure stands
+    view = attrs.evolve(view, learner=attrs.evolve(view.learner, samples=60))
     assert rec.summary("time budget", 1.0, view, 2)["env_steps"] == 100
     rec.close()
 
@@ -250,16 +254,16 @@ def test_the_telemetry_node_hands_on_each_episode_and_a_view(shared_mosquitto):
     node.handle(tp.learner_metrics, encode_json({"updates": 4, "model_version": 2, "samples_per_s": 9.0}))
     assert seen == [("w0", 1.0), ("w0", 2.0), ("w0", 3.0)]
     view = node.view(window=2)
-    assert view == {
-        "episodes": 3,
-        "mean_return": 2.5,
-        "learner": {"updates": 4, "model_version": 2, "samples_per_s": 9.0},
-        "learner_status": "unknown",
-        "workers": 2,
-        "workers_online": 1,
-        "game_relaunches": {},  # no worker launched its game
-        "game_crashes": {},
-        "game_relaunch_s": {},
-    }
-    view["learner"]["updates"] = 99  # a copy: the node's own stays as it was
-    assert node.view()["learner"]["updates"] == 4
+    assert view == RunView(
+        episodes=3,
+        mean_return=2.5,
+        learner=LearnerMetrics(updates=4, model_version=2, samples_per_s=9.0),
+        learner_status="unknown",
+        workers=2,
+        workers_online=1,
+        game_relaunches={},  # no worker launched its game
+        game_crashes={},
+        game_relaunch_s={},
+    )
+    view.learner.updates = 99  # a copy: the node's own stays as it was
+    assert node.view().learner.updates == 4

@@ -413,20 +413,20 @@ class TelemetryNode:
         return points
 
     # ---- main loop ------------------------------------------------------------
-    def view(self, window: int = 100) -> dict:
+    def view(self, window: int = 100) -> RunView:
         """What a watcher of the run shows (``mqttrl train``'s progress and summary); safe from any
         thread: the episodes, the mean of the last ``window`` returns, the learner's last metrics and
         state, the workers seen and those online."""
         with self._lock:
-            return {
-                "episodes": self.episodes,
-                "mean_return": _mean(self.all_returns, window),
-                "learner": self.learner.given() if self.learner else {},
-                "learner_status": self.learner_status,
-                "workers": len(self.workers),
-                "workers_online": sum(w.online for w in self.workers.values()),
+            return RunView(
+                episodes=self.episodes,
+                mean_return=_mean(self.all_returns, window),
+                learner=attrs.evolve(self.learner) if self.learner else None,  # a copy: the node's stays
+                learner_status=self.learner_status,
+                workers=len(self.workers),
+                workers_online=sum(w.online for w in self.workers.values()),
                 **game_counts(self.workers),
-            }
+            )
 
     def stop(self, *_: Any) -> None:
         self._stop.set()
@@ -519,6 +519,24 @@ def run_telemetry(
     install_stop_handlers(node.stop)
     node.run(max_seconds=max_seconds)
     return node
+
+
+@attrs.frozen
+class RunView:
+    """A watcher's view of the run (:meth:`TelemetryNode.view`): the episodes seen, the mean of the
+    last returns, the learner's newest metrics record (None before the first) and its status, the
+    workers seen and online, and per worker that launched its game its relaunches, crashes and
+    seconds relaunching."""
+
+    episodes: int = 0
+    mean_return: float | None = None
+    learner: LearnerMetrics | None = None
+    learner_status: str | None = None
+    workers: int = 0
+    workers_online: int = 0
+    game_relaunches: dict[str, int] = attrs.field(factory=dict)
+    game_crashes: dict[str, int] = attrs.field(factory=dict)
+    game_relaunch_s: dict[str, float] = attrs.field(factory=dict)
 
 
 def game_counts(workers: dict[str, WorkerView]) -> dict[str, dict]:

@@ -25,6 +25,7 @@ from mqttrl.wire.episodes import EpisodeStats
 
 if TYPE_CHECKING:
     from mqttrl.nodes.evaluator import Result
+    from mqttrl.nodes.telemetry import RunView
 
 log = logging.getLogger("mqttrl.train")
 
@@ -225,32 +226,33 @@ class RunRecord:
             fit = [e for e in self.evals if e["model_version"] >= at_least]
         return max(fit, key=lambda e: e["model_version"], default=None)
 
-    def snapshot(self, elapsed: float, view: dict, model_version: int) -> dict:
+    def snapshot(self, elapsed: float, view: RunView, model_version: int) -> dict:
         """The progress display's figures; ``view`` is the telemetry node's."""
-        m = view["learner"]
+        m = view.learner
         with self._lock:
             self._episodes.flush()
             last_eval = self.evals[-1] if self.evals else None
         return {
             "elapsed": elapsed,
             "env_steps": self.env_steps,
-            "episodes": view["episodes"],
-            "mean_return": view["mean_return"],
-            "samples_per_s": m.get("samples_per_s"),
-            "updates_per_s": m.get("updates_per_s"),
-            "updates": m.get("updates"),
-            "model_version": m.get("model_version", model_version),
-            "learner": view["learner_status"],
-            "workers_online": view["workers_online"],
-            "workers": view["workers"],
-            "rejected": sum((m.get("rejected") or {}).values()),
+            "episodes": view.episodes,
+            "mean_return": view.mean_return,
+            "samples_per_s": m.samples_per_s if m else None,
+            "updates_per_s": m.updates_per_s if m else None,
+            "updates": m.updates if m else None,
+            "model_version": m.model_version if m else model_version,
+            "learner": view.learner_status,
+            "workers_online": view.workers_online,
+            "workers": view.workers,
+            "rejected": sum(((m.rejected if m else None) or {}).values()),
             "last_eval": last_eval,
             "best_eval": self.best_eval,
         }
 
-    def summary(self, stop_reason: str, wall: float, view: dict, model_version: int) -> dict:
+    def summary(self, stop_reason: str, wall: float, view: RunView, model_version: int) -> dict:
         """``summary.json`` less what the trainer adds (restarts, run_dir)."""
         s, f, tc = self.solved_at, self.final_eval, self.config.train
+        m = view.learner
         return {
             "run": self.config.run,
             "algorithm": self.config.algorithm.name,
@@ -278,27 +280,27 @@ class RunRecord:
             # model_env_steps never exceeds this
             "env_steps": max(
                 self.env_steps,
-                _int(view["learner"].get("samples")),
+                _int(m.samples if m else None),
                 *(_int(e["model_env_steps"]) for e in self.evals),
             ),
-            "episodes": view["episodes"],
-            "updates": view["learner"].get("updates"),
+            "episodes": view.episodes,
+            "updates": m.updates if m else None,
             "model_version": model_version,
-            "workers": view["workers"],  # workers that announced themselves during the run
+            "workers": view.workers,  # workers that announced themselves during the run
             # per worker that launched its game (env.launch): the game's relaunches
-            "game_relaunches": view.get("game_relaunches", {}),
-            "game_crashes": view.get("game_crashes", {}),
-            "game_relaunch_s": view.get("game_relaunch_s", {}),
-            "rejected": view["learner"].get("rejected", {}),
+            "game_relaunches": view.game_relaunches,
+            "game_crashes": view.game_crashes,
+            "game_relaunch_s": view.game_relaunch_s,
+            "rejected": (m.rejected if m else None) or {},
             # real-time workers' control periods (None: no worker stepped in real time), and where the
             # learner's and the workers' time went, per block (seconds over the run)
-            "realtime": view["learner"].get("realtime"),
+            "realtime": m.realtime if m else None,
             # capture to action: how old an observation was when its action went out (p50/p99 over
             # every worker's steps, ms; None before a worker reported one)
-            "capture_to_action_ms": view["learner"].get("act_latency"),
+            "capture_to_action_ms": m.act_latency if m else None,
             "timing": {
-                "learner": view["learner"].get("timing_total"),
-                "workers": view["learner"].get("worker_timing_total"),
+                "learner": m.timing_total if m else None,
+                "workers": m.worker_timing_total if m else None,
             },
         }
 
