@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 
+import attrs
 from rich import box
 from rich.console import Console
 from rich.live import Live
@@ -31,14 +32,40 @@ from mqttrl.wire import (
 log = logging.getLogger("mqttrl.status")
 
 
+@attrs.define
+class WorkerRow:
+    """One worker as the table shows it: its state, its last heartbeat's figures and its last
+    episode's return; a real-time worker's control periods since its last heartbeat."""
+
+    status: str = "?"
+    last_hb: float | None = None
+    steps: int | None = None
+    rate: float | None = None
+    version: int | None = None
+    last_return: float | None = None
+    env_restarts: int | None = None
+    period_p50_ms: float | None = None
+    period_p99_ms: float | None = None
+    period_max_ms: float | None = None
+    overruns: int | None = None
+    lost_s: float | None = None
+    paused_s: float | None = None
+    #: the steps per second, from the heartbeats' counts (not shown)
+    step_rate: StepRate = attrs.field(factory=StepRate, repr=False)
+
+    def shown(self) -> dict:
+        """Its fields for --json, those not reported yet left out."""
+        return {k: v for k, v in attrs.asdict(self, filter=lambda a, _: a.name != "step_rate").items() if v is not None}
+
+
 class FleetView:
     """What an operator wants to see, built from retained states, heartbeats, episodes and metrics."""
 
     def __init__(self, run: str):
         self.topics = Topics(run)
-        self.learner: dict = {}
-        self.metrics: dict = {}
-        self.workers: dict[str, dict] = {}
+        self.learner: LearnerState | None = None
+        self.metrics: LearnerMetrics | None = None
+        self.workers: dict[str, WorkerRow] = {}
         #: the handler table; its counter holds every refused message by reason
         self.dispatch = Dispatcher(
             self.topics,
@@ -53,20 +80,8 @@ class FleetView:
         )
         self.rejections = self.dispatch.rejections
 
-    def _w(self, name: str) -> dict:
-        return self.workers.setdefault(
-            name,
-            {
-                "status": "?",
-                "last_hb": None,
-                "steps": None,
-                "rate": None,
-                "version": None,
-                "last_return": None,
-                "env_restarts": None,
-                "_rate": StepRate(),
-            },
-        )
+    def _w(self, name: str) -> WorkerRow:
+        return self.workers.setdefault(name, WorkerRow())
 
     def handle(self, topic: str, payload: bytes) -> None:
         """Handle one received message through the handler table (refusals are counted, not raised)."""
@@ -77,40 +92,38 @@ class FleetView:
         """Whether anything of the run came: its learner's state or metrics, or a worker."""
         return bool(self.learner or self.metrics or self.workers)
 
+    @property
+    def learner_status(self) -> str:
+        return self.learner.status if self.learner is not None else "unknown"
+
     def on_learner_state(self, name: str, payload: bytes) -> None:
         if payload:
-            self.learner = LearnerState.decode(payload).to_json()
+            self.learner = LearnerState.decode(payload)
 
     def on_learner_metrics(self, name: str, payload: bytes) -> None:
-        self.metrics = LearnerMetrics.decode(payload).to_json()
+        self.metrics = LearnerMetrics.decode(payload)
 
     def on_worker_state(self, name: str, payload: bytes) -> None:
         if payload:
-            self._w(name)["status"] = WorkerState.decode(payload).status
+            self._w(name).status = WorkerState.decode(payload).status
 
     def on_heartbeat(self, name: str, payload: bytes) -> None:
         hb = Heartbeat.decode(payload)
         w = self._w(name)
-        w["rate"] = w["_rate"].update(hb, time.time())
-        w.update(last_hb=time.time(), steps=hb.env_steps, version=hb.model_version, status="online")
+        w.rate = w.step_rate.update(hb, time.time())
+        w.last_hb, w.steps, w.version, w.status = time.time(), hb.env_steps, hb.model_version, "online"
         if hb.env_restarts is not None:  # games that crashed and were made afresh
-            w["env_restarts"] = hb.env_restarts
+            w.env_restarts = hb.env_restarts
         rt = hb.realtime
         if rt is not None:  # a real-time worker: its control periods since its last heartbeat
             err = rt.get("period_err_ms") or {}
-            w.update(
-                period_p50_ms=err.get("p50"),
-                period_p99_ms=err.get("p99"),
-                period_max_ms=err.get("max"),
-                overruns=rt.get("overruns"),
-                lost_s=rt.get("lost_s"),
-                paused_s=rt.get("paused_s"),
-            )
+            w.period_p50_ms, w.period_p99_ms, w.period_max_ms = err.get("p50"), err.get("p99"), err.get("max")
+            w.overruns, w.lost_s, w.paused_s = rt.get("overruns"), rt.get("lost_s"), rt.get("paused_s")
 
     def on_episodes(self, name: str, payload: bytes) -> None:
         episodes = EpisodeReport.decode(payload).episodes
         if episodes:
-            self._w(name)["last_return"] = episodes[-1].episode_return
+            self._w(name).last_return = episodes[-1].episode_return
 
     def subscriptions(self) -> list[tuple[str, int]]:
         """One filter per kind in the handler table; episodes at QoS 0 (a viewer may miss some)."""
@@ -119,16 +132,18 @@ class FleetView:
 
     def model_version(self) -> int | None:
         """The learner's newest model version: its metrics, else its birth message."""
-        version = self.metrics.get("model_version", self.learner.get("model_version"))
+        version = self.metrics.model_version if self.metrics is not None else None
+        if version is None and self.learner is not None:
+            version = self.learner.model_version
         return version if isinstance(version, int) else None
 
-    def lag(self, worker: dict) -> int | None:
+    def lag(self, worker: WorkerRow) -> int | None:
         """Versions the worker's model is behind the learner's. Never negative: the learner's metrics
         come once a second, so a worker's heartbeat can name a version they have not reached yet."""
         version = self.model_version()
-        if version is None or not isinstance(worker["version"], int):
+        if version is None or not isinstance(worker.version, int):
             return None
-        return max(0, version - worker["version"])
+        return max(0, version - worker.version)
 
     def table(self) -> Table:
         """Short column titles, so that the table fits an 80-column terminal (or a pipe)."""
@@ -137,23 +152,24 @@ class FleetView:
             title=f"mqttrl run {self.topics.run}", box=box.SIMPLE_HEAD, pad_edge=False
         )  # no column rules: fits 80 columns
         t.add_column("node", max_width=16, overflow="ellipsis", no_wrap=True)  # long names are cut, not the titles
-        realtime = any(w.get("period_p99_ms") is not None for w in self.workers.values())
+        realtime = any(w.period_p99_ms is not None for w in self.workers.values())
         cols = ("status", "seen", "steps/s", "model", "lag", "return", "restarts") + (
             ("p99 ms", "late") if realtime else ()
         )
         for col in cols:
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=len(col))
-        fleet_rt = self.metrics.get("realtime") if realtime else None
-        updates = self.metrics.get("updates_per_s")
+        m = self.metrics
+        fleet_rt = m.realtime if realtime and m is not None else None
+        updates = m.updates_per_s if m is not None else None
         t.add_row(
             "learner",
-            _status(self.learner.get("status", "unknown")),
+            _status(self.learner_status),
             "-",
             f"{updates:.0f} upd" if isinstance(updates, int | float) else "-",
             _text(version),
             "-",
             "-",
-            _text(self.metrics.get("env_restarts")),
+            _text(m.env_restarts if m is not None else None),
             *(
                 _realtime_cells(fleet_rt.get("period_err_ms") or {}, fleet_rt)
                 if isinstance(fleet_rt, dict)
@@ -165,29 +181,25 @@ class FleetView:
             w = self.workers[name]
             t.add_row(
                 name,
-                _status(w["status"]),
-                f"{now - w['last_hb']:.0f}s" if w["last_hb"] else "-",
-                f"{w['rate']:,.0f}" if w["rate"] is not None else "-",
-                _text(w["version"]),
+                _status(w.status),
+                f"{now - w.last_hb:.0f}s" if w.last_hb else "-",
+                f"{w.rate:,.0f}" if w.rate is not None else "-",
+                _text(w.version),
                 _text(self.lag(w)),
-                f"{w['last_return']:.1f}" if w["last_return"] is not None else "-",
-                _text(w["env_restarts"]),
-                *(_realtime_cells({"p99": w.get("period_p99_ms")}, w) if realtime else []),
+                f"{w.last_return:.1f}" if w.last_return is not None else "-",
+                _text(w.env_restarts),
+                *(_realtime_cells({"p99": w.period_p99_ms}, {"overruns": w.overruns}) if realtime else []),
             )
         return t
 
     def rows(self) -> list[dict]:
         """Plain data for --json: what a node has not reported yet is left out (never null), and the
         lag is never negative."""
-        learner = {
-            "node": "learner",
-            "status": self.learner.get("status", "unknown"),
-            "model_version": self.model_version(),
-        }
+        learner = {"node": "learner", "status": self.learner_status, "model_version": self.model_version()}
         out = [{k: v for k, v in learner.items() if v is not None}]
         for name in sorted(self.workers):
             w = self.workers[name]
-            row = {"node": name, **{k: v for k, v in w.items() if not k.startswith("_")}, "lag": self.lag(w)}
+            row = {"node": name, **w.shown(), "lag": self.lag(w)}
             out.append({k: v for k, v in row.items() if v is not None})
         return out
 
