@@ -206,7 +206,7 @@ def steps_until_error(env, within_s: float) -> tuple[ScreenEnvError, int, float]
     pytest.fail(f"{steps} steps in {within_s} s and none raised")
 
 
-def test_a_window_that_closes_or_hides_is_an_error_at_the_next_step(display, start_game):
+def test_a_window_that_closes_or_hides_is_an_error_at_the_next_step(display, start_game, capfd):
     """Not frames of the screen area it left (black on Xvfb): a hidden window, then a killed game,
     raise at the next step. The game started again, a reset finds its new window and plays on."""
     game = start_game("catch-closes")
@@ -228,6 +228,10 @@ def test_a_window_that_closes_or_hides_is_an_error_at_the_next_step(display, sta
         assert steps <= 2 and took < 1.0, (steps, took)
         assert str(e) == f"screen env: the window 'catch-closes' on {display} closed: did the game exit or crash?"
         assert steps_until_error(env, 1.0)[1] == 1  # and again at every step
+        # a step with keys: their focus on the closed window is refused by X, quietly (the line says it)
+        with pytest.raises(ScreenEnvError, match="closed: did the game exit or crash"):
+            env.step(2)
+        assert "X protocol error" not in capfd.readouterr().err
 
         again = threading.Timer(1.0, start_game, ["catch-closes"])
         t0 = time.monotonic()

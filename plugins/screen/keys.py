@@ -101,6 +101,11 @@ class Keyboard:
         pass
 
 
+def _ignore(*_error) -> bool:
+    """An X error handler that takes the error (true: handled; python-xlib's default prints it)."""
+    return True
+
+
 class XTestKeyboard(Keyboard):
     """XTest key events on ``display``; ``focus_window`` (an X window id) gets the input focus
     first, so the keys reach the game even with no window manager (Xvfb), and again before every
@@ -137,7 +142,9 @@ class XTestKeyboard(Keyboard):
         if self.focus_window is not None and not self._grabbed:
             self.d.grab_server()
             self._grabbed = True
-            self.focus_window.set_input_focus(self._X.RevertToParent, self._X.CurrentTime)
+            # a window that closed meanwhile: no focus to take (the env says so at the next frame),
+            # and no "X protocol error" printed by python-xlib for it
+            self.focus_window.set_input_focus(self._X.RevertToParent, self._X.CurrentTime, onerror=_ignore)
 
     def _end_batch(self) -> None:
         if self._grabbed:
