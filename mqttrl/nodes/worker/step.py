@@ -72,7 +72,13 @@ class StillHold:
 
     def add(self, still: dict[int, float], step: VectorStep, version: int) -> list[VectorStep]:
         """``step`` held (``still``: its games whose frame stood still) after the earlier ones; the
-        steps now safe to record, in order."""
+        steps now safe to record, in order. A game whose episode ended at this step ends its still
+        run here: the env judged the picture (a game over that stands still, as Pacman's does, is
+        done after a few still frames, long before ``frozen_s``), so nothing is left to wait for;
+        waiting for the next game's frames would hold the episode's end over a relaunch, and a
+        new model meanwhile would drop it untrained."""
+        if still:
+            still = {i: s for i, s in still.items() if not (step.terminated[i] or step.truncated[i])}
         if not still and not self.steps:
             return [step]
         if not self.steps:
