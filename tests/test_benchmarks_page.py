@@ -160,3 +160,19 @@ def test_every_documented_benchmark_command_names_what_exists(page, command):
         for f in (ROOT / f for f in args.files if args.sides and (ROOT / f).exists()):
             names = {s["name"] for s in json.loads(f.read_text())["sides"]}
             assert set(args.sides) <= names, f"{page}: {command}: sides {args.sides} not in {sorted(names)}"
+
+
+def test_a_failed_evaluation_of_the_last_checkpoint_leaves_the_run_filed(monkeypatch, tmp_path, capsys):
+    """The runner evaluates a run's last checkpoint after the run; a game that does not come up
+    then (one pilot's post-run evaluation died an hour in) is one line, and the run is still filed."""
+    import mqttrl
+    from benchmarks.harness import mqttrl_side
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the game did not come up")
+
+    monkeypatch.setattr(mqttrl, "load_policy", lambda *_a, **_k: object())
+    monkeypatch.setattr(mqttrl_side, "greedy_mean", broken)
+    sc = scenario.load("cartpole_ppo")
+    assert mqttrl_side._last_checkpoint(tmp_path / "run-s1", "CartPole-v1", sc) is None
+    assert "the last checkpoint's evaluation failed (RuntimeError: the game did not come up)" in capsys.readouterr().err

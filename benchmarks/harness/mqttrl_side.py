@@ -68,7 +68,11 @@ def _last_checkpoint(run_dir: Path, env_id: str, scenario: Scenario) -> float | 
     except Exception as e:  # reported, not fatal: the run's own curve stands
         print(f"{run_dir.name}: no last checkpoint to evaluate ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return greedy_mean(lambda o: policy.predict(np.asarray(o)[None])[0], env_id, scenario.episodes)
+    try:
+        return greedy_mean(lambda o: policy.predict(np.asarray(o)[None])[0], env_id, scenario.episodes)
+    except Exception as e:  # a game that does not come up: the run's curve and figures are still filed
+        print(f"{run_dir.name}: the last checkpoint's evaluation failed ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
 
 
 def record_demos(side: Mqttrl, scenario: Scenario, workdir: Path) -> Path:
