@@ -295,7 +295,7 @@ def test_an_episodes_late_first_action_is_one_log_line(display, start_game, capl
             time.sleep(0.4)
             env.step(0)
         late = [r.getMessage() for r in caplog.records if "first action came" in r.getMessage()]
-        assert len(late) == 1 and env.late_starts == 1, late
+        assert len(late) == 1 and env.late.count == 1, late
         gap = float(late[0].split("came ")[1].split(" s")[0])
         assert 0.4 <= gap < 1.5, late
     finally:

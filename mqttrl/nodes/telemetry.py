@@ -262,8 +262,7 @@ class TelemetryNode:
         ev = Evaluation.decode(payload)  # a bad one is refused and counted by the dispatcher
         self._write([Point("eval", {"run": self.run_name, "evaluator": name}, ev.point_fields(), time.time())])
         self.evaluated = True
-        score = BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes, ev.model_epoch)
-        self._propose_best(score, time.time())
+        self._propose_best(BestScore(ev.mean, ev.model_version, GREEDY_EVAL, ev.episodes, ev.model_epoch), time.time())
 
     def on_config(self, name: str, payload: bytes) -> None:
         """The run's config (retained): handed to every storage with a ``run_config(config)`` method."""
@@ -335,10 +334,8 @@ class TelemetryNode:
                 self.s.window,
             )
         self.best = candidate
-        fields = {"mean_return": candidate.score, "model_version": candidate.model_version}
-        if candidate.model_epoch:
-            fields["model_epoch"] = candidate.model_epoch
-        self._write([Point("best", {"run": self.run_name, "judged_by": candidate.judged_by}, fields, now)])
+        tags = {"run": self.run_name, "judged_by": candidate.judged_by}
+        self._write([Point("best", tags, candidate.point_fields(), now)])
         self.best_pending = candidate
         self._maybe_send_best()
 

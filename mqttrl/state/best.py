@@ -60,6 +60,13 @@ class BestScore:
             del data["model_epoch"]
         return data
 
+    def point_fields(self) -> dict[str, float | int]:
+        """Telemetry's ``best`` point (docs/telemetry.md): the score and the model, its epoch where known."""
+        fields: dict[str, float | int] = {"mean_return": self.score, "model_version": self.model_version}
+        if self.model_epoch:
+            fields["model_epoch"] = self.model_epoch
+        return fields
+
     def describe(self) -> str:
         how = "greedy evaluation" if self.judged_by == GREEDY_EVAL else "training returns"
         return f"{self.score:.1f} by {how} over {self.episodes} episodes (model {self.ref})"

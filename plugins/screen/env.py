@@ -20,7 +20,6 @@ with a copy of the game each, and an env takes a free one (a worker's, an evalua
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import socket
@@ -44,8 +43,8 @@ from .window import (
     Finder,
     Region,
     ScreenEnvError,
+    ShownWindow,
     Window,
-    WindowWatch,
     claim_window,
     log,
     release_window,
@@ -125,6 +124,35 @@ class FrozenCheck:
         return still
 
 
+def first_window(o: ScreenOptions, displays: list, owner: int | None) -> Window | None:
+    """One display: the game's window now (waiting up to window_wait_s for it); several (or a
+    screen region): None, and the first reset takes a window no other env plays."""
+    if not o.window or len(displays) != 1:
+        return None
+    return wait_for_window(o.window, displays[0], o.window_exact, o.window_wait_s, owner=owner)
+
+
+class LateStart:
+    """One log line when an episode's first action comes long after the reset's frame: the game
+    played on meanwhile (a ball that falls in half a second is missed before the agent acts).
+    The worker was busy (a loaded machine, a long batch or model swap between reset and step)."""
+
+    def __init__(self) -> None:
+        #: such episodes so far
+        self.count = 0
+
+    def check(self, frame_at: float, period: float) -> None:
+        late = time.monotonic() - frame_at
+        if late > max(LATE_START_S, 3 * period):
+            self.count += 1
+            log.info(
+                "screen env: the episode's first action came %.2f s after the reset's frame (%d such episodes): "
+                "the game played on meanwhile; was the worker busy?",
+                late,
+                self.count,
+            )
+
+
 class ScreenEnv(gym.Env):
     """``id = "screen"``: see :class:`~.options.ScreenOptions` for the kwargs."""
 
@@ -137,13 +165,8 @@ class ScreenEnv(gym.Env):
         self.display = self.displays[0]
         #: the launched game whose window this env plays (its pid), or None: any process's window
         self.owner = launched_game_pid() if o.window_process == "launched" else None
-        # one display: its window now (waiting up to window_wait_s for it); several: the first
-        # reset takes a window no other env plays
-        one = o.window and len(self.displays) == 1
-        self.window = (
-            wait_for_window(o.window, self.display, o.window_exact, o.window_wait_s, owner=self.owner) if one else None
-        )
-        self._watch: WindowWatch | None = None
+        self.window = first_window(o, self.displays, self.owner)
+        self._shown = ShownWindow()
         self._still = FrozenCheck(o.frozen_s)
         self.taps = KeyActions(o.key_mode, o.tap_s)
         #: seconds a step lasts when the worker's clock does not pace it (step_s, or 1 / control_hz)
@@ -158,8 +181,8 @@ class ScreenEnv(gym.Env):
         #: ``(display, window id)`` this env has claimed (X11), None before its first reset
         self.claimed: tuple[str | None, int] | None = None
         self._closed = False
-        #: episodes whose first action came late (:meth:`_check_late_start`)
-        self.late_starts = 0
+        #: episodes whose first action came late
+        self.late = LateStart()
         try:
             self.keyboard.check({k for keys in self.actions for k in keys} | set(o.reset_keys))
         except ScreenEnvError:
@@ -222,43 +245,25 @@ class ScreenEnv(gym.Env):
 
     # ---- a game that went away or hangs: an error, not frames of something else
     def _frame(self) -> np.ndarray:
-        """The window now (:meth:`grab`), grabbed where the window is: one that moved or was resized
-        since the last frame is followed, and grabbed again at its new place."""
+        """The window now (:meth:`grab`); grabbed again at its new place when it moved or was resized."""
         frame = self.grab()
         if self._check_shown():
             frame = self.grab()
         return frame
 
     def _check_shown(self) -> bool:
-        """Raise when the window played closed or is hidden: its screen area shows something else
-        now (the worker makes the env again, which waits window_wait_s for the game to be back).
-        True when the window moved or was resized: the env now grabs its new place."""
+        """Raise when the window played closed or is hidden (:class:`~.window.ShownWindow`); True
+        when it moved or was resized: the env now grabs its new place."""
         if self.window is None or self._closed:
             return False
-        if self._watch is None or self._watch.handle != self.window.handle or self._watch.display != self.display:
-            self._close_watch()
-            self._watch = WindowWatch(self.window, self.display)
-        where = self.display or "$DISPLAY"
-        lost = self._watch.lost()
-        if lost:
-            raise ScreenEnvError(f"screen env: the window {self.window.title!r} on {where} {lost}")
-        region = self._watch.region()
-        if region is None or region == self.region:
+        moved = self._shown.check(self.window, self.display)
+        if moved is None:
             return False
-        log.info(
-            "screen env: the window %r on %s moved or was resized to %s; following it", self.window.title, where, region
-        )
-        self.window = dataclasses.replace(self.window, region=region)
-        self.region, self._grabber = region, None
+        self.window, self.region, self._grabber = moved, moved.region, None
         return True
 
     def _what(self) -> str:
         return f"the window {self.window.title!r}" if self.window else f"the screen region {self.opts.region}"
-
-    def _close_watch(self) -> None:
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
 
     # ---- gymnasium
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -383,25 +388,11 @@ class ScreenEnv(gym.Env):
         it (``gamepad``); returns at once. A tap's keys go up ``tap_s`` later in :meth:`step`, at
         the period's end (:meth:`read_obs`) under the worker's clock, or at the next action."""
         if self.steps == 0:
-            self._check_late_start()
+            self.late.check(self.last_frame_at, self.period)
         if self.pad is not None:
             self.pad.act(action)
             return
         self.taps.send(self.keyboard, self.actions[int(action)])
-
-    def _check_late_start(self) -> None:
-        """One log line when an episode's first action comes long after the reset's frame: the game
-        played on meanwhile (a ball that falls in half a second is missed before the agent acts).
-        The worker was busy (a loaded machine, a long batch or model swap between reset and step)."""
-        late = time.monotonic() - self.last_frame_at
-        if late > max(LATE_START_S, 3 * self.period):
-            self.late_starts += 1
-            log.info(
-                "screen env: the episode's first action came %.2f s after the reset's frame (%d such episodes): "
-                "the game played on meanwhile; was the worker busy?",
-                late,
-                self.late_starts,
-            )
 
     def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
         """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait; a window
@@ -454,7 +445,7 @@ class ScreenEnv(gym.Env):
                 self.pad.close()
             self.keyboard.close()
         finally:
-            self._close_watch()
+            self._shown.close()
             self._release_quietly()
             if self._grabber is not None:
                 try:

@@ -13,6 +13,7 @@ Windows: :class:`~.win32window.Win32Windows`, ``EnumWindows``/``GetWindowTextW``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -379,6 +380,40 @@ class WindowWatch:
 
     def close(self) -> None:
         self.ws.close()
+
+
+class ShownWindow:
+    """The window an env plays, looked at once a frame through a :class:`WindowWatch` (made anew for
+    another window or display): closed or hidden is an error (its screen area shows something
+    else now: the worker makes the env again, which waits window_wait_s for the game to be back);
+    moved or resized, it is followed (one log line)."""
+
+    def __init__(self) -> None:
+        self.watch: WindowWatch | None = None
+
+    def check(self, window: Window, display: str | None) -> Window | None:
+        """``window`` with its new region when it moved or was resized, None when it is where it was;
+        :class:`ScreenEnvError` when it closed or is hidden."""
+        watch = self.watch
+        if watch is None or watch.handle != window.handle or watch.display != display:
+            self.close()
+            watch = self.watch = WindowWatch(window, display)
+        where = display or "$DISPLAY"
+        lost = watch.lost()
+        if lost:
+            raise ScreenEnvError(f"screen env: the window {window.title!r} on {where} {lost}")
+        region = watch.region()
+        if region is None or region == window.region:
+            return None
+        log.info(
+            "screen env: the window %r on %s moved or was resized to %s; following it", window.title, where, region
+        )
+        return dataclasses.replace(window, region=region)
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
 
 # ---- claims: one env per window, across processes ---------------------------------------------
