@@ -129,7 +129,7 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
                 t,
             )
         if i % 10 == 0:
-            point("best", {}, {"mean_return": 150.0 + i + off, "model_version": i}, t)
+            point("best", {}, {"mean_return": 150.0 + i + off, "model_version": i, "model_epoch": 1_796_000_000_000}, t)
     return lines
 
 
