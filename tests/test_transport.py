@@ -816,3 +816,31 @@ def test_wrong_credentials_fail_at_once_and_a_busy_broker_fails_after_its_window
     assert time.monotonic() - t0 < 3 and 4 <= len(calls) <= 6  # 0.5 s, then 1 s would pass the window
     assert not transport.is_transient_refusal("Not authorized")
     assert transport.is_transient_refusal("Server unavailable")
+
+
+def test_a_first_answer_from_something_that_went_away_is_still_unreachable():
+    # CI: the MQTT 5 try read "Protocol error" (its socket connected to itself), the 3.1.1 try
+    # found nothing listening: that is an unreachable broker, not a refusal of our credentials
+    s = BrokerSettings(url=f"mqtt://127.0.0.1:{free_port()}")
+    probe, calls = _scripted_probe(
+        [(False, "Protocol error"), (False, f"cannot connect to 127.0.0.1:{s.port} ([Errno 111] Connection refused)")]
+    )
+    with pytest.raises(BrokerUnavailable, match="unreachable: cannot connect.*Connection refused") as raised:
+        transport._negotiate_one(s, 1.0, busy_s=10, probe=probe)
+    assert "username/password" not in str(raised.value)
+    assert len(calls) == 2
+
+
+def test_a_socket_connected_to_itself_is_told_from_a_real_connection():
+    # TCP's simultaneous open: connecting from port P to port P where nothing listens succeeds
+    port = free_port()
+    with socket.socket() as itself:
+        itself.bind(("127.0.0.1", port))
+        itself.connect(("127.0.0.1", port))
+        assert transport._connected_to_itself(itself)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client:
+            assert not transport._connected_to_itself(client)
+    assert not transport._connected_to_itself(None)

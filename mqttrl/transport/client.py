@@ -70,6 +70,15 @@ _PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
 _negotiated: dict[tuple[str, int], int] = {}
 
 
+def _connected_to_itself(sock) -> bool:
+    """TCP's simultaneous open: a local port nothing listens on, picked as the connection's own
+    source port, "accepts" the connection, and the probe would read its own CONNECT back."""
+    try:
+        return sock is not None and sock.getsockname() == sock.getpeername()
+    except OSError:
+        return False
+
+
 def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[bool, str]:
     """Connect once with a throwaway clean session; report whether the broker accepted."""
     result: dict = {}
@@ -100,6 +109,9 @@ def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[boo
         )
     except OSError as exc:
         return False, f"cannot connect to {settings.host}:{settings.port} ({exc})"
+    if _connected_to_itself(c.socket()):
+        c.socket().close()
+        return False, f"cannot connect to {settings.host}:{settings.port} (nothing listens: the socket connected to itself)"
     c.loop_start()
     try:
         done.wait(timeout)
@@ -179,6 +191,12 @@ def _negotiate_once(settings: BrokerSettings, timeout: float, probe) -> int:
         _negotiated[key] = mqtt.MQTTv311
         log.info("broker %s speaks MQTT 3.1.1 only; using it", url)
         return mqtt.MQTTv311
+    if "cannot connect" in why3:
+        # the first try was answered by something that went away (or by the socket itself)
+        raise BrokerUnavailable(
+            f"MQTT broker at {url} is unreachable: {why3} (MQTT 5: {why5}). Check the host and port, "
+            "that the broker is running, and any firewall in between"
+        )
     raise BrokerRefused(
         f"broker at {url} refused us (MQTT 5: {why5}; MQTT 3.1.1: {why3}). "
         "Check username/password, TLS settings and the broker's ACL",
