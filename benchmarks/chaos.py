@@ -106,7 +106,8 @@ class WeightsWatch:
 
 
 def greedy_return(config, payload: bytes, episodes: int = 10) -> float:
-    from mqttrl.envs.rollout import evaluate, greedy_actor
+    from mqttrl.envs.greedy import greedy_actor
+    from mqttrl.envs.rollout import evaluate
 
     w = decode_weights(payload)
     actor, make = greedy_actor(config, episodes)

@@ -19,13 +19,14 @@ __version__ = "0.1.0"
 #: Bumped on any incompatible change; every decoder checks it.
 PROTOCOL_VERSION = 1
 
-# Plugin authors write ``from mqttrl import hookimpl`` (pluggy imports no numpy, so the thread defaults above hold).
-from mqttrl.plugin.hookspecs import hookimpl  # noqa: E402
 
 __all__ = ["PROTOCOL_VERSION", "Policy", "Result", "__version__", "hookimpl", "load_policy", "train"]
 
 #: names imported when first used (a module ``__getattr__``), so that ``import mqttrl`` stays cheap for the nodes
 _LAZY = {
+    # plugin authors write ``from mqttrl import hookimpl``; imported when asked, so that the root
+    # package imports nothing of its own floors (every floor may read PROTOCOL_VERSION from it)
+    "hookimpl": "mqttrl.plugin.hookspecs",
     "load_policy": "mqttrl.policy",  # mqttrl/policy/__init__.py
     "Policy": "mqttrl.policy",
     "train": "mqttrl.api",  # mqttrl/api.py: a whole run on this machine from Python

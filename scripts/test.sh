@@ -27,4 +27,6 @@ PY=${PYTHON:-python3}
 # lint and format first: a failure names the command that fixes it
 .venv/bin/ruff check . || { echo "ruff check failed: .venv/bin/ruff check --fix . fixes most"; exit 1; }
 .venv/bin/ruff format --check . || { echo "ruff format failed: run .venv/bin/ruff format ."; exit 1; }
+# the floors and no import circles (pyproject.toml's [tool.importlinter])
+lint=$(.venv/bin/lint-imports --no-cache 2>&1) || { echo "$lint" | sed -n '/Broken contracts/,$p'; echo "lint-imports failed: an import breaks a floor or makes a circle (pyproject.toml [tool.importlinter])"; exit 1; }
 exec .venv/bin/python -m pytest -q "$@"

@@ -157,7 +157,7 @@ class _Result:
 
 @pytest.fixture
 def fake_checks(monkeypatch):
-    """Stands in for mqttrl.plugin.check: the command's contract is run_checks(name, settings) -> [CheckResult]."""
+    """Stands in for mqttrl.conformance: the command's contract is run_checks(name, settings) -> [CheckResult]."""
     from mqttrl.plugin.manager import UnknownPluginError
 
     outcomes = {
@@ -170,9 +170,9 @@ def fake_checks(monkeypatch):
             raise UnknownPluginError(f"no plugin registers {name!r}")
         return outcomes[name]
 
-    module = types.ModuleType("mqttrl.plugin.check")
+    module = types.ModuleType("mqttrl.conformance")
     module.run_checks = run_checks
-    monkeypatch.setitem(sys.modules, "mqttrl.plugin.check", module)
+    monkeypatch.setitem(sys.modules, "mqttrl.conformance", module)
 
 
 def test_check_plugin_all_ok(fake_checks, capsys):

@@ -18,9 +18,9 @@ from mqttrl.config import (
     from_dict,
     load_config,
     parse_override,
-    write_resolved,
 )
 from mqttrl.plugin.manager import UnknownPluginError, get_registry
+from mqttrl.state.run_dir import write_resolved
 
 
 @pytest.fixture(scope="module")

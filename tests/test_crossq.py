@@ -277,7 +277,7 @@ def test_checkpoint_policy_and_export_without_the_learner():
 
 
 def test_check_plugin_passes_for_crossq_on_pendulum():
-    from mqttrl.plugin.check import check_algorithm
+    from mqttrl.conformance import check_algorithm
     from mqttrl.plugin.manager import get_registry
 
     info = get_registry().algorithms["crossq"].obj

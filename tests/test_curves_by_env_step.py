@@ -11,10 +11,10 @@ import numpy as np
 from helpers.evaluations import judged
 
 from mqttrl.api import Result, make_config
-from mqttrl.config import write_resolved
 from mqttrl.nodes.evaluator import model_env_steps
 from mqttrl.nodes.telemetry import RunView
 from mqttrl.plugin.algorithm import INGESTED_KEY
+from mqttrl.state.run_dir import write_resolved
 from mqttrl.trainer.record import RunRecord
 from mqttrl.wire import decode_weights, encode_weights
 from mqttrl.wire.episodes import EpisodeStats

@@ -92,7 +92,7 @@ def test_load_policy_reads_the_spec_and_never_makes_the_env(tmp_path):
     from helpers.policy_runs import make_run
 
     from mqttrl import load_policy
-    from mqttrl.config import write_resolved
+    from mqttrl.state.run_dir import write_resolved
 
     run = make_run(tmp_path / "run", "dqn", "CartPole-v1", hidden=[16, 16])
     config = with_spec(run.config, cartpole_spec())

@@ -159,8 +159,8 @@ class Recorder:
 
 
 def test_storage_from_the_docs_receives_every_point(doc_storage_site, mosquitto, tmp_path, monkeypatch):
+    from mqttrl.conformance import check_storage
     from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
-    from mqttrl.plugin.check import check_storage
     from mqttrl.plugin.manager import get_registry
     from mqttrl.transport.client import BrokerSettings
     from mqttrl.transport.topics import Topics

@@ -562,8 +562,8 @@ def test_the_manager_lets_pluggy_call_the_hooks(monkeypatch):
 
 
 def test_hook_register_algorithms_takes_algorithm_info():
+    from mqttrl.conformance import check_algorithm
     from mqttrl.plugin.algorithm import AlgorithmInfo
-    from mqttrl.plugin.check import check_algorithm
     from mqttrl.plugin.manager import get_registry
     from mqttrl_plugins import dqn, ppo
 
@@ -596,7 +596,7 @@ def test_hook_register_storages_factory_gets_settings(tmp_path):
 
 @pytest.mark.parametrize("name", ["dqn", "ppo"])
 def test_check_algorithm_passes_for_builtins(name):
-    from mqttrl.plugin.check import run_checks
+    from mqttrl.conformance import run_checks
 
     results = run_checks(name)
     failed = [r for r in results if not r.ok]
@@ -649,7 +649,7 @@ class _Delegate:
 
 
 def test_check_algorithm_names_the_failing_step():
-    from mqttrl.plugin.check import check_algorithm
+    from mqttrl.conformance import check_algorithm
 
     class FloatActions(_Delegate):  # the actor sends actions as float64; the spec says int64
         def take(self):
@@ -683,8 +683,8 @@ def test_check_algorithm_names_the_failing_step():
 
 def test_check_algorithm_on_a_tiny_algorithm():
     """The checks ask nothing beyond mqttrl/plugin/algorithm.py: a random-policy 'algorithm' written here passes."""
+    from mqttrl.conformance import check_algorithm
     from mqttrl.plugin.algorithm import AlgorithmInfo
-    from mqttrl.plugin.check import check_algorithm
     from mqttrl.wire import FieldSpec, SampleSpec
 
     @attrs.define
@@ -783,7 +783,7 @@ def test_check_algorithm_on_a_tiny_algorithm():
 
 
 def test_check_storage_passes_for_files(tmp_path):
-    from mqttrl.plugin.check import check_storage
+    from mqttrl.conformance import check_storage
     from mqttrl.plugin.manager import get_registry
 
     results = check_storage(get_registry().storage("files"), {"dir": str(tmp_path)})
@@ -796,7 +796,7 @@ def test_check_storage_passes_for_files(tmp_path):
 
 
 def test_check_storage_reports_a_raising_write():
-    from mqttrl.plugin.check import check_storage
+    from mqttrl.conformance import check_storage
 
     class Fragile:
         def __init__(self, settings):
@@ -816,7 +816,7 @@ def test_check_storage_reports_a_raising_write():
 
 
 def test_check_storage_fails_when_close_leaves_points_pending():
-    from mqttrl.plugin.check import check_storage
+    from mqttrl.conformance import check_storage
 
     class Buffering:
         """Holds every point, as a database client whose server never answers would."""
@@ -853,7 +853,7 @@ def test_check_plugin_cli_passes_storage_options_and_refuses_malformed_ones(tmp_
 
 
 def test_run_checks_by_plugin_name_and_unknown_names(broken_site, registry_from, monkeypatch, tmp_path):
-    from mqttrl.plugin.check import run_checks
+    from mqttrl.conformance import run_checks
     from mqttrl.plugin.manager import UnknownPluginError
 
     registry_from(broken_site, "typo,gym_envs,files")

@@ -239,7 +239,7 @@ def test_progress_false_prints_nothing_and_the_result_has_the_curve(tmp_path):
 
 
 def test_result_reads_the_curve_and_the_returns_by_env_step(tmp_path):
-    from mqttrl.config import write_resolved
+    from mqttrl.state.run_dir import write_resolved
 
     write_resolved(make_config(str(CONFIG)), tmp_path / "config.json")
     summary = {"run_dir": str(tmp_path), "solved": False, "stop_reason": "time budget", "wall_s": 9.0}
@@ -266,3 +266,12 @@ def test_a_run_dir_with_checkpoints_is_refused_before_anything_starts(tmp_path):
     assert not (tmp_path / "config.json").exists()
     with pytest.raises(RunDirInUse, match="choose one"):
         mqttrl.train(str(CONFIG), run_dir=tmp_path, resume=True, init_from=tmp_path, progress=False)
+
+
+def test_the_old_name_of_write_resolved_still_writes_the_config_with_a_deprecation(tmp_path):
+    import mqttrl.config
+
+    with pytest.warns(DeprecationWarning, match="mqttrl.state.run_dir.write_resolved"):
+        old = mqttrl.config.write_resolved
+    old(make_config(str(CONFIG)), tmp_path / "config.json")
+    assert json.loads((tmp_path / "config.json").read_text())["run"] == make_config(str(CONFIG)).run

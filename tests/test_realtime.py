@@ -206,7 +206,7 @@ class _SlowGame(WallClockGame):
 
 
 def test_check_plugin_checks_the_real_time_protocol():
-    from mqttrl.plugin.check import check_realtime_game
+    from mqttrl.conformance import check_realtime_game
 
     good = check_realtime_game(lambda: WallClockGame("CartPole-v1", world_hz=200.0), "env g", period_s=0.005)
     assert good and all(r.ok for r in good) and any("pause/resume" in r.name for r in good)

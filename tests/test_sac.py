@@ -288,7 +288,7 @@ def test_exported_module_gives_the_numpy_forwards_outputs():
 
 
 def test_check_plugin_passes_for_sac_on_pendulum():
-    from mqttrl.plugin.check import check_algorithm
+    from mqttrl.conformance import check_algorithm
     from mqttrl.plugin.manager import get_registry
 
     info = get_registry().algorithms["sac"].obj

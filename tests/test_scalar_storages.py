@@ -16,7 +16,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from mqttrl.plugin.check import check_storage
+from mqttrl.conformance import check_storage
 from mqttrl.plugin.manager import get_registry
 from mqttrl.plugin.storage import Point, Storage
 from mqttrl_plugins.scalars import ScalarMapper, Scalars

@@ -355,7 +355,7 @@ def test_check_plugin_skips_the_screen_env_it_cannot_make_without_a_run_s_option
     """``mqttrl check-plugin screen_envs`` said FAIL for a working plugin: the env needs a window and
     keys that only a run's [env] section gives. It now says why it skipped, and still fails an env
     whose factory breaks in another way."""
-    from mqttrl.plugin.check import run_checks
+    from mqttrl.conformance import run_checks
 
     results = {r.name: r for r in run_checks("screen_envs")}
     assert all(r.ok for r in results.values()), results

@@ -167,18 +167,18 @@ def test_decode_episodes_still_works_with_a_deprecation_warning():
 
 def test_every_topic_kind_has_one_definition():
     from mqttrl.transport.topics import Kind
-    from mqttrl.wire.catalog import DEFINITIONS
+    from mqttrl.wire_catalog import DEFINITIONS
 
     assert set(DEFINITIONS) == set(Kind)
 
 
 @pytest.mark.parametrize("doc", ["telemetry.md", "architecture.md"])
 def test_the_docs_tables_of_the_messages_are_written_from_the_records(doc):
-    from mqttrl.wire.catalog import MARKER, render_doc
+    from mqttrl.wire_catalog import MARKER, render_doc
 
     text = (DOCS / doc).read_text()
     assert MARKER.search(text), f"docs/{doc} has no records tables"
-    assert text == render_doc(text), f"docs/{doc} is stale: run python -m mqttrl.wire.catalog docs/{doc}"
+    assert text == render_doc(text), f"docs/{doc} is stale: run python -m mqttrl.wire_catalog docs/{doc}"
 
 
 def test_the_episode_and_learner_point_fields_are_the_ones_docs_telemetry_lists():

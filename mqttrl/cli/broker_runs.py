@@ -10,14 +10,23 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from mqttrl.config import did_you_mean
 from mqttrl.transport.topics import ROOT, SPECS, Kind
 from mqttrl.wire import LearnerState, Rejected
 
-if TYPE_CHECKING:
-    from mqttrl.cli.fleet import FleetView
+
+class WatchedView(Protocol):
+    """What :class:`AbsentRun` reads of the view it watches beside (``mqttrl.cli.fleet.FleetView``)."""
+
+    topics: Any  # its ``run``
+
+    @property
+    def heard(self) -> bool: ...
+
+    def handle(self, topic: str, payload: bytes) -> None: ...
+
 
 _STATE = SPECS[Kind.LEARNER_STATE]
 #: every run's retained learner state
@@ -65,7 +74,7 @@ class AbsentRun:
 
     def __init__(
         self,
-        view: FleetView,
+        view: WatchedView,
         broker: str,
         wait_s: float,
         live: bool = True,

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     setup_logging(args.verbose)
-    from mqttrl.plugin.check import run_checks
+    from mqttrl.conformance import run_checks
     from mqttrl.plugin.manager import UnknownPluginError
 
     settings = {}
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(2)
     results = []
     if args.config:
-        from mqttrl.plugin.check import check_run_env
+        from mqttrl.conformance import check_run_env
 
         results += check_run_env(load(args.config, args.overrides))
     try:

@@ -168,9 +168,9 @@ def _check_command(name: str, value: object) -> None:
 
 
 def _check_spec(value: object) -> None:
-    """``env.spec`` is empty or a spec (mqttrl.envs.spec); a bad one is one line naming it."""
+    """``env.spec`` is empty or a spec (mqttrl.config.env_spec); a bad one is one line naming it."""
     if value:
-        from mqttrl.envs.spec import EnvSpec
+        from mqttrl.config.env_spec import EnvSpec
 
         EnvSpec.from_json(value, where="spec")  # the section names itself: "env.spec: ..."
 
@@ -712,8 +712,17 @@ def from_dict(data: Mapping[str, Any], params_class: Callable[[str], type] | Non
     return RunConfig(run=run, algorithm=AlgorithmSection(name=name, params=params), **sections)
 
 
-def write_resolved(config: RunConfig, path: Path) -> None:
-    from mqttrl.state.atomic import write_file_atomically
+def __getattr__(name: str) -> Any:
+    """``mqttrl.config.write_resolved``: deprecated, it is :func:`mqttrl.state.run_dir.write_resolved`
+    (writing a run directory's file is the state floor's job; the config floor imports nothing above it)."""
+    if name == "write_resolved":
+        import importlib
+        import warnings
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True), sync=False)
+        warnings.warn(
+            "mqttrl.config.write_resolved is deprecated; use mqttrl.state.run_dir.write_resolved",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("mqttrl.state.run_dir").write_resolved
+    raise AttributeError(f"module 'mqttrl.config' has no attribute {name!r}")

@@ -24,7 +24,7 @@ def run_spaces(env_config: Any, registry: Any, launch: bool = True) -> tuple[gym
     """The run env's (observation, action) spaces, as every node sees them: made once and closed.
     An unknown id is an UnknownEnvError (exit 2), a missing package a MissingDependency (exit 5).
     With ``[env] launch`` (and ``launch``) the game is started for it and stopped after."""
-    from mqttrl.envs.launch import run_env_factory
+    from mqttrl.envs.run_env import run_env_factory
 
     with run_env_factory(env_config, registry, launch) as make:
         env = make()

@@ -18,7 +18,6 @@ settings with its own (:func:`for_worker`): its own display, window title, port 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import re
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -311,25 +310,6 @@ class GameProcess:
     def close(self) -> None:
         """Stop the game with the worker: a launched game does not outlive it."""
         self.stop()
-
-
-@contextlib.contextmanager
-def run_env_factory(env_config: Any, registry: Any = None, launch: bool = True) -> Iterator[Callable[[], Any]]:
-    """``make()`` of the run's env as every node sees it (``make_run_env``); with ``[env] launch``
-    (and ``launch``) the game is started for it first and stopped when the block ends: what reads the
-    spec or checks the env on a game PC (``mqttrl train``, ``env-spec``, ``check-plugin --config``)."""
-    from mqttrl.envs.realtime import make_run_env
-
-    env_config = for_worker(env_config, "w0", 0)  # as mqttrl train's first worker plays it
-    settings = LaunchSettings.of(env_config, 1) if launch else None
-    if settings is None:
-        yield lambda: make_run_env(env_config, registry)
-        return
-    game = GameProcess(settings)
-    try:
-        yield lambda: game.make_env(lambda: make_run_env(env_config, registry))
-    finally:
-        game.close()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

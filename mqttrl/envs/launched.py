@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 
 from mqttrl.envs.launch import GameProcess
+from mqttrl.envs.realtime_guard import reset_wait_s
 
 log = logging.getLogger("mqttrl.envs")
 
@@ -163,18 +164,6 @@ def launched_of(env: gym.Env) -> LaunchedEnv | None:
     return None
 
 
-def reset_wait_s(env: gym.Env) -> float:
-    """Seconds a reset of ``env`` may wait by its own settings (``reset_wait_s`` on it, a wrapper
-    of it or its core: a launched game's relaunch, the screen kit's wait for its window); 0 if none."""
-    while True:
-        wait = getattr(env, "reset_wait_s", None)
-        if isinstance(wait, int | float):
-            return float(wait)
-        if not isinstance(env, gym.Wrapper):
-            return 0.0
-        env = env.env
-
-
 def new_game_for_evaluation(envs: list[gym.Env]) -> None:
     """Each launched game among ``envs`` started afresh: a greedy evaluation starts on a new game,
     not in the middle of the training episode's."""
@@ -183,25 +172,3 @@ def new_game_for_evaluation(envs: list[gym.Env]) -> None:
         if launched is not None:
             launched.new_game("a greedy evaluation starts")
             launched.ended = False
-
-
-def make_played_env(env_config: Any, registry: Any = None, extra_kwargs: dict | None = None) -> gym.Env:
-    """The run's env as :func:`~mqttrl.envs.realtime.make_run_env` makes it, with ``[env] launch``
-    the game started first and a new game after each game over (``mqttrl enjoy``: an unchanged
-    game that exits at game over plays all its episodes); closing the env stops the game."""
-    from mqttrl.envs.launch import LaunchSettings, for_worker
-    from mqttrl.envs.make import make_env
-    from mqttrl.envs.realtime import make_run_env, with_action_history, with_control_hz
-
-    env_config = for_worker(env_config, "w0", 0)
-    settings = LaunchSettings.of(env_config, 1)
-    if settings is None:
-        return make_run_env(env_config, registry, extra_kwargs)
-    kwargs = {**env_config.kwargs, **(extra_kwargs or {})}
-    game = GameProcess(settings)
-    try:
-        env = LaunchedEnv(game, lambda: with_control_hz(make_env(env_config.id, kwargs, registry), env_config), True)
-    except BaseException:
-        game.close()
-        raise
-    return with_action_history(env, env_config)

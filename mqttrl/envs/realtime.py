@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from mqttrl.envs.realtime_clock import ControlClock
-from mqttrl.envs.realtime_guard import Deadline
+from mqttrl.envs.realtime_guard import Deadline, reset_wait_s
 from mqttrl.envs.rollout import EnvSet
 
 log = logging.getLogger("mqttrl.realtime")
@@ -154,20 +154,6 @@ class ActionHistory(gym.Wrapper):
         self.push(action)
         obs, r, term, trunc, info = self.env.step(action)
         return self.observe(obs), r, term, trunc, info
-
-
-def make_run_env(env_config, registry=None, extra_kwargs: dict | None = None) -> gym.Env:
-    """The run's env as every node sees its spaces: made from ``[env]`` (``extra_kwargs`` over
-    its kwargs) and, with ``act_buf_len``, its observation carrying the last actions. Stepped
-    freely (an evaluator, a learner reading spaces); a worker with ``control_hz`` wraps it in
-    :class:`RealTimeEnv`. ``{index}``/``{worker}`` in its settings are those of the run's first
-    worker (``w0``, index 0): a game PC's own process that is not a worker plays that game."""
-    from mqttrl.envs.launch import for_worker
-    from mqttrl.envs.make import make_env
-
-    env_config = for_worker(env_config, "w0", 0)
-    env = make_env(env_config.id, {**env_config.kwargs, **(extra_kwargs or {})}, registry)
-    return with_action_history(with_control_hz(env, env_config), env_config)
 
 
 def with_control_hz(env: gym.Env, env_config) -> gym.Env:
@@ -349,8 +335,6 @@ class RealTimeEnv(gym.Wrapper):
     def _reset_within_deadline(self, **kwargs):
         """The reset under ``obs_timeout_s`` plus what the env says a reset may wait (a launched
         game's relaunch, the screen kit's ``window_wait_s``): a game coming up is not a hang."""
-        from mqttrl.envs.launched import reset_wait_s
-
         base = self.deadline.timeout_s
         self.deadline.timeout_s = base + reset_wait_s(self.env)
         try:

@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
+
 from mqttrl.envs.realtime_os import THREAD_PRIORITY_ERROR_RETURN, THREAD_PRIORITY_NORMAL, Win32Calls
 
 
@@ -118,3 +120,15 @@ def _win32_calls(win32: Any) -> Any:
         return Win32Calls()
     except (OSError, AttributeError):
         return None
+
+
+def reset_wait_s(env: gym.Env) -> float:
+    """Seconds a reset of ``env`` may wait by its own settings (``reset_wait_s`` on it, a wrapper
+    of it or its core: a launched game's relaunch, the screen kit's wait for its window); 0 if none."""
+    while True:
+        wait = getattr(env, "reset_wait_s", None)
+        if isinstance(wait, int | float):
+            return float(wait)
+        if not isinstance(env, gym.Wrapper):
+            return 0.0
+        env = env.env

@@ -22,7 +22,8 @@ import attrs
 
 from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.eval_schedule import EvalSchedule, trained_env_steps
-from mqttrl.envs.rollout import evaluate_model, greedy_actor
+from mqttrl.envs.greedy import greedy_actor
+from mqttrl.envs.rollout import evaluate_model
 from mqttrl.plugin.manager import get_registry
 from mqttrl.transport.client import BrokerSettings, MqttClient
 from mqttrl.transport.dispatch import Dispatcher

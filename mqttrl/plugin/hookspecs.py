@@ -58,7 +58,7 @@ def mqttrl_register_algorithms(register: Callable[[AlgorithmInfo], None]) -> Non
       :class:`~mqttrl.plugin.algorithm.AsyncLearner` (mode ``"async"``) or a
       :class:`~mqttrl.plugin.algorithm.SyncLearner` (mode ``"sync"``).
 
-    ``mqttrl check-plugin NAME`` runs all of it once (:func:`mqttrl.plugin.check.check_algorithm`).
+    ``mqttrl check-plugin NAME`` runs all of it once (:func:`mqttrl.conformance.check_algorithm`).
     """
 
 

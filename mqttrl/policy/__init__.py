@@ -346,7 +346,7 @@ class Policy:
         when the env is closed."""
         if self.config is None:
             raise ValueError(f"{self.source}: no run config was found, so the run's env is not known")
-        from mqttrl.envs.launched import make_played_env
+        from mqttrl.envs.run_env import make_played_env
 
         extra = dict(kwargs)
         if render_mode is not None:

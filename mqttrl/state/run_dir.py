@@ -15,8 +15,9 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from mqttrl.state.atomic import DiskFull, is_disk_full
+from mqttrl.state.atomic import DiskFull, is_disk_full, write_file_atomically
 
 
 class RunDirInUse(ValueError):
@@ -156,3 +157,9 @@ def what_is_kept(run_dir: Path) -> str:
     if not kept:
         return f"{run_dir} holds no checkpoint or best model yet"
     return f"kept: {' and '.join(kept)}"
+
+
+def write_resolved(config: Any, path: Path) -> None:
+    """``config.json``: the resolved run config (a :class:`~mqttrl.config.RunConfig`), as every run writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True), sync=False)

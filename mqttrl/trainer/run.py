@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from mqttrl.broker.embedded import EmbeddedBroker
-from mqttrl.config import RunConfig, write_resolved
+from mqttrl.config import RunConfig
 from mqttrl.nodes.evaluator import EvaluatorNode
 from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings, make_storages
 from mqttrl.state.atomic import EXIT_DISK_FULL, is_disk_full, write_file_atomically
-from mqttrl.state.run_dir import check_writable
+from mqttrl.state.run_dir import check_writable, write_resolved
 from mqttrl.system.procs import install_stop_handlers
 from mqttrl.trainer.plan import plan_children, storage_options
 from mqttrl.trainer.progress import Progress

@@ -111,7 +111,10 @@ def _probe(settings: BrokerSettings, protocol: int, timeout: float) -> tuple[boo
         return False, f"cannot connect to {settings.host}:{settings.port} ({exc})"
     if _connected_to_itself(c.socket()):
         c.socket().close()
-        return False, f"cannot connect to {settings.host}:{settings.port} (nothing listens: the socket connected to itself)"
+        return (
+            False,
+            f"cannot connect to {settings.host}:{settings.port} (nothing listens: the socket connected to itself)",
+        )
     c.loop_start()
     try:
         done.wait(timeout)

@@ -6,12 +6,12 @@ numpy buffers, weights are safetensors, control messages are JSON, each one a ty
 """
 
 from .commands import Quicksave, QuicksaveReply
-from .control import StepRate, decode_episodes, decode_json, encode_json
-from .episodes import EpisodeReport, EpisodeStats
+from .control import decode_json, encode_json
+from .episodes import EpisodeReport, EpisodeStats, decode_episodes
 from .errors import Rejected, RejectionCounter
 from .evaluation import Evaluation
 from .flow import Flow
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, StepRate
 from .inference import (
     InferenceReply,
     InferenceRequest,

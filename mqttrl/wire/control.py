@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import Rejected
-
-if TYPE_CHECKING:
-    from .heartbeat import Heartbeat
 
 MAX_JSON = 1024 * 1024
 
@@ -53,40 +50,3 @@ def decode_json(
         if isinstance(value, float) and not math.isfinite(value):
             raise Rejected("non_finite", f"{key} is not finite")
     return obj
-
-
-def decode_episodes(payload: bytes, max_episodes: int = 10000) -> list[dict]:
-    """Deprecated: :meth:`mqttrl.wire.episodes.EpisodeReport.decode` is the record; this gives its
-    episodes as the dicts older callers read."""
-    import warnings
-
-    from .episodes import EpisodeReport
-
-    warnings.warn(
-        "mqttrl.wire.decode_episodes is deprecated; use mqttrl.wire.EpisodeReport.decode",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return [e.to_json() for e in EpisodeReport.decode(payload).episodes]
-
-
-class StepRate:
-    """Env steps per second from a worker's heartbeats, timed by the sender's clock.
-
-    Heartbeats can arrive bunched up (QoS 0 after a stall), so receive times would give
-    absurd rates; heartbeats less than 0.1 s apart by the sender's clock are skipped, and a
-    counter that went back (a restarted worker) reads as 0.
-    """
-
-    def __init__(self) -> None:
-        self.rate: float | None = None
-        self._last: tuple[float, int] | None = None
-
-    def update(self, heartbeat: Heartbeat, now: float) -> float | None:
-        sent = heartbeat.time if heartbeat.time is not None else now
-        steps = heartbeat.env_steps
-        if self._last is None or sent > self._last[0] + 0.1:
-            if self._last is not None:
-                self.rate = max(0.0, (steps - self._last[1]) / (sent - self._last[0]))
-            self._last = (sent, steps)
-        return self.rate

@@ -68,3 +68,16 @@ class EpisodeReport:
             episodes.append(e)
         worker = obj.get("worker")
         return cls(episodes, worker if isinstance(worker, str) else None)
+
+
+def decode_episodes(payload: bytes, max_episodes: int = 10000) -> list[dict]:
+    """Deprecated: :meth:`mqttrl.wire.episodes.EpisodeReport.decode` is the record; this gives its
+    episodes as the dicts older callers read."""
+    import warnings
+
+    warnings.warn(
+        "mqttrl.wire.decode_episodes is deprecated; use mqttrl.wire.EpisodeReport.decode",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return [e.to_json() for e in EpisodeReport.decode(payload).episodes]

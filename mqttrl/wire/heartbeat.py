@@ -63,3 +63,25 @@ class Heartbeat(JsonRecord):
 def count_of(value: object) -> int:
     """A count from a heartbeat's report, 0 for anything else (a bad field is not worth a refusal)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+class StepRate:
+    """Env steps per second from a worker's heartbeats, timed by the sender's clock.
+
+    Heartbeats can arrive bunched up (QoS 0 after a stall), so receive times would give
+    absurd rates; heartbeats less than 0.1 s apart by the sender's clock are skipped, and a
+    counter that went back (a restarted worker) reads as 0.
+    """
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self._last: tuple[float, int] | None = None
+
+    def update(self, heartbeat: Heartbeat, now: float) -> float | None:
+        sent = heartbeat.time if heartbeat.time is not None else now
+        steps = heartbeat.env_steps
+        if self._last is None or sent > self._last[0] + 0.1:
+            if self._last is not None:
+                self.rate = max(0.0, (steps - self._last[1]) / (sent - self._last[0]))
+            self._last = (sent, steps)
+        return self.rate

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Iterable
 from ctypes import wintypes
 
+from .basics import ScreenEnvError
+from .keyboard import Keyboard
 from .keymap import MODES, UnknownKey, key_event
-from .keys import Keyboard
-from .window import ScreenEnvError
 
 log = logging.getLogger("mqttrl.screen")
 

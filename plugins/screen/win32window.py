@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import wintypes
 
-from .window import Region
+from .basics import Region
 
 #: the DPI awareness this process got (:func:`dpi_aware`), once; empty: not asked yet
 _DPI: list[str] = []

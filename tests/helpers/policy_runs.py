@@ -26,10 +26,11 @@ import numpy as np
 import torch
 
 from helpers.pixel_env import BOOL_GRID, PIXEL_DOT
-from mqttrl.config import RunConfig, from_dict, write_resolved
+from mqttrl.config import RunConfig, from_dict
 from mqttrl.envs.make import make_env
 from mqttrl.plugin.manager import get_registry
 from mqttrl.state.checkpoint import CheckpointStore
+from mqttrl.state.run_dir import write_resolved
 from mqttrl.wire import encode_weights
 
 VERSION = 7

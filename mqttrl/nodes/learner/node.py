@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mqttrl import PROTOCOL_VERSION, __version__
-from mqttrl.config import RunConfig, write_resolved
+from mqttrl.config import RunConfig
 from mqttrl.nodes.learner.best import BestModels
 from mqttrl.nodes.learner.checkpointing import Checkpointing, disk_full_line
 from mqttrl.nodes.learner.env_spec import learner_config
@@ -37,6 +37,7 @@ from mqttrl.plugin.manager import get_registry
 from mqttrl.state.atomic import DiskFull, is_disk_full
 from mqttrl.state.best import read_score
 from mqttrl.state.checkpoint import CheckpointStore
+from mqttrl.state.run_dir import write_resolved
 from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, Message, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher

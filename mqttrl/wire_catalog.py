@@ -4,7 +4,7 @@ Every kind of topic (:mod:`mqttrl.transport.topics`) is encoded and decoded by o
 catalogue names it, and writes two things from the declarations: the table of message schemas in
 docs/architecture.md and the field tables of the JSON records in docs/telemetry.md, between
 ``<!-- records:NAME -->`` and ``<!-- /records:NAME -->`` markers. A test holds both files equal to
-what this writes; ``python -m mqttrl.wire.catalog docs/telemetry.md docs/architecture.md``
+what this writes; ``python -m mqttrl.wire_catalog docs/telemetry.md docs/architecture.md``
 rewrites them.
 """
 
@@ -17,20 +17,19 @@ from pathlib import Path
 import attrs
 
 from mqttrl.config import RunConfig
-from mqttrl.envs.spec import EnvSpec
+from mqttrl.config.env_spec import EnvSpec
 from mqttrl.transport.topics import SPECS, Kind
-
-from .commands import Quicksave, QuicksaveReply
-from .episodes import EpisodeReport, EpisodeStats
-from .evaluation import Evaluation
-from .flow import Flow
-from .heartbeat import Heartbeat
-from .inference import InferenceReply, InferenceRequest
-from .metrics import InferenceMetrics, LearnerMetrics
-from .record import fields_table
-from .samples import SampleBatch
-from .states import InferenceState, LearnerState, WorkerState
-from .weights import WeightsMessage
+from mqttrl.wire.commands import Quicksave, QuicksaveReply
+from mqttrl.wire.episodes import EpisodeReport, EpisodeStats
+from mqttrl.wire.evaluation import Evaluation
+from mqttrl.wire.flow import Flow
+from mqttrl.wire.heartbeat import Heartbeat
+from mqttrl.wire.inference import InferenceReply, InferenceRequest
+from mqttrl.wire.metrics import InferenceMetrics, LearnerMetrics
+from mqttrl.wire.record import fields_table
+from mqttrl.wire.samples import SampleBatch
+from mqttrl.wire.states import InferenceState, LearnerState, WorkerState
+from mqttrl.wire.weights import WeightsMessage
 
 #: each topic kind's one definition
 DEFINITIONS: dict[Kind, type] = {
