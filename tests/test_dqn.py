@@ -9,12 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
+from helpers.dqn_kit import ACT, OBS, as_batch, random_arrays, small_params, through_checkpoint_formats
 
 from mqttrl.config import ConfigError, build
 from mqttrl.plugin.algorithm import ActorContext, AsyncLearner, SyncLearner
-from mqttrl.wire import Rejected, SampleBatch, decode_batch, encode_batch
+from mqttrl.wire import Rejected
 from mqttrl_plugins.dqn import make_forward
 from mqttrl_plugins.dqn.actor import DQNActor, epsilon_ladder
 from mqttrl_plugins.dqn.common import DQNParams, sample_spec
@@ -22,26 +21,12 @@ from mqttrl_plugins.dqn.learner import DQNLearner, SumTree
 
 torch.set_num_threads(1)
 
-OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-ACT = gym.spaces.Discrete(3)
-
-
-def small_params(**kw) -> DQNParams:
-    base = dict(hidden=[32, 32], batch_size=16, buffer_size=1000, learning_starts=32, replay_ratio=4.0)
-    base.update(kw)
-    return DQNParams(**base)
-
 
 def make_actor(params, obs_space, act_space, ctx: ActorContext) -> DQNActor:
     """An actor over a local numpy forward (as a worker builds it)."""
     return DQNActor(
         params, obs_space, act_space, ctx, forward=make_forward(params, obs_space, act_space, "numpy", ctx.seed)
     )
-
-
-def as_batch(arrays: dict) -> SampleBatch:
-    """Through the wire, as the learner receives it: read-only views into one payload."""
-    return decode_batch(encode_batch("r", "w", 0, 0, arrays))
 
 
 # ---------------------------------------------------------------- n-step transitions
@@ -209,16 +194,6 @@ def test_weights_round_trip_and_atomic_load():
 # ---------------------------------------------------------------- replay
 
 
-def random_arrays(n: int, rng: np.random.Generator) -> dict:
-    return {
-        "obs": rng.normal(size=(n, 2)).astype(np.float32),
-        "action": rng.integers(0, 3, n),
-        "reward": rng.normal(size=n).astype(np.float32),
-        "next_obs": rng.normal(size=(n, 2)).astype(np.float32),
-        "discount": rng.choice(np.array([0.0, 0.99], np.float32), n),
-    }
-
-
 def test_add_read_only_batch_and_wraparound():
     rng = np.random.default_rng(0)
     learner = DQNLearner(small_params(buffer_size=100), OBS, ACT, "cpu", 0)
@@ -370,11 +345,6 @@ def test_bootstrap_target_double_and_plain(double):
 
 
 # ---------------------------------------------------------------- checkpoints
-
-
-def through_checkpoint_formats(tensors: dict, meta: dict) -> tuple[dict, dict]:
-    """safetensors for the arrays and JSON for the metadata, as a checkpoint stores them."""
-    return st_load(st_save({k: np.ascontiguousarray(v) for k, v in tensors.items()})), json.loads(json.dumps(meta))
 
 
 @pytest.mark.parametrize("prioritized", [False, True])

@@ -9,8 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_dqn import ACT, OBS, as_batch, random_arrays, small_params, through_checkpoint_formats
-from test_frames import StackedGame, _actor
+from helpers.dqn_kit import ACT, OBS, as_batch, random_arrays, small_params, through_checkpoint_formats
+from helpers.frames_kit import StackedGame, frame_actor
 
 from mqttrl.wire import decode_batch, encode_batch
 from mqttrl_plugins.dqn.device_replay import DeviceReplay, choose_side
@@ -26,7 +26,7 @@ def _frame_batches(k: int, steps: int, seed: int) -> list[tuple[dict, int]]:
     """Packed frame batches of a stacked game (k frames of 6x6), as two workers' actors send them."""
     out = []
     for w in range(2):
-        game, actor = StackedGame(3, k, 6, seed + w), _actor("stack", (k, 6, 6), 3, 3)
+        game, actor = StackedGame(3, k, 6, seed + w), frame_actor("stack", (k, 6, 6), 3, 3)
         for step in range(steps):
             obs, actions, rewards, next_obs, term, trunc = game.step()
             actor.record(obs, actions, {}, rewards, next_obs, term, trunc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers.frames_kit import StackedGame, _NoForward, frame_actor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,59 +15,6 @@ from mqttrl_plugins.dqn.actor import DQNActor
 from mqttrl_plugins.dqn.common import DQNParams, sample_spec
 from mqttrl_plugins.dqn.frames import FrameLayout, frame_layout, unpack
 from mqttrl_plugins.dqn.replay import ArrayReplay, FrameReplay
-
-
-class _NoForward:
-    def load_weights(self, tensors, info):
-        pass
-
-    def __call__(self, obs):
-        return {"q": np.zeros((len(obs), 3), np.float32)}
-
-    def close(self):
-        pass
-
-
-class StackedGame:
-    """E envs of stacked uint8 frames, as FrameStackObservation makes them: a reset repeats the
-    first frame k times (padding); each step pushes one new frame; episodes end by termination
-    or truncation at random lengths. Frames are drawn from few values so that equal frames
-    happen (a still screen)."""
-
-    def __init__(self, num_envs: int, k: int, size: int, seed: int):
-        self.rng = np.random.default_rng(seed)
-        self.k, self.size, self.e = k, size, num_envs
-        self.stacks = np.stack([self._reset() for _ in range(num_envs)])
-        self.left = self.rng.integers(1, 12, num_envs)
-
-    def _frame(self) -> np.ndarray:
-        if self.rng.random() < 0.2:  # a still screen: the same bytes as a common frame
-            return np.zeros((self.size, self.size), np.uint8)
-        return self.rng.integers(0, 4, (self.size, self.size), dtype=np.uint8)
-
-    def _reset(self) -> np.ndarray:
-        return np.repeat(self._frame()[None], self.k, axis=0)
-
-    def step(self):
-        obs = self.stacks.copy()
-        next_obs = np.concatenate([obs[:, 1:], np.stack([self._frame() for _ in range(self.e)])[:, None]], axis=1)
-        self.left -= 1
-        ended = self.left <= 0
-        terminated = ended & (self.rng.random(self.e) < 0.5)
-        truncated = ended & ~terminated
-        self.stacks = next_obs.copy()
-        for i in np.flatnonzero(ended):
-            self.stacks[i] = self._reset()
-            self.left[i] = self.rng.integers(1, 12)
-        rewards = self.rng.normal(size=self.e)
-        actions = self.rng.integers(0, 3, self.e)
-        return obs, actions, rewards, next_obs, terminated, truncated
-
-
-def _actor(frames: str, shape, num_envs: int, n_step: int) -> DQNActor:
-    params = DQNParams(frames=frames, n_step=n_step)
-    space = gym.spaces.Box(0, 255, shape, np.uint8)
-    return DQNActor(params, space, gym.spaces.Discrete(3), ActorContext(num_envs=num_envs, seed=0), _NoForward())
 
 
 def test_frame_layout_auto_choices():
@@ -95,7 +43,7 @@ def test_frame_batches_rebuild_exactly_the_transitions_of_array_batches(seed, k,
     across episode ends (termination and truncation), resets with padding and batch boundaries."""
     game = StackedGame(num_envs, k, 5, seed)
     shape = (k, 5, 5)
-    frames, arrays = _actor("stack", shape, num_envs, n_step), _actor("off", shape, num_envs, n_step)
+    frames, arrays = frame_actor("stack", shape, num_envs, n_step), frame_actor("off", shape, num_envs, n_step)
     spec = sample_spec(
         DQNParams(frames="stack", n_step=n_step), gym.spaces.Box(0, 255, shape, np.uint8), gym.spaces.Discrete(3)
     )
@@ -122,7 +70,7 @@ def test_frame_batches_rebuild_exactly_the_transitions_of_array_batches(seed, k,
 
 def _fill(replays, steps: int, k: int, num_envs: int, seed: int, n_step: int = 3):
     game = StackedGame(num_envs, k, 6, seed)
-    actor = _actor("stack", (k, 6, 6), num_envs, n_step)
+    actor = frame_actor("stack", (k, 6, 6), num_envs, n_step)
     reference = []
     for step in range(steps):
         obs, actions, rewards, next_obs, term, trunc = game.step()

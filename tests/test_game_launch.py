@@ -19,22 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.launch_kit import TESTS, tick_settings
 
 from mqttrl.config.settings import ConfigError
 from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings, StopWhileLaunching
 from mqttrl.envs.rollout import EnvSet
 
-TESTS = Path(__file__).parent
 BIN = Path(sys.executable).parent
 #: a killed or hung game is playing again within this long (hang_s 1 s + start + first tick, with
 #: room for a busy 2-core CI machine)
 BACK_WITHIN_S = 8.0
-
-
-def tick_settings(state: Path, *extra: str, **kwargs) -> LaunchSettings:
-    pythonpath = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    command = (sys.executable, "-m", "helpers.tick_game", str(state), *extra)
-    return LaunchSettings(command, env={"PYTHONPATH": pythonpath}, **kwargs)
 
 
 def game_pid(state: Path) -> int:

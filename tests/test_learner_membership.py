@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from test_learner_core import birth, make, payload, reason
+from helpers.learner_core_kit import birth, make, payload, reason
 
 from mqttrl.wire import encode_json
 

@@ -11,8 +11,8 @@ import threading
 import time
 
 import paho.mqtt.client as mqtt
+from helpers.learner_core_kit import birth, make, reason
 from helpers.procs import node_env, script
-from test_learner_core import birth, make, reason
 
 from mqttrl import PROTOCOL_VERSION
 from mqttrl.cli.common import load

@@ -15,7 +15,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_game_launch import tick_settings
+from helpers.launch_kit import tick_settings
 
 from mqttrl.envs.launch import GameKeepsFailing, GameProcess, LaunchSettings
 from mqttrl.envs.launched import LaunchedEnv

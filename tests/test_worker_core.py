@@ -12,52 +12,18 @@ import collections
 import json
 import threading
 
-import attrs
-import gymnasium as gym
-import numpy as np
 import pytest
-from helpers.fake_node import FakeNode
+from helpers.worker_core_kit import RUN, config_payload, fake_worker, make_core, parse, published, weights
 
-from mqttrl.config import AlgorithmSection, RunConfig, from_dict
+from mqttrl.config import RunConfig
 from mqttrl.envs.rollout import EpisodeEnd
-from mqttrl.nodes.worker import envs as envs_mod
 from mqttrl.nodes.worker import node as node_mod
 from mqttrl.nodes.worker.core import Move, WorkerCore, WorkerRules
-from mqttrl.plugin.algorithm import AlgorithmInfo, SyncActor
+from mqttrl.plugin.algorithm import SyncActor
 from mqttrl.transport.client import BrokerSettings, Message
 from mqttrl.transport.topics import Kind, Topics
-from mqttrl.wire import FieldSpec, Rejected, SampleSpec, decode_batch, decode_json, encode_json, encode_weights
+from mqttrl.wire import Rejected, decode_batch, decode_json, encode_json
 from mqttrl.wire.weights import newer
-
-RUN = "r1"
-
-
-@attrs.define
-class FakeParams:
-    share_steps: int = 4
-
-
-def parse(data: dict) -> RunConfig:
-    return from_dict(data, lambda name: FakeParams)
-
-
-def config_payload(run: str = RUN, algorithm: str = "fake", **worker) -> bytes:
-    cfg = RunConfig(run=run, algorithm=AlgorithmSection(name=algorithm, params=FakeParams()))
-    data = cfg.to_dict()
-    data["worker"].update(worker)
-    return encode_json(data)
-
-
-def weights(version: int, run: str = RUN, algorithm: str = "fake", epoch: int = 0) -> bytes:
-    return encode_weights(version, algorithm, run, {"w": np.full(2, version, np.float32)}, epoch=epoch)
-
-
-def make_core(sync: bool = False, configured: bool = True, **rules) -> WorkerCore:
-    core = WorkerCore(RUN, "w0", parse, incarnation="inc-1")
-    if configured:
-        core.on_config(config_payload())
-    core.begin(WorkerRules(sync=sync, **rules))
-    return core
 
 
 def load_newest(core: WorkerCore):
@@ -367,89 +333,6 @@ def test_heartbeat_contents():
     encode_json(hb)  # it goes out as JSON
 
 
-# ---- the shell over a fake MQTT node ------------------------------------------------------
-class FakeForward:
-    def __init__(self):
-        self.closed = False
-
-    def load_weights(self, tensors, info):
-        pass
-
-    def __call__(self, obs):
-        return {"q": np.zeros((len(obs), 2), np.float32)}
-
-    def close(self):
-        self.closed = True
-
-
-class FakeShareActor:
-    """A sync actor whose share is ``share_steps`` vector steps; it records what the worker does."""
-
-    def __init__(self, params, obs_space, act_space, ctx, forward):
-        self.share_steps = params.share_steps
-        self.num_envs = ctx.num_envs
-        self.forward = forward
-        self.steps = 0
-        self.loaded: list[int] = []
-        self.discards = 0
-
-    def load_weights(self, tensors, info):
-        self.loaded.append(int(tensors["w"][0]))
-
-    def act(self, obs, greedy=False):
-        self.forward(obs)
-        return np.zeros(len(obs), np.int64), {}
-
-    def record(self, obs, actions, extras, rewards, next_obs, terminated, truncated):
-        self.steps += 1
-
-    def truncate(self, env_index, final_obs):
-        pass
-
-    def pending(self):
-        return self.steps * self.num_envs if self.steps >= self.share_steps else 0
-
-    def take(self):
-        n, self.steps = self.steps * self.num_envs, 0
-        return {"x": np.zeros((n, 1), np.float32)}
-
-    def discard(self):
-        self.discards += 1
-        self.steps = 0
-
-
-class FakeRegistry:
-    def __init__(self, mode: str):
-        self.info = AlgorithmInfo(
-            name="fake",
-            description="a fake for worker tests",
-            params=FakeParams,
-            mode=mode,
-            sample_spec=lambda p, o, a: SampleSpec({"x": FieldSpec("float32", (1,))}),
-            make_actor=FakeShareActor,
-            make_learner=lambda *a: None,
-            make_forward=lambda params, obs_space, act_space, backend, seed=0: FakeForward(),
-            backends=("numpy",),
-        )
-
-    def algorithm(self, name):
-        assert name == "fake"
-        return self.info
-
-
-def fake_worker(monkeypatch, mode: str, **worker_settings) -> node_mod.WorkerNode:
-    registry = FakeRegistry(mode)
-    monkeypatch.setattr(node_mod, "get_registry", lambda: registry)
-    monkeypatch.setattr(envs_mod, "make_env", lambda env_id, kwargs, registry: gym.make("CartPole-v1"))
-    settings = BrokerSettings(url="mqtt://127.0.0.1:1", protocol="5")  # never connects: the node is a fake
-    worker = node_mod.WorkerNode(settings, RUN, name="w0", num_envs=2, seed=1)
-    worker.client = FakeNode(settings)
-    topics = Topics(RUN)
-    worker.client.inbox.put(Message(topics.config, config_payload(heartbeat_interval_s=0.01, **worker_settings), True))
-    worker.client.inbox.put(Message(topics.weights, weights(0), True))
-    return worker
-
-
 def run_briefly(worker: node_mod.WorkerNode, max_env_steps: int) -> None:
     t = threading.Thread(target=worker.run, kwargs={"max_env_steps": max_env_steps}, daemon=True)
     t.start()
@@ -458,11 +341,6 @@ def run_briefly(worker: node_mod.WorkerNode, max_env_steps: int) -> None:
         worker.stop()
         t.join(5)
         pytest.fail(f"the worker did not stop at max_env_steps={max_env_steps} (env steps: {worker.env_steps})")
-
-
-def published(worker, kind: Kind) -> list[bytes]:
-    topics = Topics(RUN)
-    return [p for t, p in worker.client.published if topics.parse(t)[0] == kind]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

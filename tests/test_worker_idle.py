@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from test_worker_core import RUN, fake_worker, make_core, published
+from helpers.worker_core_kit import RUN, fake_worker, make_core, published
 
 from mqttrl.nodes.worker.core import (
     BACKLOG_IDLE_MESSAGES,
