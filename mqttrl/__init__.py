@@ -5,6 +5,15 @@ watches; they meet only on an MQTT broker (see docs/architecture.md).
 """
 
 import os as _os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # _LAZY's names for type checkers and IDEs (at runtime ``__getattr__`` below imports them when first used)
+    from mqttrl.api import Result as Result
+    from mqttrl.api import train as train
+    from mqttrl.plugin.hookspecs import hookimpl as hookimpl
+    from mqttrl.policy import Policy as Policy
+    from mqttrl.policy import load_policy as load_policy
 
 # One BLAS/OpenMP thread per process unless the user says otherwise: workers run many small
 # matmuls, where OpenBLAS's thread pool costs 10x on a busy host (measured: 3.9k vs 41k env

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mqttrl import hookimpl
 from mqttrl.plugin import Point, Storage
@@ -44,11 +45,17 @@ class FilesStorage:
         self._files: dict[str, tuple] = {}
         self._warned: set[str] = set()  # one-time warnings already given
         self._t0: float | None = None
-        self._episodes = collections.deque(maxlen=200_000)  # (t, return, worker)
-        self._avg = collections.deque(maxlen=50_000)  # (t, mean_return)
-        self._evals = collections.deque(maxlen=10_000)  # (t, mean)
-        self._throughput = collections.deque(maxlen=50_000)  # (t, samples/s, updates/s)
-        self._steps = collections.defaultdict(lambda: collections.deque(maxlen=50_000))  # worker -> (t, steps/s)
+        # what the curves plot, the values as the points hold them (Any: numbers, which matplotlib takes)
+        #: (t, return, worker)
+        self._episodes: collections.deque[tuple[float, Any, str]] = collections.deque(maxlen=200_000)
+        self._avg: collections.deque[tuple[float, Any]] = collections.deque(maxlen=50_000)  # (t, mean_return)
+        self._evals: collections.deque[tuple[float, Any]] = collections.deque(maxlen=10_000)  # (t, mean)
+        #: (t, samples/s, updates/s)
+        self._throughput: collections.deque[tuple[float, Any, Any]] = collections.deque(maxlen=50_000)
+        #: worker -> (t, steps/s)
+        self._steps: collections.defaultdict[str, collections.deque[tuple[float, Any]]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=50_000)
+        )
         self._since_plot = 0
         self._last_plot = time.monotonic()  # the first curves after plot_every_s, not on the first write
         self._lock = threading.Lock()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 from mqttrl import hookimpl
 from mqttrl.plugin import BatchingStorage, Point, Storage, to_line
@@ -33,7 +34,10 @@ class InfluxStorage(BatchingStorage):
         from influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
 
-        get = lambda key, env, default=None: settings.get(key, os.environ.get(env, default))  # noqa: E731
+        def get(key: str, env: str, default: str) -> Any:
+            """The setting ``key``, else the environment's ``env``, else ``default``."""
+            return settings.get(key, os.environ.get(env, default))
+
         self.url = get("url", "INFLUXDB_URL", "http://127.0.0.1:8086")
         self.token = get("token", "INFLUXDB_TOKEN", "")
         self.org = get("org", "INFLUXDB_ORG", "-")

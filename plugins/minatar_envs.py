@@ -73,6 +73,7 @@ def parse_name(name: str) -> tuple[str, int]:
         raise gym.error.NameNotFound(
             f"minatar/{name}: unknown MinAtar game; games: {', '.join('minatar/' + g for g in GAMES)}"
         )
+    assert m is not None  # no match: key is "", no game
     version = int(m["version"]) if m["version"] is not None else 1
     if version not in (0, 1):
         raise gym.error.VersionNotFound(
@@ -86,7 +87,8 @@ class _ReproducibleReset(gym.Wrapper):
     ``reset``, so without this the first step after ``reset(seed=s)`` depends on the last episode."""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        self.env.unwrapped.game.last_action = 0  # what a new Environment starts with
+        unwrapped: Any = self.env.unwrapped  # MinAtar's gym env (untyped): its Environment is ``game``
+        unwrapped.game.last_action = 0  # what a new Environment starts with
         return self.env.reset(seed=seed, options=options)
 
 

@@ -109,6 +109,7 @@ class ScalarMapper:
 
     def _step(self, state: _RunState, t: float) -> int:
         if self.step_axis == "seconds":
+            assert state.t0 is not None  # set with the run's first point
             return int(max(0.0, t - state.t0))
         return state.env_steps
 

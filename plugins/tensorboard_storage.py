@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mqttrl import hookimpl
 from mqttrl.plugin import Storage
@@ -45,7 +46,7 @@ class TensorBoardStorage(ScalarStorage):
         self._summary_writer = SummaryWriter
         self.logdir = Path(settings["logdir"]) if settings.get("logdir") else None
         self.dir = Path(settings.get("dir", "tensorboard"))
-        self._writers: dict[str, object] = {}
+        self._writers: dict[str, Any] = {}  # run -> tensorboardX's SummaryWriter (untyped)
         super().__init__(settings, log)
 
     def logdir_of(self, run: str) -> Path:

@@ -57,7 +57,7 @@ class WandbStorage(ScalarStorage):
         self.dir = get("dir", "WANDB_DIR")
         self.mode = settings.get("mode") or None
         self.config: dict = {}
-        self.run = None  # the wandb Run, once started
+        self.run: wandb.Run | None = None  # the wandb Run, once started
         self._run_name: str | None = None
         self._other_runs: set[str] = set()
         #: failed wandb.init calls
@@ -115,6 +115,7 @@ class WandbStorage(ScalarStorage):
                 self._other_runs.add(s.run)
                 log.warning("wandb storage logs run %s; points of run %s are left out", self._run_name, s.run)
             return
+        assert self.run is not None  # _start set it with _run_name
         self.run.log({**s.values, self.mapper.step_axis: s.step})
 
     def _finish(self) -> None:

@@ -29,4 +29,6 @@ PY=${PYTHON:-python3}
 .venv/bin/ruff format --check . || { echo "ruff format failed: run .venv/bin/ruff format ."; exit 1; }
 # the floors and no import circles (pyproject.toml's [tool.importlinter])
 lint=$(.venv/bin/lint-imports --no-cache 2>&1) || { echo "$lint" | sed -n '/Broken contracts/,$p'; echo "lint-imports failed: an import breaks a floor or makes a circle (pyproject.toml [tool.importlinter])"; exit 1; }
+# the plugin toolkit, the wire and the built-in plugins type-check (pyproject.toml's [tool.mypy])
+.venv/bin/mypy || { echo "mypy failed: a type error in mqttrl/plugin, mqttrl/wire or plugins (pyproject.toml [tool.mypy])"; exit 1; }
 exec .venv/bin/python -m pytest -q "$@"

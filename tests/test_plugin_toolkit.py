@@ -254,3 +254,35 @@ def test_the_checks_old_home_still_serves_them_with_a_deprecation():
         assert old.check_algorithm is mqttrl.conformance.check_algorithm
     with pytest.warns(DeprecationWarning), pytest.raises(AttributeError):
         old.no_such_check
+
+
+def _type_checking_names(module) -> dict[str, str]:
+    """What a module's ``if TYPE_CHECKING:`` block imports: the name it binds -> "module:name"."""
+    names = {}
+    for node in ast.parse(Path(module.__file__).read_text()).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), ast.unparse(imp)
+                names.update({a.asname or a.name: f"{imp.module}:{a.name}" for a in imp.names})
+    return names
+
+
+def test_type_checkers_see_every_lazy_name():
+    """``mqttrl.plugin`` and ``mqttrl`` import their names when first used (a module ``__getattr__``),
+    which type checkers cannot follow: an ``if TYPE_CHECKING:`` block names each one for them, from
+    the module the runtime imports it from."""
+    import mqttrl
+
+    contract = {name: where if ":" in where else f"{where}:{name}" for name, where in mqttrl.plugin._CONTRACT.items()}
+    assert _type_checking_names(mqttrl.plugin) == contract
+    assert _type_checking_names(mqttrl) == {name: f"{module}:{name}" for name, module in mqttrl._LAZY.items()}
+
+
+def test_both_packages_ship_their_types():
+    """PEP 561: ``py.typed`` in mqttrl and in the built-in plugins, and in the wheel's package data."""
+    import tomllib
+
+    root = PLUGINS.parent
+    assert (root / "mqttrl" / "py.typed").is_file() and (PLUGINS / "py.typed").is_file()
+    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert package_data["mqttrl"] == ["py.typed"] and package_data["mqttrl_plugins"] == ["py.typed"]

@@ -22,16 +22,87 @@
   ``render_glyphs``, ``cut_glyphs``, ``save_glyphs`` (docs/real-games.md);
 - ``obs_dtype`` (the observations' dtype kept from the env to the network), ``Episode`` (a
   demonstration episode), ``UPDATES_KEY`` and ``FLEET_PROGRESS_KEY`` (weights-info keys actors read);
-- ``manager.py`` loads plugins (entry points, ``MQTTRL_LOAD_PLUGINS``) and ``check.py`` is
-  ``mqttrl check-plugin``.
+- ``manager.py`` loads plugins (entry points, ``MQTTRL_LOAD_PLUGINS``). The conformance checks of
+  ``mqttrl check-plugin`` live in ``mqttrl/conformance.py`` (they make envs, a floor above the
+  toolkit); ``check.py`` is a deprecation shim that still serves them.
 
 ``from mqttrl.plugin import AlgorithmInfo, SampleSpec, Point`` and so on; every name is imported on
 first use, so ``import mqttrl`` pulls in neither numpy nor gymnasium, and the torch helpers import
-torch only where they are used. The built-in plugins (``plugins/``) import nothing else of mqttrl
-(``tests/test_plugin_toolkit.py`` holds them to it).
+torch only where they are used. Type checkers, which cannot follow that, read the names from an
+``if TYPE_CHECKING:`` block (the package ships ``py.typed``). The built-in plugins (``plugins/``)
+import nothing else of mqttrl (``tests/test_plugin_toolkit.py`` holds them to it).
 """
 
+from typing import TYPE_CHECKING
+
 from mqttrl.plugin.hookspecs import hookimpl, hookspec
+
+if TYPE_CHECKING:
+    # _CONTRACT's names for type checkers and IDEs, one explicit re-export each (at runtime
+    # ``__getattr__`` below imports them when first used); tests/test_plugin_toolkit.py holds the two
+    # together. noqa: a renamed import is exported through ``__all__``, which ruff cannot read
+    from mqttrl.config import ConfigError as ConfigError
+    from mqttrl.config import layer_sizes as layer_sizes
+    from mqttrl.config import non_negative as non_negative
+    from mqttrl.config import positive as positive
+    from mqttrl.config import unit_interval as unit_interval
+    from mqttrl.config import unit_positive as unit_positive
+    from mqttrl.demos import Episode as Episode
+    from mqttrl.envs.launch import launched_game_pid as launched_game_pid
+    from mqttrl.envs.rollout import obs_dtype as obs_dtype
+    from mqttrl.nets import NETWORKS as NETWORKS
+    from mqttrl.nets import NumpyTorso as NumpyTorso
+    from mqttrl.nets import ObsSize as ObsSize
+    from mqttrl.nets import describe as describe_torso  # noqa: F401
+    from mqttrl.nets import initial_weights as initial_torso_weights  # noqa: F401
+    from mqttrl.nets import out_size as torso_out_size  # noqa: F401
+    from mqttrl.nets import pick_network as pick_network
+    from mqttrl.nets import validate as validate_torso  # noqa: F401
+    from mqttrl.nets import weight_shapes as torso_weight_shapes  # noqa: F401
+    from mqttrl.nets.numpy_torso import orthogonal as orthogonal_matrix  # noqa: F401
+    from mqttrl.nets.torch_torso import Torso as TorchTorso  # noqa: F401
+    from mqttrl.nets.torch_torso import orthogonal_init as orthogonal_init
+    from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY as FLEET_PROGRESS_KEY
+    from mqttrl.plugin.algorithm import UPDATES_KEY as UPDATES_KEY
+    from mqttrl.plugin.algorithm import Actor as Actor
+    from mqttrl.plugin.algorithm import ActorContext as ActorContext
+    from mqttrl.plugin.algorithm import AlgorithmInfo as AlgorithmInfo
+    from mqttrl.plugin.algorithm import AsyncLearner as AsyncLearner
+    from mqttrl.plugin.algorithm import Forward as Forward
+    from mqttrl.plugin.algorithm import LearnerContext as LearnerContext
+    from mqttrl.plugin.algorithm import Mode as Mode
+    from mqttrl.plugin.algorithm import SyncActor as SyncActor
+    from mqttrl.plugin.algorithm import SyncLearner as SyncLearner
+    from mqttrl.plugin.algorithm import Tensors as Tensors
+    from mqttrl.plugin.batching_storage import BatchingStorage as BatchingStorage
+    from mqttrl.plugin.realtime_game import RealTimeGameEnv as RealTimeGameEnv
+    from mqttrl.plugin.storage import Point as Point
+    from mqttrl.plugin.storage import Storage as Storage
+    from mqttrl.plugin.storage import to_line as to_line
+    from mqttrl.state.rng import generator_from_json as generator_from_json
+    from mqttrl.state.rng import generator_to_json as generator_to_json
+    from mqttrl.state.rng import rng_from_json as rng_from_json
+    from mqttrl.state.rng import rng_to_json as rng_to_json
+    from mqttrl.state.torch_state import adam_moments as adam_moments
+    from mqttrl.state.torch_state import export_module as export_module
+    from mqttrl.state.torch_state import load_adam_moments as load_adam_moments
+    from mqttrl.state.torch_state import load_module as load_module
+    from mqttrl.state.torch_state import load_optimizer_state as load_optimizer_state
+    from mqttrl.state.torch_state import optimizer_state as optimizer_state
+    from mqttrl.wire import FieldSpec as FieldSpec
+    from mqttrl.wire import SampleBatch as SampleBatch
+    from mqttrl.wire import SampleSpec as SampleSpec
+    from mqttrl_plugins.screen.readers import BarReader as BarReader
+    from mqttrl_plugins.screen.readers import Glyph as Glyph
+    from mqttrl_plugins.screen.readers import LivesReader as LivesReader
+    from mqttrl_plugins.screen.readers import MatchReader as MatchReader
+    from mqttrl_plugins.screen.readers import NumberReader as NumberReader
+    from mqttrl_plugins.screen.readers import Reading as Reading
+    from mqttrl_plugins.screen.readers import StillReader as StillReader
+    from mqttrl_plugins.screen.readers import cut_glyphs as cut_glyphs
+    from mqttrl_plugins.screen.readers import load_glyphs as load_glyphs
+    from mqttrl_plugins.screen.readers import render_glyphs as render_glyphs
+    from mqttrl_plugins.screen.readers import save_glyphs as save_glyphs
 
 #: public name -> the module that defines it, or "module:name" where the toolkit's name differs
 _CONTRACT = {

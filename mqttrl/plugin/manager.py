@@ -28,7 +28,6 @@ import logging
 import os
 from collections.abc import Callable
 from functools import lru_cache
-from types import ModuleType
 from typing import Any
 
 import attrs
@@ -189,8 +188,9 @@ def _check_pending(pm: pluggy.PluginManager, records: dict[str, dict]) -> None:
             pm.unregister(name=name)
 
 
-def _collect(pm: pluggy.PluginManager, name: str, others: list[ModuleType]) -> dict[str, list[Registered]]:
-    """Call every hook of one plugin through pluggy; what it registers, per hook."""
+def _collect(pm: pluggy.PluginManager, name: str, others: list[object]) -> dict[str, list[Registered]]:
+    """Call every hook of one plugin through pluggy; what it registers, per hook. ``others``: the other
+    plugins (modules, which pluggy types as ``object``), left out of the call."""
     got: dict[str, list[Registered]] = {}
     for hook in HOOKS:
         out: list[Registered] = []

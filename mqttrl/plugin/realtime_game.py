@@ -25,7 +25,8 @@ class RealTimeGameEnv(gym.Env):
     :meth:`read_obs` and ``reset(seed=None, options=None)`` (gymnasium's: call
     ``super().reset(seed=seed)`` first); everything else has a default."""
 
-    metadata: ClassVar[dict] = {"render_modes": []}
+    # typed as gymnasium's Env types it (an instance attribute: a ClassVar here would contradict it)
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
     #: True when :meth:`pause`/:meth:`resume` really stop and restart the game's clock: a worker then
     #: pauses the game while it has nothing useful to do (else the game plays on, unrecorded)
     pausable: ClassVar[bool] = False

@@ -107,7 +107,7 @@ class Evaluation:
             raise Rejected(
                 "bad_value", f"eval result of model {data['model_version']} over {data['episodes']} episodes"
             )
-        optional = {}
+        optional: dict[str, Any] = {}
         for key, typ in _OPTIONAL.items():
             value = data.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
@@ -115,10 +115,5 @@ class Evaluation:
         epoch = data.get("model_epoch", 0)
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < EPOCH_LIMIT:
             raise Rejected("bad_value", f"eval result of model epoch {epoch!r}")
-        return cls(
-            data["model_version"],
-            data["episodes"],
-            *(float(data[k]) for k in _NUMBERS),
-            **optional,  # type: ignore[arg-type]
-            model_epoch=epoch,
-        )
+        mean, std, low, high, eval_s = (float(data[k]) for k in _NUMBERS)
+        return cls(data["model_version"], data["episodes"], mean, std, low, high, eval_s, **optional, model_epoch=epoch)

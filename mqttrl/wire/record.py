@@ -96,7 +96,8 @@ def _slots(cls: type) -> tuple[_Slot, ...]:
 def from_json(cls: type[R], data: dict) -> R:
     """The record of ``cls`` in the JSON object ``data`` (see the module's rules)."""
     values: dict[str, Any] = {}
-    for f in _slots(cls):
+    record_type: type = cls  # as plain ``type``: mypy reads ``type[R]`` as unhashable, which _slots' cache needs
+    for f in _slots(record_type):
         if f.key not in data:
             if f.required:
                 raise Rejected("bad_header", f"{cls.__name__} without {f.key!r}")
@@ -146,11 +147,11 @@ class JsonRecord:
     """Mixin for records: ``decode``/``encode``/``to_json`` as methods."""
 
     @classmethod
-    def decode(cls: type[R], payload: bytes) -> R:  # type: ignore[misc]
+    def decode(cls: type[R], payload: bytes) -> R:
         return decode(cls, payload)
 
     @classmethod
-    def from_json(cls: type[R], data: dict) -> R:  # type: ignore[misc]
+    def from_json(cls: type[R], data: dict) -> R:
         return from_json(cls, data)
 
     def to_json(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import struct
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import numpy as np
@@ -68,20 +69,24 @@ def check_compression(compression: str) -> None:
         raise ValueError(f"compression {compression!r} needs the package {_INSTALL[compression]}")
 
 
-_modules: dict[str, object] = {}
+_modules: dict[str, Any] = {}
 
 
-def _codec_module(codec: str):
-    """The codec's package, imported on first use; None where it is not installed."""
+def _codec_module(codec: str) -> Any:
+    """The codec's package, imported on first use; None where it is not installed (Any: zstandard or
+    lz4.frame, whose APIs differ, so each caller uses its own)."""
     if codec not in _modules:
         try:
             if codec == "zstd":
-                import zstandard as mod
+                import zstandard
+
+                _modules[codec] = zstandard
             else:
-                import lz4.frame as mod
+                import lz4.frame
+
+                _modules[codec] = lz4.frame
         except ImportError:
-            mod = None
-        _modules[codec] = mod
+            _modules[codec] = None
     return _modules[codec]
 
 

@@ -61,6 +61,7 @@ class DQNActor:
     ):
         self.params = params
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        assert obs_space.shape is not None  # a Box: check_spaces took it
         self.obs_shape = tuple(obs_space.shape)
         self.num_envs = ctx.num_envs
         self.rng = np.random.default_rng(ctx.seed)
@@ -89,7 +90,7 @@ class DQNActor:
         self.w_q = np.zeros((e, n), np.float64)
         self.gammas = params.gamma ** np.arange(n + 1, dtype=np.float64)
         #: emitted transitions, as chunks of arrays (concatenated by take())
-        self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending = 0
 
     def epsilons(self) -> np.ndarray:
@@ -182,7 +183,7 @@ class DQNActor:
         (bootstrapping from ``final_obs``); nothing is recorded for the failed step."""
         self._end_episode(env_index, self.keys.observe_one(env_index, final_obs), False)
 
-    def _end_episode(self, i: int, final_obs: np.ndarray, terminated: bool) -> None:
+    def _end_episode(self, i: int | np.integer, final_obs: np.ndarray, terminated: bool) -> None:
         """Emit every open window of env ``i``: discount 0 if terminated, else bootstrap from ``final_obs``."""
         k = int(self.w_len[i])
         if k == 0:

@@ -45,7 +45,7 @@ class AdamWatch:
     """The learner's ``adam_below_eps``: read from ``holder.optimizer`` (the update's Adam, whichever
     it holds now) every READ_EVERY updates, the first update's too (a figure from the start)."""
 
-    def __init__(self, holder):
+    def __init__(self, holder) -> None:
         self.holder = holder
         #: the last reading (None before the first step; a checkpoint keeps it)
         self.value: float | None = None

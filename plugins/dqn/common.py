@@ -334,6 +334,7 @@ def net_info(obs_dim: int, n_actions: int, params: DQNParams) -> dict[str, Any]:
     if torso["network"] != "mlp" or torso["obs_scale"] != 1.0:
         info["torso"] = torso
     if params.distributional == "c51":
+        assert params.v_min is not None and params.v_max is not None  # given or derived (DQNParams)
         info.update(
             distributional="c51", n_atoms=int(params.n_atoms), v_min=float(params.v_min), v_max=float(params.v_max)
         )
@@ -366,6 +367,7 @@ def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -
     per transition) instead of ``obs`` / ``next_obs``.
     """
     _, n_actions = check_spaces(obs_space, act_space)
+    assert obs_space.shape is not None  # a Box: check_spaces took it
     shape = tuple(int(s) for s in obs_space.shape)
     layout = frame_layout(params.frames, obs_space)
     if layout is None:

@@ -159,6 +159,7 @@ class DemoReplay:
 
     def share(self, replay_mass: float) -> float:
         """The demonstrations' share of the priority mass of demonstrations and replay together."""
+        assert self.priorities is not None  # the priority mode's: set in __attrs_post_init__
         mass = float(self.priorities.sum())
         return mass / (mass + replay_mass) if replay_mass > 0 else 1.0
 
@@ -172,6 +173,7 @@ class DemoReplay:
         n = min(batch_size, int(x) + int(self.rng.random() < x - int(x)))
         if n == 0:
             return np.zeros(0, np.int64), np.zeros(0)
+        assert self.priorities is not None  # the priority mode's: set in __attrs_post_init__
         cdf = np.cumsum(self.priorities)
         mass = (np.arange(n) + self.rng.random(n)) * (cdf[-1] / n)
         idx = np.minimum(np.searchsorted(cdf, mass, side="right"), self.size - 1)
@@ -185,6 +187,7 @@ class DemoReplay:
         if n == 0:
             return loss, elementwise, target, q
         if self.by_priority:  # |TD error| + eps + the bonus, as the replay's rows are re-prioritized
+            assert self.priorities is not None  # set in __attrs_post_init__
             td = (target[-n:].detach().float() - q[-n:].detach().float()).abs().cpu().numpy().astype(np.float64)
             self.priorities[self._idx] = (td + self.per_eps + self.priority_bonus) ** self.per_alpha
         if self.margin_loss > 0:

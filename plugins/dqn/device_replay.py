@@ -74,7 +74,7 @@ class DeviceReplay:
         self.device = device
         cap = host.capacity
         self.frames_mode = isinstance(host, FrameReplay)
-        if self.frames_mode:
+        if isinstance(host, FrameReplay):  # frames_mode, spelled so that type checkers narrow ``host``
             self.frames = self._empty(host.frames)
             self.obs_ref = torch.zeros((cap, host.layout.k), dtype=torch.int64, device=device)
             self.next_ref = torch.zeros((cap, host.layout.k), dtype=torch.int64, device=device)
@@ -113,7 +113,7 @@ class DeviceReplay:
     def mirror(self, idx: np.ndarray) -> None:
         """Copy ring rows ``idx`` (and the frame slots the host's last add filled) to the device."""
         h = self.host
-        if self.frames_mode:
+        if isinstance(h, FrameReplay):  # frames_mode
             if len(h.frames) > len(self.frames):  # the host store grew: grow ours alike
                 more = torch.zeros((len(h.frames) - len(self.frames), *self.frames.shape[1:]), dtype=self.frames.dtype)
                 self.frames = torch.cat([self.frames, more.to(self.device)])
@@ -129,13 +129,14 @@ class DeviceReplay:
 
     def mirror_all(self) -> None:
         """Copy everything the host replay holds (after it loaded a checkpoint)."""
-        if self.frames_mode:
+        if isinstance(self.host, FrameReplay):  # frames_mode
             self.frames = torch.from_numpy(self.host.frames).to(self.device)
             self.host.written = []
         self.mirror(np.arange(self.size))
 
     def set_priorities(self, idx: torch.Tensor, prio: torch.Tensor) -> None:
         """Priorities (already ``** alpha``) of ring slots ``idx``; the running maximum follows."""
+        assert self.priorities is not None  # prioritized (the learner calls this only then)
         prio = prio.to(self.device, torch.float64)
         self.priorities[idx.to(self.device)] = prio
         if len(prio):
@@ -143,6 +144,7 @@ class DeviceReplay:
 
     def set_max_priority(self, idx: torch.Tensor) -> None:
         """New rows that came without a priority get the highest so far."""
+        assert self.priorities is not None  # prioritized (the learner calls this only then)
         self.priorities[idx.to(self.device)] = self.max_priority
 
     # ---- sampling
@@ -152,6 +154,7 @@ class DeviceReplay:
 
     def find(self, mass: torch.Tensor) -> torch.Tensor:
         """The ring slot holding each prefix-sum value of ``mass`` (as :meth:`.replay.SumTree.find`)."""
+        assert self.priorities is not None  # prioritized (the learner calls this only then)
         n = self.size
         cdf = torch.cumsum(self.priorities[:n], 0)
         return torch.searchsorted(cdf, mass, right=True).clamp_(max=n - 1)
@@ -159,6 +162,7 @@ class DeviceReplay:
     def sample_prioritized(self, batch: int, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Indices (stratified: one draw per segment of the total mass) and importance-sampling
         weights ``(N P(i))^-beta / max_j (N P(j))^-beta``, float32."""
+        assert self.priorities is not None  # prioritized (the learner calls this only then)
         n = self.size
         prio_all = self.priorities[:n]
         total = prio_all.sum()
@@ -171,7 +175,7 @@ class DeviceReplay:
     def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """``obs, next_obs`` (stacks rebuilt on the device) and the scalars of ring slots ``idx``."""
         b = len(idx)
-        if self.frames_mode:
+        if isinstance(self.host, FrameReplay):  # frames_mode
             shape = (b, *self.host.obs_shape)
             out = {
                 "obs": self.frames[self.obs_ref[idx]].reshape(shape),
@@ -184,6 +188,7 @@ class DeviceReplay:
 
     def priorities_host(self) -> np.ndarray:
         """The priorities of the filled rows, for a checkpoint."""
+        assert self.priorities is not None  # prioritized (the learner calls this only then)
         return self.priorities[: self.size].cpu().numpy()
 
     def load_sampler(self, saved: np.ndarray | None, rng: np.random.Generator) -> None:

@@ -61,6 +61,7 @@ def frame_layout(mode: str, obs_space: gym.Space) -> FrameLayout | None:
     """
     if mode not in FRAME_MODES:
         raise ValueError(f"frames={mode!r}: use one of {', '.join(FRAME_MODES)}")
+    assert obs_space.shape is not None  # a Box: the algorithm's check_spaces took it
     shape = tuple(int(s) for s in obs_space.shape)
     dtype = obs_dtype(obs_space)
     if mode == "off":

@@ -42,6 +42,9 @@ class NoisyLinear(nn.Module):
 
     #: a torso (:class:`mqttrl.nets.torch_torso.Torso`) hands its ``noise`` flag to such layers
     noisy = True
+    #: the noise (buffers, registered in ``__init__``; declared for type checkers)
+    eps_in: torch.Tensor
+    eps_out: torch.Tensor
 
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
         super().__init__()
@@ -124,6 +127,7 @@ def combine(spec: HeadSpec, outs: Sequence[torch.Tensor]) -> torch.Tensor:
 def expected_q(spec: HeadSpec, out: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
     """Per-action outputs (N, A, K) -> expected Q (N, A)."""
     if spec.distributional == "c51":
+        assert support is not None  # C51's atoms: every caller passes them
         return torch.softmax(out, dim=2) @ support
     if spec.distributional == "qr":
         return out.mean(dim=2)

@@ -75,6 +75,9 @@ class QNetwork(nn.Module):
     (N, n_actions, K): Q-values, C51 logits or QR quantiles. Noisy layers use the noise they
     hold (:meth:`reset_noise`) unless ``noise=False`` (the mean weights)."""
 
+    #: C51's atoms (a buffer, registered in ``__init__``; declared for type checkers)
+    support: torch.Tensor
+
     def __init__(self, torso: Mapping[str, Any], head: HeadSpec, sigma0: float = 0.5, noisy_torso: bool = False):
         super().__init__()
         noisy_dense = (lambda n_in, n_out: NoisyLinear(n_in, n_out, sigma0)) if noisy_torso else None
@@ -124,6 +127,7 @@ class TorchQForward:
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        assert obs_space.shape is not None  # a Box: check_spaces took it
         self.obs_shape = tuple(int(s) for s in obs_space.shape)
         self.info = net_info(self.obs_dim, self.n_actions, params)
         with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
@@ -232,6 +236,7 @@ class DQNLearner:
         """The replay (its data on the host or the device: logged) and its priorities, and the parts
         that keep a GPU's queue full: the next batch made ahead and values read back one update late."""
         p = self.params
+        assert obs_space.shape is not None  # a Box: check_spaces took it
         obs_shape = tuple(int(s) for s in obs_space.shape)
         self.replay = make_replay(p.buffer_size, frame_layout(p.frames, obs_space), obs_shape, obs_dtype(obs_space))
         side, why = choose_side(p.replay_device, self.device, self.replay)
@@ -320,14 +325,14 @@ class DQNLearner:
             else:
                 idx, weights = dr.sample_uniform(B), None
             return idx, weights, dr.gather(idx)
-        idx, weights = self._sample()
+        slots, host_weights = self._sample()
         self._staging.next_set()
         with self.timed("sample"):  # the learner node's "sample" block: the rows out of the replay
-            rows = self.replay.sample(idx)
+            rows = self.replay.sample(slots)
         batch = {name: self._staging.to_device(name, arr) for name, arr in rows.items()}
-        if weights is not None:
-            weights = self._staging.to_device("weights", weights.astype(np.float32))
-        return idx, weights, batch
+        if host_weights is None:
+            return slots, None, batch
+        return slots, self._staging.to_device("weights", host_weights.astype(np.float32)), batch
 
     def _sample(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Indices of one batch from the host replay and, when prioritized, their importance-sampling weights."""
@@ -351,6 +356,7 @@ class DQNLearner:
         host, device = self._before_prefetch
         self.rng.bit_generator.state = host
         if device is not None:
+            assert self.device_replay is not None  # a device sampler's state comes only from one
             self.device_replay.generator.set_state(device)
 
     def _take_batch(self) -> tuple[Any, torch.Tensor | None, dict[str, torch.Tensor]]:

@@ -16,15 +16,17 @@ gamma ** k, 0 after a termination. A dueling head changes the network's outputs 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from . import heads
 from .common import DQNParams
+
+if TYPE_CHECKING:
+    from .learner import QNetwork
 
 
 class LossOutput(NamedTuple):
@@ -93,7 +95,7 @@ class TDLoss:
         self.head = head
         self.double = double
 
-    def next_outputs(self, online: nn.Module, target: nn.Module, next_obs: torch.Tensor) -> torch.Tensor:
+    def next_outputs(self, online: QNetwork, target: QNetwork, next_obs: torch.Tensor) -> torch.Tensor:
         """The target net's outputs (B, K) at the next action."""
         with torch.no_grad():
             next_target = target.outputs(next_obs)  # B, A, K
@@ -117,6 +119,7 @@ class TDLoss:
 def head_loss(params: DQNParams) -> HuberTD | QuantileTD | CategoricalTD:
     """The TD loss of the configured head (``distributional``)."""
     if params.distributional == "c51":
+        assert params.v_min is not None and params.v_max is not None  # given or derived (DQNParams)
         return CategoricalTD(params.v_min, params.v_max)
     if params.distributional == "qr":
         return QuantileTD(params.qr_kappa)

@@ -76,7 +76,7 @@ class HeadSpec:
 
     def tensor_shapes(self, width: int) -> dict[str, tuple[int, ...]]:
         """The head's tensors (torch's layouts: weights are (out, in)) over ``width`` features."""
-        shapes = {}
+        shapes: dict[str, tuple[int, ...]] = {}
         for name, out in self.layers():
             if self.noisy:
                 shapes.update({f"{name}.weight_mu": (out, width), f"{name}.weight_sigma": (out, width)})
@@ -196,11 +196,13 @@ class NumpyHead:
             if tuple(np.shape(tensors[name])) != shape:
                 raise ValueError(f"weight {name} has shape {np.shape(tensors[name])}, the network needs {shape}")
         #: per layer: (W_mu^T (in, out), b_mu, W_sigma^T or None, b_sigma or None)
-        self.layers = []
+        self.layers: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
         w_name, b_name = ("weight_mu", "bias_mu") if spec.noisy else PLAIN
         for name, _ in spec.layers():
             w = np.ascontiguousarray(np.asarray(tensors[f"{name}.{w_name}"], np.float32).T)
             b = np.array(tensors[f"{name}.{b_name}"], np.float32)
+            ws: np.ndarray | None
+            bs: np.ndarray | None
             if spec.noisy:
                 ws = np.ascontiguousarray(np.asarray(tensors[f"{name}.weight_sigma"], np.float32).T)
                 bs = np.array(tensors[f"{name}.bias_sigma"], np.float32)

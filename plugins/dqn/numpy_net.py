@@ -123,6 +123,7 @@ class NumpyQForward:
 
     def __init__(self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.n_actions = check_spaces(obs_space, act_space)
+        assert obs_space.shape is not None  # a Box: check_spaces took it
         self.obs_shape = tuple(int(s) for s in obs_space.shape)
         self.info = net_info(self.obs_dim, self.n_actions, params)
         # until the first weights arrive: torch's default init, U(+-1/sqrt(fan_in)), seeded

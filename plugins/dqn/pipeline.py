@@ -14,11 +14,15 @@ layers' noise with a generator on the net's own device (no host-to-device copy p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-from torch import nn
 
 from .heads import reset_noise_of
+
+if TYPE_CHECKING:
+    from .learner import QNetwork
 
 
 class LaggedReadback:
@@ -81,6 +85,6 @@ class Staging:
         return buf.to(self.device, non_blocking=True)
 
 
-def draw_noise(net: nn.Module, generator: torch.Generator) -> None:
+def draw_noise(net: QNetwork, generator: torch.Generator) -> None:
     """New noise (one draw for the batch) in ``net``'s noisy layers, drawn on ``generator``'s device."""
     reset_noise_of(net.noisy_layers(), generator=generator)

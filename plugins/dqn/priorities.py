@@ -67,6 +67,7 @@ class Priorities:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(indices, importance-sampling weights) of a batch from the sum tree: stratified, one draw
         per segment of the total mass; weights ``(N P(i))^-beta / max_j (N P(j))^-beta``."""
+        assert self.tree is not None  # prioritized on the host: the learner samples here only then
         mass = (np.arange(batch_size) + rng.random(batch_size)) * (self.tree.total() / batch_size)
         idx = np.minimum(self.tree.find(mass), size - 1)
         weights = (self.tree.get(idx) / self.tree.min(size)) ** (-beta)
@@ -112,5 +113,6 @@ class Priorities:
         elif self.device_replay is not None:
             dr = self.device_replay
             dr.max_priority = torch.tensor(self.max_priority, dtype=torch.float64, device=dr.device)
+            assert dr.priorities is not None  # kept as device_replay only with priorities (__init__)
             dr.priorities.zero_()
             dr.set_priorities(torch.arange(n, device=dr.device), torch.from_numpy(prio))

@@ -10,6 +10,7 @@ learner (:mod:`.learner`) hands it batches and reads its :class:`~.losses.LossOu
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -17,6 +18,9 @@ from torch import nn
 from .common import DQNParams
 from .losses import LossOutput, TDLoss
 from .pipeline import draw_noise
+
+if TYPE_CHECKING:
+    from .learner import QNetwork
 
 #: torch's fused Adam runs on a CPU from torch 2.4 on
 CPU_FUSED_ADAM = torch.torch_version.TorchVersion(torch.__version__) >= "2.4"
@@ -39,16 +43,23 @@ def scheduled_lr(params: DQNParams, samples_added: int) -> float | None:
     return params.lr * (1.0 - done * (1.0 - params.lr_final_frac))
 
 
+def _grad(p: nn.Parameter) -> torch.Tensor:
+    """``p``'s gradient after the backward (every parameter of the online net has one)."""
+    assert p.grad is not None
+    return p.grad
+
+
 class Update:
     """The online and target nets, their optimizer and the loss, and one step over a batch."""
 
     def __init__(
-        self, online: nn.Module, target: nn.Module, loss: TDLoss, params: DQNParams, device: torch.device, seed: int
+        self, online: QNetwork, target: QNetwork, loss: TDLoss, params: DQNParams, device: torch.device, seed: int
     ):
         self.online, self.target, self.loss, self.params, self.device = online, target, loss, params, device
         self.target.load_state_dict(online.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = make_adam(online, params, device)
+        #: Adam, or what the learner's ``optimizer`` setter puts in its place (a checkpoint's)
+        self.optimizer: torch.optim.Optimizer = make_adam(online, params, device)
         #: noisy nets' noise: this generator's (on the CPU, in checkpoints), so that neither another
         #: user of torch's global RNG nor the device changes the draws; on a GPU drawn there instead,
         #: from ``device_noise`` (no host-to-device copy per update)
@@ -90,7 +101,7 @@ class Update:
         if self.params.grad_clip > 0:
             grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), self.params.grad_clip)
         else:
-            grad_norm = torch.linalg.vector_norm(torch.stack([g.grad.norm() for g in self.online.parameters()]))
+            grad_norm = torch.linalg.vector_norm(torch.stack([_grad(g).norm() for g in self.online.parameters()]))
         self.optimizer.step()
         return grad_norm.float()
 

@@ -70,8 +70,10 @@ class PPOActor:
         self.obs_shape = self.obs_dim.shape
         #: observations are recorded and sent in their own dtype (uint8, bool or float32)
         self.obs_dtype = self.obs_dim.dtype
-        self.act_shape = tuple(act_space.shape) if self.continuous else ()
+        self.act_shape: tuple[int, ...] = ()
         if self.continuous:
+            assert isinstance(act_space, gym.spaces.Box)  # check_spaces: continuous actions are a Box
+            self.act_shape = tuple(act_space.shape)
             self.low = np.asarray(act_space.low, np.float32).reshape(self.act_shape)
             self.high = np.asarray(act_space.high, np.float32).reshape(self.act_shape)
         self.num_envs = ctx.num_envs
@@ -140,7 +142,7 @@ class PPOActor:
                 return self._env_action(logits.argmax(axis=-1)), {}
             action = (logits + self.rng.gumbel(size=logits.shape)).argmax(axis=-1)  # Gumbel-max: a Categorical sample
             logprob = categorical_logprob(logits, action)
-        extras = {
+        extras: dict[str, np.ndarray] = {
             "logprob": logprob.astype(np.float32),
             "value": np.asarray(out["value"], np.float32).reshape(len(obs)),
         }
@@ -169,6 +171,7 @@ class PPOActor:
         next_value = self._values(next_obs) if need.any() else None
         bootstrap = ended & ~terminated
         if bootstrap.any():
+            assert next_value is not None  # bootstrap is part of need
             reward[bootstrap] += p.gamma * next_value[bootstrap]
         self.buf_obs[t] = np.asarray(obs).reshape(self.num_envs, *self.obs_shape)
         raw = extras["raw_action"] if self.continuous else actions
@@ -179,6 +182,7 @@ class PPOActor:
         self.buf_ended[t] = ended
         self.t += 1
         if last:
+            assert next_value is not None  # need is every env after the last step
             self._finish(next_value)
 
     def truncate(self, env_index: int, final_obs: np.ndarray) -> None:

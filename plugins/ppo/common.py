@@ -367,6 +367,7 @@ def normalize_obs(obs: np.ndarray, mean: np.ndarray | None, var: np.ndarray | No
     x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
     if mean is None:
         return x
+    assert var is not None  # the statistics come as a pair
     return scale_obs(x, mean, obs_std(var), clip)
 
 
@@ -381,6 +382,7 @@ def sample_spec(params: PPOParams, obs_space: gym.Space, act_space: gym.Space) -
     as the actor computed them; ``advantage``/``ret`` from GAE."""
     obs_dim, continuous, act_dim = check_spaces(obs_space, act_space)
     if continuous:
+        assert act_space.shape is not None  # a Box (check_spaces)
         action = FieldSpec("float32", tuple(int(s) for s in act_space.shape))
     else:
         action = FieldSpec("int64", (), low=0, high=act_dim - 1)

@@ -30,12 +30,17 @@ pull the policy far from the demonstrator's, and PPO has it to itself afterwards
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import numpy as np
 
 from mqttrl.plugin import Episode
 
 from .common import normalize_obs
+
+if TYPE_CHECKING:  # torch is imported where it is used
+    import torch
 
 
 def returns_to_go(ep: Episode, gamma: float) -> np.ndarray:
@@ -60,7 +65,8 @@ def _critic_out(agent):
 
 def param_groups(agent) -> tuple[list, list]:
     """(actor parameters: the actor, its log-std, a shared torso; critic parameters)."""
-    actor, critic = [], []
+    actor: list[torch.nn.Parameter] = []
+    critic: list[torch.nn.Parameter] = []
     for name, param in agent.named_parameters():
         (critic if name.startswith("critic") else actor).append(param)
     return actor, critic

@@ -96,6 +96,8 @@ class Agent(nn.Module):
         self.continuous = continuous = bool(info["continuous"])
         act_dim = int(info["act_dim"])
         self.cnn = "torso" in info
+        self.actor: nn.Module  # a Linear head over the torso, or an MLP
+        self.critic: nn.Module
         if self.cnn:  # CleanRL's ppo_atari: network (gain sqrt(2)), actor (0.01), critic (1)
             self.torso = TorchTorso(info["torso"])
             self.actor = _layer(nn.Linear(self.torso.out_size, act_dim), 0.01, ortho_init)
@@ -338,7 +340,8 @@ class PPOLearner:
             epoch_kl = 0.0
             for mb in np.array_split(self.rng.permutation(n), n_mb):
                 idx = torch.from_numpy(mb).to(self.device)
-                stats = self._update(*(t[idx] for t in data), clip)
+                obs, action, old_logprob, old_value, advantage, ret = (t[idx] for t in data)
+                stats = self._update(obs, action, old_logprob, old_value, advantage, ret, clip)
                 for k, v in stats.items():
                     sums[k] += v
                 epoch_kl += stats["approx_kl"]

@@ -96,7 +96,7 @@ class _NumpyNet:
     #: Box actions: log-std (act_dim,); None for Discrete
     log_std: np.ndarray | None
     #: (mean, sqrt(var + 1e-8)) with obs_norm, else None
-    stats: tuple | None
+    stats: tuple[np.ndarray, np.ndarray] | None
     clip: float
     activate: Any
 
@@ -118,6 +118,9 @@ class NumpyForward:
     (Box) for raw observations, normalised inside with the statistics of the loaded weights.
     Until weights are loaded it holds fresh ones (:func:`initial_weights` with ``seed``).
     """
+
+    #: the loaded network, swapped whole by :meth:`load_weights`
+    _net: _NumpyCNN | _NumpyNet
 
     def __init__(self, params: PPOParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         obs_dim, continuous, act_dim = check_spaces(obs_space, act_space)

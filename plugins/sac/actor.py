@@ -31,6 +31,7 @@ class SACActor:
     ):
         self.params = params
         self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
+        assert isinstance(act_space, gym.spaces.Box)  # check_spaces took it
         self.act_space = act_space
         self.num_envs = ctx.num_envs
         self.rng = np.random.default_rng([ctx.seed, ctx.first_env_index, 0x5AC])

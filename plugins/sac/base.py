@@ -11,7 +11,7 @@ fewer than ``utd`` critic updates per transition received since the replay held
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -33,13 +33,16 @@ from .common import check_spaces, default_target_entropy, net_info, sample_spec
 from .losses import actor_loss, alpha_loss
 from .replay import Replay
 
+if TYPE_CHECKING:
+    from .nets import PolicyNet
+
 
 class ReplayActorCritic:
     """The replay, pacing, temperature and checkpoints of an off-policy squashed-Gaussian learner."""
 
     #: the ``algorithm`` its checkpoints name
     ALGORITHM: ClassVar[str] = "sac"
-    actor: torch.nn.Module
+    actor: PolicyNet
     critics: torch.nn.Module
     actor_opt: torch.optim.Optimizer
     critic_opt: torch.optim.Optimizer
@@ -57,6 +60,7 @@ class ReplayActorCritic:
         #: the learner node's block timer (``context``): drawing rows from the replay is its "sample" block
         self.timed = (context or LearnerContext()).timed
         self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
+        assert isinstance(act_space, gym.spaces.Box)  # check_spaces took it
         self.info = net_info(self.obs_dim, act_space, p)
         self.spec = sample_spec(p, obs_space, act_space)
         self.device = torch.device(device)

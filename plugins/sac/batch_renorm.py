@@ -27,6 +27,11 @@ from torch import nn
 class BatchRenorm(nn.Module):
     """Batch renormalisation over axis -2 of features of ``shape`` (``(F,)``, or ``(N, F)`` for an ensemble)."""
 
+    #: buffers, registered in ``__init__`` (declared for type checkers)
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    steps: torch.Tensor
+
     def __init__(
         self,
         shape: tuple[int, ...],

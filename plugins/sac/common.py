@@ -13,13 +13,16 @@ of ``mqttrl.config``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import gymnasium as gym
 import numpy as np
 
 from mqttrl.plugin import ConfigError, FieldSpec, SampleSpec, layer_sizes, non_negative, positive, unit_positive
+
+if TYPE_CHECKING:
+    from .crossq_params import CrossQParams
 
 # --------------------------------------------------------------------------
 # 1. Hyperparameters
@@ -127,7 +130,7 @@ def check_spaces(obs_space: gym.Space, act_space: gym.Space) -> tuple[int, int]:
     return int(np.prod(obs_space.shape, dtype=np.int64)), int(np.prod(act_space.shape, dtype=np.int64))
 
 
-def net_info(obs_dim: int, act_space: gym.spaces.Box, params: SACParams) -> dict[str, Any]:
+def net_info(obs_dim: int, act_space: gym.spaces.Box, params: SACParams | CrossQParams) -> dict[str, Any]:
     """The policy network as its weights' ``info`` describes it: an MLP ``body.{0,2,...}`` (Linear +
     ReLU) over the flat observation, then ``mean`` and ``log_std`` linear heads; the action box the
     squashed action is scaled into. The numpy and torch forwards and the export all follow it.

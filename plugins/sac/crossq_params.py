@@ -21,7 +21,8 @@ def _beta(inst, attribute, value):
         raise ConfigError(f"{attribute.name}={value!r}: must be in [0, 1)")
 
 
-_beta.allowed = ">= 0 and < 1"  # what `mqttrl settings` shows
+# what `mqttrl settings` shows; a function attribute, which mypy does not model
+_beta.allowed = ">= 0 and < 1"  # type: ignore[attr-defined]
 
 
 @attrs.define

@@ -62,8 +62,8 @@ class SACLearner(ReplayActorCritic):
         self.target.requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=p.actor_lr, fused=self.fused)
         self.critic_opt = torch.optim.Adam(self.critics.parameters(), lr=p.critic_lr, fused=self.fused)
-        self._target_params = list(self.target.parameters())
-        self._critic_params = list(self.critics.parameters())
+        self._target_params: list[torch.Tensor] = list(self.target.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critics.parameters())
 
     def _networks(self) -> dict[str, torch.nn.Module]:
         return {**super()._networks(), "target": self.target}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,10 +28,17 @@ from .batch_renorm import BatchRenorm
 from .common import LOG_STD_MAX, LOG_STD_MIN, SACParams, action_scale, check_info, check_spaces, net_info
 from .losses import squashed_log_prob
 
+if TYPE_CHECKING:
+    from .crossq_params import CrossQParams
+
 
 class PolicyNet(nn.Module):
     """The squashed Gaussian policy of ``info`` (:func:`.common.net_info`); ``renorm``: the training
     settings of its BatchRenorm layers where ``info`` has them (momentum, warmup, r_max, d_max)."""
+
+    #: the action box's center and half-width (buffers, registered in ``__init__``; declared for type checkers)
+    action_center: torch.Tensor
+    action_half: torch.Tensor
 
     def __init__(self, info: Mapping[str, Any], renorm: Mapping[str, Any] | None = None):
         super().__init__()
@@ -112,8 +119,9 @@ class CriticEnsemble(nn.Module):
 class TorchPolicyForward:
     """The policy's outputs with torch (inference mode): ``action`` (greedy, in the box), ``mean``, ``log_std``."""
 
-    def __init__(self, params: SACParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+    def __init__(self, params: SACParams | CrossQParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
+        assert isinstance(act_space, gym.spaces.Box)  # check_spaces took it
         self.info = net_info(self.obs_dim, act_space, params)
         with torch.random.fork_rng(devices=[]):  # leave the process-wide torch RNG alone
             torch.manual_seed(seed)

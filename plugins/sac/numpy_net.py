@@ -12,12 +12,15 @@ torch's eval mode does, with their running statistics: ``(x - mean) / sqrt(var +
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from .common import SACParams, action_scale, check_info, check_spaces, net_info, squash_log_std
+
+if TYPE_CHECKING:
+    from .crossq_params import CrossQParams
 
 
 def policy_shapes(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -75,8 +78,9 @@ def norm_affine(tensors: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> l
 class NumpyPolicyForward:
     """The policy's forward in numpy (float32) from the learner's exported weights."""
 
-    def __init__(self, params: SACParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
+    def __init__(self, params: SACParams | CrossQParams, obs_space: gym.Space, act_space: gym.Space, seed: int = 0):
         self.obs_dim, self.act_dim = check_spaces(obs_space, act_space)
+        assert isinstance(act_space, gym.spaces.Box)  # check_spaces took it
         self.info = net_info(self.obs_dim, act_space, params)
         self._load(initial_policy_weights(self.info, np.random.default_rng(seed)), self.info)
 

@@ -89,6 +89,7 @@ class Report:
         """The same state in XInput's integer ranges (the one place the scaling is done)."""
         sticks = tuple(round(float(np.clip(v, -1.0, 1.0)) * STICK_MAX) for v in self.sticks)
         triggers = tuple(round(float(np.clip(v, 0.0, 1.0)) * TRIGGER_MAX) for v in self.triggers)
+        # tuple() of a generator: mypy does not see its 4 and 2 items
         return DeviceReport(sticks, triggers, frozenset(self.buttons))  # type: ignore[arg-type]
 
 
@@ -138,6 +139,7 @@ class Layout:
                 triggers[name] = float(np.clip(v, 0.0, 1.0))
             elif v > self.threshold:
                 buttons.add(name)
+        # tuple() of a dict's values: mypy does not see its 4 and 2 items
         return Report(tuple(sticks.values()), tuple(triggers.values()), frozenset(buttons))  # type: ignore[arg-type]
 
     def _dead(self, v: float) -> float:
@@ -225,7 +227,7 @@ XUSB_BUTTONS = {
 def _fresh_bus() -> None:
     """vgamepad connects to ViGEmBus once, at import (its module-level ``VBUS``), and keeps that
     connection: after a driver failure a reconnect connects anew (a failed import is retried anyway)."""
-    inner = sys.modules.get("vgamepad.win.virtual_gamepad")
+    inner: Any = sys.modules.get("vgamepad.win.virtual_gamepad")  # vgamepad's module (untyped)
     if inner is not None and callable(getattr(inner, "VBus", None)):
         inner.VBUS = inner.VBus()
 

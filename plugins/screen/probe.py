@@ -43,6 +43,8 @@ class Probe:
 def probe(kwargs: dict[str, Any], seconds: float, keys: str = "none", seed: int = 0) -> Probe:
     """Play the screen env of ``kwargs`` for ``seconds``: ``keys = "none"`` sends no key (frames are
     read every ``step_s``), ``"random"`` takes random actions; a reset first (``reset_keys``)."""
+    from gymnasium.spaces import Discrete
+
     from .env import make_screen_env
 
     env = make_screen_env(**kwargs)
@@ -56,7 +58,10 @@ def probe(kwargs: dict[str, Any], seconds: float, keys: str = "none", seed: int 
         while time.monotonic() - t0 < seconds:
             if keys == "random":
                 _, reward, done, _, _ = env.step(
-                    rng.randrange(env.action_space.n) if env.pad is None else env.action_space.sample()
+                    # keys (no pad): Discrete, one of n; a pad: a Box
+                    rng.randrange(env.action_space.n)
+                    if isinstance(env.action_space, Discrete)
+                    else env.action_space.sample()
                 )
             else:
                 time.sleep(max(0.0, env.last_frame_at + env.period - time.monotonic()))
@@ -127,7 +132,7 @@ def parse_region(text: str) -> tuple[int, int, int, int]:
 
 
 def cut(
-    frame_path: str | os.PathLike,
+    frame_path: str | os.PathLike[str],
     region: tuple[int, int, int, int],
     label: str,
     out: str | os.PathLike,
@@ -148,6 +153,7 @@ def cut(
 def save_probe(result: Probe, out: str | os.PathLike) -> list[Path]:
     """``probe.png`` (annotated), ``frame.png`` (the last frame as captured: cut glyphs, icons and
     references from it) and ``probe.csv`` in the folder ``out``."""
+    assert result.frame is not None  # probe() ends with a grab
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "probe.png", folder / "frame.png", folder / "probe.csv"]

@@ -49,10 +49,11 @@ def dpi_aware() -> str:
     already: by the program's manifest, or by mss first); the awareness it has then, one of
     :data:`AWARENESS`'s names (``system`` on Windows before 8.1, which has no shcore)."""
     if not _DPI:
+        # ignore: ctypes.WinDLL is Windows-only, and typeshed has it on win32 alone (mypy checks for linux)
         try:
-            shcore = ctypes.WinDLL("shcore")
+            shcore = ctypes.WinDLL("shcore")  # type: ignore[attr-defined]
         except OSError:  # before Windows 8.1
-            ctypes.WinDLL("user32").SetProcessDPIAware()
+            ctypes.WinDLL("user32").SetProcessDPIAware()  # type: ignore[attr-defined]
             _DPI.append("system")
             return _DPI[0]
         shcore.SetProcessDpiAwareness(2)  # PROCESS_PER_MONITOR_DPI_AWARE

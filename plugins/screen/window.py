@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from typing import Any
 
 from .basics import DisplayClosed as DisplayClosed
 from .basics import Region as Region
@@ -196,7 +197,7 @@ def _x11_title(d, win) -> str:
     return ""
 
 
-def _x11_windows(d, root) -> list[tuple[object, str]]:
+def _x11_windows(d, root) -> list[tuple[Any, str]]:
     """Every viewable window under ``root`` that has a title, depth first."""
     from Xlib import X
     from Xlib import error as xerror

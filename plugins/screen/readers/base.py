@@ -5,8 +5,10 @@ by a threshold or a text colour, and PNG files (OpenCV, else pygame: both in the
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -175,15 +177,12 @@ class Unreadable(Exception):
 
 
 # ---- PNG files: OpenCV if there, else pygame (both in the screen extra) -------------------------
-def read_png(path: str | Path, where: str) -> np.ndarray:
+def read_png(path: str | os.PathLike[str], where: str) -> np.ndarray:
     """An image file as RGB uint8 ``(h, w, 3)``; a missing or unreadable file is one line."""
     p = Path(path)
     if not p.is_file():
         raise ScreenEnvError(f"screen env: {where}: {p} does not exist (paths are relative to {Path.cwd()})")
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
+    cv2 = opencv()
     if cv2 is not None:
         bgr = cv2.imread(str(p), cv2.IMREAD_COLOR)
         if bgr is None:
@@ -207,16 +206,22 @@ def write_png(path: str | Path, rgb: np.ndarray) -> None:
     if img.ndim == 2:
         img = np.repeat(img[:, :, None], 3, axis=2)
     img = np.ascontiguousarray(img[:, :, :3].astype(np.uint8))
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
+    cv2 = opencv()
     if cv2 is not None:
         if not cv2.imwrite(str(p), img[:, :, ::-1]):
             raise OSError(f"cannot write {p}")
         return
     pygame = _pygame("writing images")
     pygame.image.save(pygame.surfarray.make_surface(img.transpose(1, 0, 2)), str(p))
+
+
+def opencv() -> ModuleType | None:
+    """OpenCV (``cv2``), or None where it is not installed: the readers then do without it."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
 
 
 def _pygame(what: str):

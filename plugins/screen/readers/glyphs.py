@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,7 @@ def cut_glyphs(
     color: tuple[int, int, int] | None = None,
     tolerance: float = 60.0,
     threshold: float = 128.0,
-    known: list[Glyph] = (),
+    known: Sequence[Glyph] = (),
 ) -> list[Glyph]:
     """The glyphs of a frame whose ``region`` shows the text ``label`` (spaces in it are skipped):
     the region binarized (as :class:`~.number.NumberReader` does, same ``color``/``tolerance``/

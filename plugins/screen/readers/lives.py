@@ -10,17 +10,14 @@ from typing import Any
 import numpy as np
 
 from ..window import ScreenEnvError
-from .base import Reader, read_png
+from .base import Reader, opencv, read_png
 from .match import crop_image
 
 
 def rms_differences(pixels: np.ndarray, icon: np.ndarray) -> np.ndarray:
     """The RMS difference of ``icon`` from ``pixels`` at each place it fits, ``(H - h + 1, W - w + 1)``."""
     p, t = pixels.astype(np.float32), icon.astype(np.float32)
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
+    cv2 = opencv()
     if cv2 is not None:
         sq = cv2.matchTemplate(np.ascontiguousarray(p), np.ascontiguousarray(t), cv2.TM_SQDIFF)
     else:

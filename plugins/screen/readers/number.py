@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..window import ScreenEnvError
-from .base import Reader, Unreadable, ink
+from .base import Reader, Unreadable, ink, opencv
 from .glyphs import Glyph, column_runs, load_glyphs
 
 #: two chosen glyphs may share this many columns (kerning, antialiased edges)
@@ -43,10 +43,7 @@ _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 def _hits(mask: np.ndarray, template: np.ndarray) -> np.ndarray:
     """At each place (top-left y, x) where ``template`` fits in ``mask``: how many of its ink pixels
     are ink there. Both float32 0/1; an int array ``(H - h + 1, W - w + 1)``."""
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
+    cv2 = opencv()
     if cv2 is not None:
         return np.rint(cv2.matchTemplate(mask, template, cv2.TM_CCORR)).astype(np.int32)
     windows = np.lib.stride_tricks.sliding_window_view(mask, template.shape)
