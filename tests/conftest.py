@@ -76,3 +76,33 @@ def nats_cluster(tmp_path):
     c = NatsCluster(tmp_path / "nats").start()
     yield c
     c.stop()
+
+
+#: fixtures that start a real server: a test that asks for one is not quick
+SERVER_FIXTURES = frozenset(
+    {"mosquitto", "shared_mosquitto", "production_mosquitto", "influxdb", "nats_cluster", "broker_pki"}
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the contributor's loop: leave out slow and e2e tests and every test that starts a server",
+    )
+
+
+def is_quick(item) -> bool:
+    """Not marked slow or e2e, and asking for no server fixture (a quick test may still run a subprocess)."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("e2e"):
+        return False
+    return not SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    left_out = [item for item in items if not is_quick(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if is_quick(item)]
