@@ -1316,3 +1316,19 @@ def test_weights_without_an_epoch_are_epoch_zero():
     hb = json.dumps(header).encode()
     hb += b" " * ((8 - len(hb) % 8) % 8)
     assert decode_weights(len(hb).to_bytes(8, "little") + hb + WEIGHTS_PAYLOAD[base:]).epoch == 0
+
+
+def test_an_inference_request_is_encoded_from_the_record_its_decoder_returns():
+    from mqttrl.wire import InferenceRequest, decode_request, encode_request, request_spec
+
+    obs = np.arange(6, dtype=np.float32).reshape(2, 3)
+    sent = InferenceRequest(7, "mqttrl/r/infer/w/reply", obs, 7, "w", "s1", model_version=3, run="r")
+
+    def fields(r):
+        return {k: v for k, v in attrs.asdict(r).items() if k != "obs"}
+
+    got = decode_request(sent.encode(), request_spec((3,)))
+    assert fields(got) == fields(sent) and np.array_equal(got.obs, obs)
+    assert fields(decode_request(got.encode(), request_spec((3,)))) == fields(sent)  # the round trip holds
+    old = encode_request("r", "w", 7, 3, obs, "mqttrl/r/infer/w/reply", server="s1")
+    assert fields(decode_request(old, request_spec((3,)))) == fields(sent)

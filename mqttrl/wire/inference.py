@@ -51,10 +51,21 @@ class InferenceRequest:
     worker: str = ""
     #: the server asked by name ("": any server of the pool)
     server: str = ""
+    #: the model version the sender holds (a reply computed with an older one is asked again)
+    model_version: int = 0
+    #: the run the header names
+    run: str = ""
 
     @property
     def count(self) -> int:
         return len(self.obs)
+
+    def encode(self) -> bytes:
+        """This request on the wire, what :func:`decode_request` reads back."""
+        extra = {"id": self.id, "reply_to": self.reply_to, **({"server": self.server} if self.server else {})}
+        return encode_batch(
+            self.run, self.worker, self.seq, self.model_version, {"obs": request_obs(self.obs)}, extra=extra
+        )
 
 
 @attrs.frozen
@@ -74,15 +85,10 @@ class InferenceReply:
 def encode_request(
     run: str, worker: str, request_id: int, model_version: int, obs: np.ndarray, reply_to: str, server: str = ""
 ) -> bytes:
-    extra = {"id": request_id, "reply_to": reply_to, **({"server": server} if server else {})}
-    return encode_batch(
-        run,
-        worker,
-        request_id,
-        model_version,
-        {"obs": request_obs(obs)},
-        extra=extra,
-    )
+    """:meth:`InferenceRequest.encode` from its fields one by one (the record is the way to call it)."""
+    return InferenceRequest(
+        request_id, reply_to, obs, request_id, worker, server, model_version=model_version, run=run
+    ).encode()
 
 
 def decode_request(payload: bytes, spec: SampleSpec) -> InferenceRequest:
@@ -97,7 +103,16 @@ def decode_request(payload: bytes, spec: SampleSpec) -> InferenceRequest:
     server = batch.extra.get("server", "")
     if not isinstance(server, str):
         raise Rejected("bad_header", f"server {server!r} is not a name")
-    return InferenceRequest(rid, reply_to, batch.arrays["obs"], batch.seq, batch.worker, server)
+    return InferenceRequest(
+        rid,
+        reply_to,
+        batch.arrays["obs"],
+        batch.seq,
+        batch.worker,
+        server,
+        model_version=batch.model_version,
+        run=batch.run,
+    )
 
 
 def encode_reply(

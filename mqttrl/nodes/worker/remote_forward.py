@@ -25,7 +25,7 @@ import paho.mqtt.client as mqtt
 
 from mqttrl.transport.client import BrokerSettings, Message, MqttClient
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
-from mqttrl.wire import InferenceState, Rejected, decode_reply, encode_request, request_obs
+from mqttrl.wire import InferenceRequest, InferenceState, Rejected, decode_reply, request_obs
 
 log = logging.getLogger("mqttrl.inference")
 
@@ -132,7 +132,17 @@ class RemoteForward:
         """Send one request; returns its correlation id."""
         rid = next(self._ids)
         server = self._target(attempt)
-        payload = encode_request(self.topics.run, self.worker, rid, max(self.version, 0), obs, self.reply_topic, server)
+        request = InferenceRequest(
+            rid,
+            self.reply_topic,
+            obs,
+            rid,
+            self.worker,
+            server,
+            model_version=max(self.version, 0),
+            run=self.topics.run,
+        )
+        payload = request.encode()
         self.client.send_now(self.request_topic, payload, kind="request")
         return rid
 
