@@ -286,3 +286,32 @@ def test_both_packages_ship_their_types():
     assert (root / "mqttrl" / "py.typed").is_file() and (PLUGINS / "py.typed").is_file()
     package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert package_data["mqttrl"] == ["py.typed"] and package_data["mqttrl_plugins"] == ["py.typed"]
+
+
+def test_optional_members_are_protocols_of_their_own_asked_with_isinstance():
+    from mqttrl.plugin import ConfiguredStorage, MovableForward, NoisyForward, PendingStorage
+    from mqttrl.plugin.storage import pending_points
+
+    class Plain:
+        def write(self, points):
+            pass
+
+        def close(self):
+            pass
+
+    class Holding(Plain):
+        pending = property(lambda self: 3)
+
+    class Configured(Plain):
+        def run_config(self, config):
+            self.config = config
+
+    assert pending_points([Plain(), Holding(), Holding()]) == 6
+    assert isinstance(Holding(), PendingStorage) and not isinstance(Plain(), PendingStorage)
+    assert isinstance(Configured(), ConfiguredStorage) and not isinstance(Holding(), ConfiguredStorage)
+    # the built-in DQN forwards: numpy and torch both run noiseless, only torch moves to a device
+    from mqttrl_plugins.dqn.learner import TorchQForward
+    from mqttrl_plugins.dqn.numpy_net import NumpyQForward
+
+    assert issubclass(NumpyQForward, NoisyForward) and issubclass(TorchQForward, NoisyForward)
+    assert issubclass(TorchQForward, MovableForward) and not issubclass(NumpyQForward, MovableForward)

@@ -46,7 +46,7 @@ import paho.mqtt.client as mqtt
 from mqttrl.config import ConfigError, from_dict
 from mqttrl.envs.fit import spaces_of_run
 from mqttrl.envs.rollout import obs_dtype
-from mqttrl.plugin.algorithm import Forward
+from mqttrl.plugin.algorithm import Forward, MovableForward
 from mqttrl.plugin.manager import get_registry
 from mqttrl.system.devices import describe_device, resolve_device
 from mqttrl.system.procs import install_stop_handlers
@@ -239,12 +239,11 @@ class InferenceServer:
         except ConfigError as e:  # one line, and the server still serves
             log.error("inference server %s: %s; serving on the CPU", self.name, e)
             device = "cpu"
-        move = getattr(self.forward, "to_device", None)
-        if device != "cpu" and move is None:
+        if device != "cpu" and not isinstance(self.forward, MovableForward):
             log.warning("inference server %s: this forward cannot move to %s; it runs on the CPU", self.name, device)
             device = "cpu"
         elif device != "cpu":
-            move(device)
+            self.forward.to_device(device)
         self.device = describe_device(device, torch)
 
     def _on_weights(self, _name: str, payload: bytes) -> None:

@@ -29,7 +29,7 @@ import attrs
 
 from mqttrl.observe.timing import timing_fields
 from mqttrl.plugin.manager import get_registry
-from mqttrl.plugin.storage import Point
+from mqttrl.plugin.storage import ConfiguredStorage, Point, pending_points
 from mqttrl.state.best import GREEDY_EVAL, TRAINING_RETURNS, BestScore
 from mqttrl.system.procs import install_stop_handlers
 from mqttrl.transport.client import BrokerSettings, MqttClient
@@ -273,10 +273,9 @@ class TelemetryNode:
             return
         self.config = config
         for st in self.storages:
-            run_config = getattr(st, "run_config", None)
-            if callable(run_config):
+            if isinstance(st, ConfiguredStorage):
                 try:
-                    run_config(config)
+                    st.run_config(config)
                 except Exception:
                     log.exception("storage %s failed to take the run config", type(st).__name__)
 
@@ -481,7 +480,7 @@ class TelemetryNode:
             {
                 "loop_ms": (self._handle_time / handled * 1000) if handled else 0.0,
                 "messages_per_s": handled / max(seconds, 1e-6),
-                "pending_points": int(sum(getattr(s, "pending", 0) for s in self.storages)),
+                "pending_points": pending_points(self.storages),
                 "rejected_total": self.rejections.total,
             },
             wall_time,

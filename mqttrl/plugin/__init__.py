@@ -71,11 +71,15 @@ if TYPE_CHECKING:
     from mqttrl.plugin.algorithm import Forward as Forward
     from mqttrl.plugin.algorithm import LearnerContext as LearnerContext
     from mqttrl.plugin.algorithm import Mode as Mode
+    from mqttrl.plugin.algorithm import MovableForward as MovableForward
+    from mqttrl.plugin.algorithm import NoisyForward as NoisyForward
     from mqttrl.plugin.algorithm import SyncActor as SyncActor
     from mqttrl.plugin.algorithm import SyncLearner as SyncLearner
     from mqttrl.plugin.algorithm import Tensors as Tensors
     from mqttrl.plugin.batching_storage import BatchingStorage as BatchingStorage
     from mqttrl.plugin.realtime_game import RealTimeGameEnv as RealTimeGameEnv
+    from mqttrl.plugin.storage import ConfiguredStorage as ConfiguredStorage
+    from mqttrl.plugin.storage import PendingStorage as PendingStorage
     from mqttrl.plugin.storage import Point as Point
     from mqttrl.plugin.storage import Storage as Storage
     from mqttrl.plugin.storage import to_line as to_line
@@ -109,6 +113,8 @@ _CONTRACT = {
     "ActorContext": "mqttrl.plugin.algorithm",
     "LearnerContext": "mqttrl.plugin.algorithm",
     "Forward": "mqttrl.plugin.algorithm",
+    "MovableForward": "mqttrl.plugin.algorithm",
+    "NoisyForward": "mqttrl.plugin.algorithm",
     "Actor": "mqttrl.plugin.algorithm",
     "SyncActor": "mqttrl.plugin.algorithm",
     "AsyncLearner": "mqttrl.plugin.algorithm",
@@ -120,6 +126,8 @@ _CONTRACT = {
     "FLEET_PROGRESS_KEY": "mqttrl.plugin.algorithm",
     "Point": "mqttrl.plugin.storage",
     "Storage": "mqttrl.plugin.storage",
+    "PendingStorage": "mqttrl.plugin.storage",
+    "ConfiguredStorage": "mqttrl.plugin.storage",
     "to_line": "mqttrl.plugin.storage",
     "BatchingStorage": "mqttrl.plugin.batching_storage",
     "RealTimeGameEnv": "mqttrl.plugin.realtime_game",

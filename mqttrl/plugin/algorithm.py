@@ -87,6 +87,25 @@ class Forward(Protocol):
         """Release what the forward holds (a remote forward's MQTT client); local forwards do nothing."""
 
 
+# ---- a forward's optional members: each its own protocol, so a caller asks ``isinstance`` (and a
+# type checker knows what it got) instead of probing a plugin's attributes
+@runtime_checkable
+class MovableForward(Forward, Protocol):
+    """A forward that can move its network to a torch device (the inference server's ``device``)."""
+
+    def to_device(self, device: str) -> None:
+        """Run on ``device`` ("cuda", "cuda:1", "mps") from now on."""
+
+
+@runtime_checkable
+class NoisyForward(Forward, Protocol):
+    """A forward with noisy layers that can also run with their mean weights (what an exported
+    model computes): ``Policy.outputs`` calls that."""
+
+    def noiseless(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """The outputs for ``obs`` with every noisy layer at its mean weights."""
+
+
 @runtime_checkable
 class Actor(Protocol):
     """The worker side of an algorithm, numpy only, over any :class:`Forward`."""

@@ -8,7 +8,7 @@ telemetry node (``mqttrl-telemetry --storage NAME``) builds one storage per
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -48,10 +48,10 @@ class Storage(Protocol):
     * :meth:`close` exactly once, at shutdown, after a last :meth:`write`.
 
     Optionally a storage has an integer ``pending`` attribute (points accepted but not
-    yet stored); telemetry reports the sum as the ``pending_points`` field. And optionally
-    a ``run_config(config: dict) -> None`` method: telemetry calls it, from the same loop,
-    with the run's resolved config (the learner's retained ``config`` message, as
-    ``RunConfig.to_dict()`` gives it) when it arrives and whenever it changes.
+    yet stored; :class:`PendingStorage`): telemetry reports the sum as the ``pending_points``
+    field. And optionally a ``run_config(config: dict) -> None`` method (:class:`ConfiguredStorage`):
+    telemetry calls it, from the same loop, with the run's resolved config (the learner's retained
+    ``config`` message, as ``RunConfig.to_dict()`` gives it) when it arrives and whenever it changes.
     """
 
     def write(self, points: list[Point]) -> None:
@@ -70,6 +70,28 @@ class Storage(Protocol):
 
         Called once; no :meth:`write` follows.
         """
+
+
+# ---- a storage's optional members, each its own protocol (``isinstance``, not attribute probes)
+@runtime_checkable
+class PendingStorage(Storage, Protocol):
+    """A storage that says how many points it holds that are not stored yet."""
+
+    @property
+    def pending(self) -> int: ...
+
+
+@runtime_checkable
+class ConfiguredStorage(Storage, Protocol):
+    """A storage that takes the run's resolved config (a run's hyperparameters beside its points)."""
+
+    def run_config(self, config: dict) -> None:
+        """The run's config (``RunConfig.to_dict()``), when it arrives and whenever it changes."""
+
+
+def pending_points(storages: Iterable[Storage]) -> int:
+    """Points accepted by ``storages`` and not stored yet (those that say)."""
+    return sum(int(s.pending) for s in storages if isinstance(s, PendingStorage))
 
 
 def _esc_key(s: str) -> str:

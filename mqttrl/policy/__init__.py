@@ -50,7 +50,7 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, ActorContext, Tensors
+from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY, ActorContext, NoisyForward, Tensors
 from mqttrl.policy.source import (
     EXPECTED,
     WEIGHTS_FILE,
@@ -336,7 +336,7 @@ class Policy:
         """The network's raw outputs (DQN: ``q``; PPO: ``logits`` or ``mean``/``log_std``, and ``value``) for one
         observation or a batch: what the exported ONNX/TorchScript model computes (a noisy head: its mean weights)."""
         x, single = self._batch(obs)
-        forward = getattr(self._forward, "noiseless", self._forward)
+        forward = self._forward.noiseless if isinstance(self._forward, NoisyForward) else self._forward
         out = forward(x)
         return {k: np.asarray(v)[0] for k, v in out.items()} if single else dict(out)
 
