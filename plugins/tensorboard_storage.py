@@ -1,13 +1,13 @@
 """Built-in storage ``tensorboard``: TensorBoard event files (scalars), written off telemetry's loop.
 
 ``mqttrl-telemetry --storage tensorboard`` writes every measurement as TensorBoard scalars
-named as :mod:`mqttrl_plugins.scalars` says (``episode/return``, ``worker/w0/return``,
+named as :mod:`mqttrl.plugin.scalar_storage` says (``episode/return``, ``worker/w0/return``,
 ``eval/mean``, ``learner/loss``, ``throughput/samples_per_s`` ...), on the ``env_steps`` axis
 (option ``step``), with the points' wall-clock times. ``tensorboard --logdir tensorboard`` shows them.
 
 Options: ``dir`` (default ``tensorboard``: events go to ``<dir>/<run>/``, one TensorBoard run per
 mqttrl run), ``logdir`` (the exact directory instead; ``mqttrl train`` passes
-``<run dir>/tensorboard``), and the options of :class:`~mqttrl_plugins.scalars.ScalarStorage`
+``<run dir>/tensorboard``), and the options of :class:`~mqttrl.plugin.scalar_storage.ScalarStorage`
 (``step``, ``flush_every_s``, ``max_pending``, ``close_timeout_s``).
 
 The writer is tensorboardX's (``pip install 'mqttrl[tensorboard]'``: tensorboardX, numpy and
@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mqttrl import hookimpl
-from mqttrl.plugin import Storage
-from mqttrl_plugins.scalars import Scalars, ScalarStorage
+from mqttrl.plugin import Scalars, ScalarStorage, Storage
 
 log = logging.getLogger("mqttrl.storage.tensorboard")
 

@@ -2,7 +2,7 @@
 
 ``mqttrl-telemetry --storage wandb`` starts ``wandb.init(project=..., name=<run>, config=<the
 run's config>)`` at the first point and logs every measurement under the names of
-:mod:`mqttrl_plugins.scalars` (``episode/return``, ``worker/w0/return``, ``eval/mean``,
+:mod:`mqttrl.plugin.scalar_storage` (``episode/return``, ``worker/w0/return``, ``eval/mean``,
 ``learner/loss``, ``throughput/samples_per_s`` ...), each row with its step (``env_steps`` by
 default, declared as the x axis of every chart). The config is the learner's retained ``config``
 message, which telemetry hands over (``run_config``); a config that arrives after the run started
@@ -12,7 +12,7 @@ Options (option, else environment variable): ``project`` (WANDB_PROJECT, default
 ``entity`` (WANDB_ENTITY), ``name`` (default: the mqttrl run name), ``group``, ``tags``
 (comma-separated), ``dir`` (WANDB_DIR; wandb writes ``<dir>/wandb/``; ``mqttrl train`` passes the
 run directory), ``mode`` (``online``, ``offline``, ``disabled``; default: wandb's own, i.e.
-WANDB_MODE, else online), and the options of :class:`~mqttrl_plugins.scalars.ScalarStorage`
+WANDB_MODE, else online), and the options of :class:`~mqttrl.plugin.scalar_storage.ScalarStorage`
 (``step``, ``flush_every_s``, ``max_pending``, ``close_timeout_s``).
 
 Needs ``pip install 'mqttrl[wandb]'``. Online mode needs ``wandb login`` (or WANDB_API_KEY); with
@@ -31,8 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mqttrl import hookimpl
-from mqttrl.plugin import Storage
-from mqttrl_plugins.scalars import Scalars, ScalarStorage
+from mqttrl.plugin import Scalars, ScalarStorage, Storage
 
 log = logging.getLogger("mqttrl.storage.wandb")
 

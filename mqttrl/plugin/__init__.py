@@ -5,6 +5,8 @@
   ``AsyncLearner``/``SyncLearner``, ``AlgorithmInfo``, ``ActorContext``, ``LearnerContext``);
 - ``storage.py``: the telemetry storage seam (``Point``, ``Storage``, ``to_line``), and
   ``BatchingStorage``, a base for a storage that sends to a server (queue, batches, retries);
+  ``ScalarStorage`` (``scalar_storage.py``), a base for a storage of named scalars on one step axis
+  (the ``tensorboard`` and ``wandb`` storages), with its ``ScalarMapper`` and ``Scalars``;
 - ``RealTimeGameEnv``: a base class for a game on its own clock (the real-time protocol, rtgym's
   interface as a model: no-op ``pause``/``resume``/``set_speed`` by default); ``launched_game_pid``:
   the pid of the game the worker launched, while the env for it is being made;
@@ -78,6 +80,10 @@ if TYPE_CHECKING:
     from mqttrl.plugin.algorithm import Tensors as Tensors
     from mqttrl.plugin.batching_storage import BatchingStorage as BatchingStorage
     from mqttrl.plugin.realtime_game import RealTimeGameEnv as RealTimeGameEnv
+    from mqttrl.plugin.scalar_storage import STEPS as STEPS
+    from mqttrl.plugin.scalar_storage import ScalarMapper as ScalarMapper
+    from mqttrl.plugin.scalar_storage import Scalars as Scalars
+    from mqttrl.plugin.scalar_storage import ScalarStorage as ScalarStorage
     from mqttrl.plugin.storage import ConfiguredStorage as ConfiguredStorage
     from mqttrl.plugin.storage import PendingStorage as PendingStorage
     from mqttrl.plugin.storage import Point as Point
@@ -130,6 +136,10 @@ _CONTRACT = {
     "ConfiguredStorage": "mqttrl.plugin.storage",
     "to_line": "mqttrl.plugin.storage",
     "BatchingStorage": "mqttrl.plugin.batching_storage",
+    "ScalarStorage": "mqttrl.plugin.scalar_storage",
+    "ScalarMapper": "mqttrl.plugin.scalar_storage",
+    "Scalars": "mqttrl.plugin.scalar_storage",
+    "STEPS": "mqttrl.plugin.scalar_storage",
     "RealTimeGameEnv": "mqttrl.plugin.realtime_game",
     "launched_game_pid": "mqttrl.envs.launch",
     "SampleSpec": "mqttrl.wire",
