@@ -13,7 +13,9 @@ from typing import Any
 
 import gymnasium as gym
 
+from mqttrl.config.env_spec import spec_of_config
 from mqttrl.config.settings import ConfigError
+from mqttrl.envs.run_env import run_env_factory
 
 
 class EnvMismatch(ConfigError):
@@ -24,8 +26,6 @@ def run_spaces(env_config: Any, registry: Any, launch: bool = True) -> tuple[gym
     """The run env's (observation, action) spaces, as every node sees them: made once and closed.
     An unknown id is an UnknownEnvError (exit 2), a missing package a MissingDependency (exit 5).
     With ``[env] launch`` (and ``launch``) the game is started for it and stopped after."""
-    from mqttrl.envs.run_env import run_env_factory
-
     with run_env_factory(env_config, registry, launch) as make:
         env = make()
         try:
@@ -37,8 +37,6 @@ def run_spaces(env_config: Any, registry: Any, launch: bool = True) -> tuple[gym
 def spaces_of_run(config: Any, registry: Any) -> tuple[gym.Space, gym.Space]:
     """The run's spaces for a node that needs only them: its env spec (``env.spec``: no env is made,
     no game or display needed), else its env made here once (never a game launched here)."""
-    from mqttrl.envs.spec import spec_of_config
-
     spec = spec_of_config(config)
     return spec.spaces if spec is not None else run_spaces(config.env, registry, launch=False)
 

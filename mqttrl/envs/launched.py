@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 
 from mqttrl.envs.launch import GameProcess
+from mqttrl.envs.realtime import ReleasableGame, can_pause, game_of
 from mqttrl.envs.realtime_guard import reset_wait_s
 
 log = logging.getLogger("mqttrl.envs")
@@ -52,8 +53,6 @@ class LaunchedEnv(gym.Wrapper):
     # ---- the real-time protocol of the env it holds
     @property
     def pausable(self) -> bool:
-        from mqttrl.envs.realtime import can_pause
-
         return can_pause(self.env)
 
     def send_action(self, action: Any) -> None:
@@ -65,9 +64,9 @@ class LaunchedEnv(gym.Wrapper):
         return out
 
     def release_controls(self) -> None:
-        release = getattr(_protocol(self.env), "release_controls", None)
-        if callable(release):
-            release()
+        game = _protocol(self.env)
+        if isinstance(game, ReleasableGame):
+            game.release_controls()
 
     def pause(self) -> None:
         _protocol(self.env).pause()
@@ -143,8 +142,6 @@ class LaunchedEnv(gym.Wrapper):
 
 
 def _protocol_of(env: gym.Env) -> Any:
-    from mqttrl.envs.realtime import game_of
-
     return game_of(env)
 
 

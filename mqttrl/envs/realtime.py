@@ -18,11 +18,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
+from mqttrl.envs.faketime import faked_speed, wall_hz
 from mqttrl.envs.realtime_clock import ControlClock
 from mqttrl.envs.realtime_guard import Deadline, reset_wait_s
 from mqttrl.envs.rollout import EnvSet
@@ -68,10 +69,52 @@ class RealTimeGame(Protocol):
     def read_obs(self) -> tuple[Any, float, bool, bool, dict]: ...
 
 
+# ---- the protocol's optional members, each a protocol of its own (asked with isinstance)
+T = TypeVar("T")
+
+
+@runtime_checkable
+class PausableGame(Protocol):
+    """A game whose clock stops on ``pause()`` and runs again on ``resume()``."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@runtime_checkable
+class ReleasableGame(Protocol):
+    """A game that cannot pause but lets go of its controls (no key held, a pad neutral)."""
+
+    def release_controls(self) -> None: ...
+
+
+@runtime_checkable
+class SpeedableGame(Protocol):
+    """A game with a speed setting of its own (``[env] game_speed`` where libfaketime is not used)."""
+
+    def set_speed(self, factor: float) -> None: ...
+
+
+@runtime_checkable
+class ClockedGame(Protocol):
+    """An env that paces its own steps when no worker clock does (``mqttrl enjoy``, an evaluation)."""
+
+    def set_control_hz(self, hz: float) -> None: ...
+
+
 def game_of(env: gym.Env) -> RealTimeGame | None:
     """The env's real-time protocol, where it speaks it (on the env or its unwrapped core)."""
     for candidate in (env, env.unwrapped):
-        if callable(getattr(candidate, "send_action", None)) and callable(getattr(candidate, "read_obs", None)):
+        if isinstance(candidate, RealTimeGame):
+            return candidate
+    return None
+
+
+def _first(env: gym.Env, kind: type[T]) -> T | None:
+    """The env or its unwrapped core, whichever first is a ``kind`` (an optional member's protocol)."""
+    for candidate in (env, env.unwrapped):
+        if isinstance(candidate, kind):
             return candidate
     return None
 
@@ -82,10 +125,10 @@ def can_pause(env: gym.Env) -> bool:
     game = game_of(env)
     if game is None:
         return False
-    said = getattr(game, "pausable", None)
+    said = getattr(game, "pausable", None)  # a declared flag, not a method: RealTimeGameEnv's default
     if isinstance(said, bool):
         return said
-    return callable(getattr(game, "pause", None)) and callable(getattr(game, "resume", None))
+    return isinstance(game, PausableGame)
 
 
 # ---- the last actions, part of the observation -------------------------------------------
@@ -162,12 +205,9 @@ def with_control_hz(env: gym.Env, env_config) -> gym.Env:
     lasts the period training used; an env without the method, or a run without ``control_hz``, is
     left as it is (a worker's RealTimeEnv paces its own steps)."""
     hz = float(env_config.control_hz)
-    if hz:
-        for candidate in (env, env.unwrapped):
-            set_control_hz = getattr(candidate, "set_control_hz", None)
-            if callable(set_control_hz):
-                set_control_hz(hz)
-                break
+    clocked = _first(env, ClockedGame) if hz else None
+    if clocked is not None:
+        clocked.set_control_hz(hz)
     return env
 
 
@@ -175,16 +215,13 @@ def with_game_speed(env: gym.Env, env_config) -> gym.Env:
     """``env`` told to run at ``[env] game_speed`` (its ``set_speed(factor)``, on the env or its
     unwrapped core) when that is set (not 0); a game with no ``set_speed`` gets one warning line
     and runs at its own speed."""
-    from mqttrl.envs.faketime import faked_speed
-
     speed = float(env_config.game_speed)
     if not speed or faked_speed(env_config, say=False):  # libfaketime speeds it up: not twice
         return env
-    for candidate in (env, env.unwrapped):
-        set_speed = getattr(candidate, "set_speed", None)
-        if callable(set_speed):
-            set_speed(speed)
-            return env
+    game = _first(env, SpeedableGame)
+    if game is not None:
+        game.set_speed(speed)
+        return env
     global _speed_warned
     if not _speed_warned:
         _speed_warned = True
@@ -473,8 +510,6 @@ class RealTimeEnvSet(EnvSet):
 
 def real_time_settings(env_config) -> dict | None:
     """The clock settings of ``[env]``, or None when the run steps freely (``control_hz = 0``)."""
-    from mqttrl.envs.faketime import wall_hz
-
     hz = wall_hz(env_config)  # a launched game under libfaketime: control_hz is game time
     if hz <= 0:
         return None
