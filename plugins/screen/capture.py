@@ -10,6 +10,7 @@ RGB copy).
 from __future__ import annotations
 
 import sys
+from collections import deque
 
 import numpy as np
 
@@ -84,3 +85,30 @@ def shrink(bgra: np.ndarray, width: int, height: int, gray: bool) -> np.ndarray:
     if bgra.shape[:2] != (height, width):
         bgra = cv2.resize(bgra, (width, height), interpolation=cv2.INTER_AREA)
     return cv2.cvtColor(bgra, cv2.COLOR_BGRA2GRAY if gray else cv2.COLOR_BGRA2RGB)
+
+
+class FrameStack:
+    """The last ``depth`` observations of the window, shrunk to ``width`` x ``height`` (gray or
+    RGB), stacked channels first as the CNN torsos take them; the first frame of an episode fills it."""
+
+    def __init__(self, width: int, height: int, gray: bool, depth: int):
+        self.width, self.height, self.gray, self.depth = width, height, gray, depth
+        self.frames: deque[np.ndarray] = deque(maxlen=depth)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.depth * (1 if self.gray else 3), self.height, self.width)
+
+    def clear(self) -> None:
+        self.frames.clear()
+
+    def push(self, bgra: np.ndarray) -> np.ndarray:
+        """``bgra`` (a grabbed frame) onto the stack; the stacked observation."""
+        small = shrink(bgra, self.width, self.height, self.gray)
+        if not self.frames:
+            self.frames.extend([small] * self.depth)
+        else:
+            self.frames.append(small)
+        if self.gray:
+            return np.stack(self.frames)
+        return np.concatenate([f.transpose(2, 0, 1) for f in self.frames])

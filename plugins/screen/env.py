@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 import weakref
-from collections import deque
 from typing import Any
 
 import gymnasium as gym
@@ -35,10 +34,11 @@ import numpy as np
 
 from mqttrl.plugin import launched_game_pid
 
-from .capture import Grabber, Stillness, rgb, shrink
+from .capture import FrameStack, Grabber, Stillness, rgb
 from .gamepad import Gamepad, Layout, make_backend
 from .keys import KeyActions, Keyboard, make_keyboard, sleep_until
 from .options import ScreenOptions, check_result, load_reward, parse_options
+from .takeover import open_takeover
 from .window import (
     Finder,
     Region,
@@ -188,12 +188,12 @@ class ScreenEnv(gym.Env):
         except ScreenEnvError:
             self.keyboard.close()
             raise
+        self.takeover, self._person_keys = open_takeover(o.takeover_key, o.takeover_idle_s, self.display, self.actions)
         #: the virtual gamepad a Box action drives (``gamepad``), else None: keys
         self.pad = open_pad(o, self.keyboard) if o.gamepad else None
         self.action_space = pad_space(self.pad) if self.pad else gym.spaces.Discrete(len(self.actions))
-        shape = (o.height, o.width) if o.gray else (o.height, o.width, 3)
-        self.observation_space = gym.spaces.Box(0, 255, self._stacked_shape(shape), np.uint8)
-        self.frames: deque[np.ndarray] = deque(maxlen=o.frame_stack)
+        self.stack = FrameStack(o.width, o.height, o.gray, o.frame_stack)
+        self.observation_space = gym.spaces.Box(0, 255, self.stack.shape, np.uint8)
         self._grabber: Grabber | None = None
         self._grabber_thread = 0
         self.last_frame_at = 0.0
@@ -211,11 +211,6 @@ class ScreenEnv(gym.Env):
         if self.pad is not None:
             self.pad.neutral()
 
-    def _stacked_shape(self, frame_shape: tuple[int, ...]) -> tuple[int, ...]:
-        h, w = frame_shape[:2]
-        channels = 1 if len(frame_shape) == 2 else 3
-        return (self.opts.frame_stack * channels, h, w)  # channels first, as the CNN torsos take them
-
     # ---- pixels
     def grab(self) -> np.ndarray:
         """The window now, full size RGB (a view of :attr:`last_bgra`; a grabber per thread: mss
@@ -231,14 +226,7 @@ class ScreenEnv(gym.Env):
 
     def observe(self) -> np.ndarray:
         """Push the last grabbed frame onto the stack; the stacked observation, channels first."""
-        small = shrink(self.last_bgra, self.opts.width, self.opts.height, self.opts.gray)
-        if not self.frames:
-            self.frames.extend([small] * self.opts.frame_stack)
-        else:
-            self.frames.append(small)
-        if self.opts.gray:
-            return np.stack(self.frames)
-        return np.concatenate([f.transpose(2, 0, 1) for f in self.frames])
+        return self.stack.push(self.last_bgra)
 
     def judge(self, frame: np.ndarray) -> tuple[float, bool]:
         return check_result(self.opts.reward, self.reward_fn(frame))
@@ -278,7 +266,7 @@ class ScreenEnv(gym.Env):
         frame = self._wait_for_start()
         if hasattr(self.reward_fn, "reset"):
             self.reward_fn.reset(frame)
-        self.frames.clear()
+        self.stack.clear()
         self.steps = 0
         self._still.restart(self.last_bgra, self.last_frame_at)
         return self.observe(), {}
@@ -391,8 +379,16 @@ class ScreenEnv(gym.Env):
             self.late.check(self.last_frame_at, self.period)
         if self.pad is not None:
             self.pad.act(action)
-            return
-        self.taps.send(self.keyboard, self.actions[int(action)])
+        elif not self._person_plays():
+            self.taps.send(self.keyboard, self.actions[int(action)])
+
+    def _person_plays(self) -> bool:
+        """Whether a person plays this step (``takeover_key``): the hands change here, once a step."""
+        change = self.takeover.look(self._person_keys.take(), self.keyboard.held) if self.takeover else None
+        if change:
+            log.info("screen env: %s", change)
+            self.release_controls()  # the policy's keys up: the person's alone reach the game
+        return bool(self.takeover and self.takeover.by_person)
 
     def read_obs(self) -> tuple[np.ndarray, float, bool, bool, dict]:
         """The window now: ``(obs, reward, terminated, truncated, info)``, with no wait; a window
@@ -411,6 +407,8 @@ class ScreenEnv(gym.Env):
         # when the frame was grabbed (time.monotonic()): the worker counts capture to action from it;
         # still_s: this frame equals the one before (the worker holds the step back: a hung game's?)
         info = {"frame_at": self.last_frame_at, "still_s": still} if still else {"frame_at": self.last_frame_at}
+        if self.takeover and self.takeover.by_person:  # the worker records the person's action
+            info.update(demo_action=self.takeover.person_action(), intervention=True)
         return self.observe(), reward, done, truncated, info
 
     def step(self, action):
@@ -445,6 +443,8 @@ class ScreenEnv(gym.Env):
                 self.pad.close()
             self.keyboard.close()
         finally:
+            if self._person_keys is not None:
+                self._person_keys.close()
             self._shown.close()
             self._release_quietly()
             if self._grabber is not None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .gamepad import BACKENDS as PAD_BACKENDS
 from .gamepad import CONTROLS
+from .takeover import check_takeover
 from .window import ScreenEnvError
 
 
@@ -86,6 +87,12 @@ class ScreenOptions:
     gamepad_deadzone: float = 0.0
     #: a button dimension holds its button while above this
     gamepad_threshold: float = 0.5
+    #: a key no action uses (e.g. ``"F12"``): a person pressing it takes the game over from the
+    #: policy and plays with the actions' keys (each step reports the person's action as
+    #: ``info["demo_action"]``); pressed again, or no action key for ``takeover_idle_s``, control
+    #: goes back to the policy (:mod:`.takeover`; Linux/X11). "": no takeover
+    takeover_key: str = ""
+    takeover_idle_s: float = 5.0
 
     @property
     def displays(self) -> list[str | None]:
@@ -165,6 +172,9 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
         _fail("keys_backend", o.keys_backend, '"auto", "xtest", "scancode", "vk" or "pynput"')
     if not all(isinstance(n, str) for n in o.reset_keys):
         _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
+    if not isinstance(o.takeover_key, str) or not isinstance(o.takeover_idle_s, int | float):
+        _fail("takeover_key", o.takeover_key, 'a key name such as "F12", with takeover_idle_s in seconds')
+    check_takeover(o.takeover_key, float(o.takeover_idle_s), o.keys, bool(o.gamepad))
     return o
 
 

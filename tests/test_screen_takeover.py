@@ -1,0 +1,155 @@
+"""A person takes the game over from the agent and gives it back (issue 45): the rule with plain
+objects, then Catch in its own window on an Xvfb display with a scripted person pressing keys with
+xdotool (another X client, as a person's keyboard is): from the step the takeover key is seen the
+game moves the person's way (its paddle, read from its pixels), each of those steps reports the
+person's action and the intervention flag, and no other step does; control returns after the idle
+time or on the key."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from benchmarks.harness.xvfb import Game, Xvfb
+from mqttrl_plugins.screen import ScreenEnvError, make_screen_env
+from mqttrl_plugins.screen.takeover import Seen, Takeover
+
+KEYS = [[], ["Left"], ["Right"]]
+REWARD = "mqttrl_plugins.screen.demo_game:CatchScore"
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def seen(held=(), down=()) -> Seen:
+    return Seen(frozenset(held), frozenset(down))
+
+
+# ---- the rule -------------------------------------------------------------------------------
+def test_the_key_takes_over_and_gives_back_and_the_person_s_keys_are_the_action():
+    clock = Clock()
+    t = Takeover("F12", [tuple(k) for k in KEYS], idle_s=2.0, clock=clock)
+    assert t.look(seen(held={"Left"})) is None and not t.by_person  # the policy's own keys: no takeover
+    assert t.look(seen(held={"Right"}, down={"F12"})) == "a person took over (F12 pressed)"
+    assert t.by_person and t.person_action() == 2  # Right, held as the key went down
+    clock.t = 1.0
+    assert t.look(seen(held={"Left"})) is None and t.person_action() == 1
+    assert t.look(seen(held={"Left", "Right"})) is None and t.person_action() in (1, 2)  # the closest action
+    assert t.look(seen()) is None and t.person_action() == 0  # nothing held: the no-op action
+    assert t.look(seen(down={"F12"})) == "control back to the policy (F12 pressed again)" and not t.by_person
+    assert (t.takeovers, t.person_steps) == (1, 4)
+
+
+def test_control_goes_back_after_the_idle_time_and_a_short_press_counts_as_input():
+    clock = Clock()
+    t = Takeover("F12", [tuple(k) for k in KEYS], idle_s=2.0, clock=clock)
+    t.look(seen(down={"F12"}))
+    clock.t = 1.9
+    assert t.look(seen(down={"Right"})) is None and t.by_person  # a tap between two looks is input
+    clock.t = 3.8
+    assert t.look(seen()) is None and t.by_person
+    clock.t = 3.9
+    assert t.look(seen()) == "control back to the policy (no key for 2 s)" and not t.by_person
+    never = Takeover("F12", [tuple(k) for k in KEYS], idle_s=0.0, clock=clock)
+    never.look(seen(down={"F12"}))
+    clock.t = 1e6
+    assert never.look(seen()) is None and never.by_person  # 0: only the key gives it back
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"takeover_key": "Left"}, "is one of the actions' keys"),
+        ({"takeover_key": "F12", "takeover_idle_s": -1}, "takeover_idle_s=-1"),
+        ({"takeover_key": "F12", "keys": [], "gamepad": ["lx"]}, "not with a gamepad"),
+    ],
+)
+def test_a_takeover_that_cannot_work_is_one_line(kwargs, says):
+    with pytest.raises(ScreenEnvError, match=says):
+        make_screen_env(**({"window": "g", "keys": KEYS, "reward": REWARD} | kwargs))
+
+
+# ---- a real window, a scripted person ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def game(tmp_path_factory):
+    if not shutil.which("xdotool"):
+        pytest.fail("xdotool is not on PATH: apt-get install xdotool (scripts/test.sh does this)")
+    x = Xvfb(tmp_path_factory.mktemp("xvfb"))
+    g = Game(x.display, tmp_path_factory.mktemp("game"), "catch-takeover", "--lives", "99", "--ball-speed", "20")
+    g.wait_window()
+    yield g
+    g.stop()
+    x.stop()
+
+
+def person(display: str, *args: str) -> None:
+    """The scripted person: xdotool, another X client, presses or releases keys on the display."""
+    subprocess.run(["xdotool", *args], env={"DISPLAY": display}, check=True, timeout=10)
+
+
+def paddle_x(env) -> float:
+    rows = env.grab()[-8:]
+    return float(np.nonzero((rows[..., 1] > 150) & (rows[..., 0] < 120))[1].mean())
+
+
+def play(env, steps: int, action: int = 1) -> list[dict]:
+    """``steps`` steps of the policy's action (Left); the infos."""
+    return [env.step(action)[4] for _ in range(steps)]
+
+
+def test_a_person_takes_over_by_the_key_plays_and_control_comes_back(game, caplog):
+    env = make_screen_env(
+        window="catch-takeover",
+        display=game.display,
+        keys=KEYS,
+        reward=REWARD,
+        reset_keys=["Return"],
+        step_s=0.05,
+        takeover_key="F12",
+        takeover_idle_s=0.6,
+    )
+    caplog.set_level(logging.INFO, logger="mqttrl.screen")
+    try:
+        env.reset()
+        before = play(env, 10)  # the policy holds Left: the paddle at the left wall
+        left = paddle_x(env)
+        assert not any("demo_action" in i or "intervention" in i for i in before)
+        person(game.display, "key", "F12", "keydown", "Right")
+        taken = play(env, 12)  # the policy still says Left
+        right = paddle_x(env)
+        assert right > left + 60, (left, right)  # the game went the person's way
+        assert all(i.get("intervention") is True and i.get("demo_action") == 2 for i in taken), taken
+        person(game.display, "keyup", "Right")
+        released_at = time.monotonic()
+        after = play(env, 30)
+        flags = [bool(i.get("intervention")) for i in after]
+        back = flags.index(False)  # the first step the policy plays again
+        assert not any(flags[back:]) and all(flags[:back])  # one change of hands, no flicker
+        assert all(i["demo_action"] == 0 for i in after[:back])  # nothing held: the person's no-op
+        assert back * 0.05 <= 0.6 + 0.2 and time.monotonic() - released_at >= 0.6
+        assert paddle_x(env) < right - 60  # the policy's Left again
+        person(game.display, "key", "F12")
+        play(env, 3)
+        person(game.display, "key", "F12")  # pressed again: back at once
+        last = play(env, 3)
+        assert not any(i.get("intervention") for i in last[1:]), last
+        lines = [r.getMessage() for r in caplog.records if "took over" in r.getMessage() or "back to" in r.getMessage()]
+        assert lines == [
+            "screen env: a person took over (F12 pressed)",
+            "screen env: control back to the policy (no key for 0.6 s)",
+            "screen env: a person took over (F12 pressed)",
+            "screen env: control back to the policy (F12 pressed again)",
+        ], lines
+        assert (env.takeover.takeovers, env.takeover.person_steps) == (2, len(taken) + back + 2 + 1)
+    finally:
+        env.close()
