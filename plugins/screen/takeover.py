@@ -42,6 +42,9 @@ class Seen:
 
     held: frozenset[str]
     went_down: frozenset[str]
+    #: the reader's poll count at the time: a key released just now may still read as held until
+    #: the poll after the release
+    poll: int = 0
 
 
 class X11KeyState:
@@ -72,6 +75,7 @@ class X11KeyState:
         self._lock = threading.Lock()
         self._held: frozenset[str] = frozenset()
         self._went_down: set[str] = set()
+        self._polls = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="screen-takeover-keys", daemon=True)
         self._thread.start()
@@ -90,10 +94,11 @@ class X11KeyState:
             with self._lock:
                 self._went_down |= held - self._held
                 self._held = held
+                self._polls += 1
 
     def take(self) -> Seen:
         with self._lock:
-            seen = Seen(self._held, frozenset(self._went_down))
+            seen = Seen(self._held, frozenset(self._went_down), self._polls)
             self._went_down = set()
         return seen
 
@@ -122,6 +127,9 @@ class Takeover:
         #: steps played by the person, and takeovers, since the env was made
         self.person_steps = 0
         self.takeovers = 0
+        #: the kit's own keys at the takeover and the poll then: they are let go of at once, but a
+        #: look before the reader's next poll would still see them held
+        self._stale: tuple[frozenset[str], int] | None = None
 
     def _idle_action(self) -> int:
         """The action of no key (a no-op), else the first."""
@@ -132,7 +140,12 @@ class Takeover:
         X server cannot tell them from a person's); the change of hands it makes, as words for
         the log, or None."""
         now = self.clock()
-        seen = Seen(seen.held - own, seen.went_down - own)
+        if self._stale is not None:
+            if seen.poll > self._stale[1] + 1:
+                self._stale = None
+            else:
+                own = own | self._stale[0]
+        seen_own, seen = own, Seen(seen.held - own, seen.went_down - own, seen.poll)
         if seen.held & self.action_keys or seen.went_down & self.action_keys:
             self.last_input_at = now
         change = None
@@ -141,6 +154,7 @@ class Takeover:
             if self.by_person:
                 self.takeovers += 1
                 self.last_input_at = now
+                self._stale = (seen_own, seen.poll)
                 change = f"a person took over ({self.key} pressed)"
             else:
                 change = f"control back to the policy ({self.key} pressed again)"
