@@ -74,6 +74,7 @@ def fake_run(run: str, off: float, t_end: int, shift: int = 0) -> list[str]:
                     "last_return": 10.0 + i,
                     "outbox": 5 * j,
                     "dropped": j,
+                    "person_steps": 10 * i * j,
                 },
                 t,
             )

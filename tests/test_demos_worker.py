@@ -100,6 +100,10 @@ def test_a_live_worker_sends_the_persons_actions_and_flags_the_episodes(tmp_path
         assert all(e.get("demo") is True for e in watch.episodes[:2]), watch.episodes[:2]
         watch.wait(lambda w: w.metrics and w.metrics[-1]["samples"] > 0, 30, "samples admitted")
         assert sum(watch.metrics[-1]["rejected"].values()) == 0
+        # the heartbeats count the person's steps: here all of them (issue 45's takeover share)
+        watch.wait(lambda w: w.heartbeats.get("w0", {}).get("env_steps", 0) > 0, 30, "a heartbeat with steps")
+        hb = watch.heartbeats["w0"]
+        assert hb["person_steps"] == hb["env_steps"] > 0, hb
     finally:
         assert worker.terminate() == 0, worker.text()[-2000:]
         assert learner.terminate(60) == 0, learner.text()[-2000:]

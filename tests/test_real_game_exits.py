@@ -305,3 +305,20 @@ def test_an_evaluation_of_several_episodes_plays_a_new_game_for_each(tmp_path):
         envs.close()
         game.close()
     assert len(returns) == 3 and game.relaunches >= 3 and game.crashes == 0
+
+
+def test_a_person_s_steps_reach_the_worker_point_and_count_on_over_a_restart(mosquitto):
+    """The worker point's ``person_steps`` (a takeover's steps, issue 45) is the heartbeats' count,
+    its earlier processes' included, like the game's counts."""
+    from mqttrl.nodes.telemetry import TelemetryNode, TelemetrySettings
+    from mqttrl.transport.client import BrokerSettings
+    from mqttrl.wire import encode_json
+
+    node = TelemetryNode(BrokerSettings(url=mosquitto.url), "r", [], TelemetrySettings())
+    node.on_heartbeat(
+        "pc1", encode_json({"incarnation": "a", "env_steps": 900, "model_version": 1, "person_steps": 300})
+    )
+    node.on_heartbeat("pc1", encode_json({"incarnation": "b", "env_steps": 50, "model_version": 1, "person_steps": 20}))
+    node.on_heartbeat("pc2", encode_json({"incarnation": "c", "env_steps": 70, "model_version": 1}))  # an older worker
+    fields = {p.tags["worker"]: p.fields for p in node.aggregate_points(time.time()) if p.measurement == "worker"}
+    assert fields["pc1"]["person_steps"] == 320 and fields["pc2"]["person_steps"] == 0

@@ -61,6 +61,21 @@ def test_the_table_fits_80_columns():
         assert title in header, header  # no column title cut or wrapped
 
 
+def test_a_person_s_share_of_the_steps_is_a_column_once_someone_took_a_game_over():
+    view = view_with_a_worker_ahead()
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(view.table())
+    assert "person" not in out.getvalue()  # nobody took over: no column
+    feed(view, Topics("r1").heartbeat("w1"), {"env_steps": 800, "model_version": 4, "time": 101.0, "person_steps": 200})
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(view.table())
+    lines = out.getvalue().splitlines()
+    assert "person" in next(line for line in lines if "node" in line) and max(len(line) for line in lines) <= 80
+    assert next(line for line in lines if line.strip().startswith("w1")).split()[-1] == "25%"
+    assert next(line for line in lines if line.strip().startswith("w0")).split()[-1] == "-"
+    assert {row["node"]: row.get("person_steps") for row in view.rows()} == {"learner": None, "w0": None, "w1": 200}
+
+
 def test_status_prints_into_a_pipe(mosquitto, tmp_path):
     """Live mode with stdout not a terminal prints the table every --every seconds (it printed nothing)."""
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)

@@ -300,7 +300,9 @@ def test_heartbeat_contents():
     core.batch_sent()
     core.on_learner_state(encode_json({"status": "online"}))
     core.on_flow(encode_json({"pause": True}))
-    hb = core.heartbeat(1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1}, env_restarts=2).to_json()
+    hb = core.heartbeat(
+        1234.5, 99, 3, collections.Counter(samples=2), {"garbage": 1}, env_restarts=2, person_steps=5
+    ).to_json()
     assert hb == {
         "worker": "w0",
         "incarnation": "inc-1",
@@ -310,6 +312,7 @@ def test_heartbeat_contents():
         "env_steps": 4,
         "episodes": 1,
         "env_restarts": 2,
+        "person_steps": 5,
         "seq": 1,
         "outbox": 3,
         "dropped": {"samples": 2},
@@ -321,6 +324,7 @@ def test_heartbeat_contents():
     }
     assert list(hb) == ["worker", "incarnation", "pid", "epoch", "model_version", "env_steps", "episodes"] + [
         "env_restarts",
+        "person_steps",
         "seq",
         "outbox",
         "dropped",

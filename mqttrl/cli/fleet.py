@@ -44,6 +44,8 @@ class WorkerRow:
     version: int | None = None
     last_return: float | None = None
     env_restarts: int | None = None
+    #: env steps a person played instead of the policy (a takeover), of ``steps``
+    person_steps: int | None = None
     period_p50_ms: float | None = None
     period_p99_ms: float | None = None
     period_max_ms: float | None = None
@@ -56,6 +58,13 @@ class WorkerRow:
     def shown(self) -> dict:
         """Its fields for --json, those not reported yet left out."""
         return {k: v for k, v in attrs.asdict(self, filter=lambda a, _: a.name != "step_rate").items() if v is not None}
+
+
+def _share(part: int | None, whole: int | None) -> str:
+    """``part`` of ``whole`` as a percentage cell ("-" when unknown)."""
+    if not part or not whole:
+        return "-" if part is None else "0%"
+    return f"{100 * part / whole:.0f}%"
 
 
 class FleetView:
@@ -114,6 +123,8 @@ class FleetView:
         w.last_hb, w.steps, w.version, w.status = time.time(), hb.env_steps, hb.model_version, "online"
         if hb.env_restarts is not None:  # games that crashed and were made afresh
             w.env_restarts = hb.env_restarts
+        if hb.person_steps is not None:
+            w.person_steps = hb.person_steps
         rt = hb.realtime
         if rt is not None:  # a real-time worker: its control periods since its last heartbeat
             err = rt.get("period_err_ms") or {}
@@ -153,8 +164,11 @@ class FleetView:
         )  # no column rules: fits 80 columns
         t.add_column("node", max_width=16, overflow="ellipsis", no_wrap=True)  # long names are cut, not the titles
         realtime = any(w.period_p99_ms is not None for w in self.workers.values())
-        cols = ("status", "seen", "steps/s", "model", "lag", "return", "restarts") + (
-            ("p99 ms", "late") if realtime else ()
+        person = any(w.person_steps for w in self.workers.values())  # someone took a game over
+        cols = (
+            ("status", "seen", "steps/s", "model", "lag", "return", "restarts")
+            + (("p99 ms", "late") if realtime else ())
+            + (("person",) if person else ())
         )
         for col in cols:
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=len(col))
@@ -175,6 +189,7 @@ class FleetView:
                 if isinstance(fleet_rt, dict)
                 else ["-", "-"]
             )[: 2 if realtime else 0],
+            *(["-"] if person else []),
         )
         now = time.time()
         for name in sorted(self.workers):
@@ -189,6 +204,7 @@ class FleetView:
                 f"{w.last_return:.1f}" if w.last_return is not None else "-",
                 _text(w.env_restarts),
                 *(_realtime_cells({"p99": w.period_p99_ms}, {"overruns": w.overruns}) if realtime else []),
+                *([_share(w.person_steps, w.steps)] if person else []),
             )
         return t
 

@@ -108,6 +108,8 @@ class EnvSet:
         #: this step's actions that a person took instead of the policy (``info["demo_action"]``), by env
         self.demo_actions: dict[int, object] = _NO_DEMO
         self._in_demo: set[int] = set()  # envs whose open episode has such steps
+        #: env steps a person played so far (a takeover of the screen kit, a game's demo mode)
+        self.person_steps = 0
         #: this step's envs whose frame equalled the one before, by env: the seconds it has stood still
         #: (``info["still_s"]``, the screen kit's frozen check); a worker holds their steps back
         self.still: dict[int, float] = _NO_STILL
@@ -179,6 +181,7 @@ class EnvSet:
         """What the step's infos say: a person's actions (demonstrations), frames standing still."""
         self.demo_actions = {i: r[4]["demo_action"] for i, r in enumerate(results) if "demo_action" in r[4]} or _NO_DEMO
         self._in_demo.update(self.demo_actions)
+        self.person_steps += len(self.demo_actions)
         self.still = {i: r[4]["still_s"] for i, r in enumerate(results) if "still_s" in r[4]} or _NO_STILL
 
     def answered(self) -> None:

@@ -87,6 +87,8 @@ class WorkerView:
     #: of the relaunches, those after a crash (not a game over), and the seconds relaunches took
     game_crashes: int = 0
     relaunch_s: float = 0.0
+    #: env steps a person played instead of the policy (a takeover), over the worker's processes
+    person_steps: int = 0
     #: the counts of this worker's earlier processes (a restarted worker counts from 0 again), and
     #: the process they are of (the heartbeat's incarnation)
     before: dict = attrs.Factory(dict)
@@ -97,7 +99,8 @@ class WorkerView:
         """The counts of ``hb`` (env steps and its game's) added to those of the worker's earlier
         processes: what the run's record and summary.json read, which a worker's restart must not
         set back."""
-        now = {"env_steps": hb.env_steps, **{k: hb.count(k) for k in ("launches", "relaunches", "crashes")}}
+        now = {"env_steps": hb.env_steps, "person_steps": hb.person_steps or 0}
+        now.update({k: hb.count(k) for k in ("launches", "relaunches", "crashes")})
         seconds = (hb.game or {}).get("relaunch_s")
         ok = isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0
         now["relaunch_s"] = float(seconds) if ok else 0.0
@@ -186,10 +189,7 @@ class TelemetryNode:
 
     # ---- messages ----------------------------------------------------------
     def _worker(self, name: str) -> WorkerView:
-        w = self.workers.get(name)
-        if w is None:
-            w = self.workers[name] = WorkerView(name=name)
-        return w
+        return self.workers.get(name) or self.workers.setdefault(name, WorkerView(name=name))
 
     def _write(self, points: list[Point]) -> None:
         for st in self.storages:
@@ -253,6 +253,7 @@ class TelemetryNode:
         if hb.game is not None:
             w.game_launches, w.game_relaunches = total["launches"], total["relaunches"]
             w.game_crashes, w.relaunch_s = total["crashes"], total["relaunch_s"]
+        w.person_steps = total["person_steps"]
         w.last_seen = now
         w.online = True
         if self.on_env_steps is not None:
@@ -386,6 +387,7 @@ class TelemetryNode:
                 "env_steps_per_s": float(w.steps.rate or 0.0),
                 "outbox": w.outbox,
                 "dropped": w.dropped,
+                "person_steps": w.person_steps,
             }
             # always the same fields (None: not known yet) so every storage sees a stable schema
             fields["version_lag"] = (

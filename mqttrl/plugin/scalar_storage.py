@@ -54,7 +54,7 @@ STEPS = ("env_steps", "seconds")
 _LEARNER_COUNTERS = ("updates", "samples", "model_version", "workers_online", "inbox", "missing_batches")
 #: characters TensorBoard renames in a tag (and wandb's panels mangle): replaced by ``_`` for both alike
 _UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
-_WORKER_FIELDS = ("env_steps_per_s", "env_steps", "version_lag", "outbox", "dropped", "online")
+_WORKER_FIELDS = ("env_steps_per_s", "env_steps", "version_lag", "outbox", "dropped", "online", "person_steps")
 
 
 @attrs.frozen

@@ -25,6 +25,9 @@ class Heartbeat(JsonRecord):
     env_steps: int = wire_field("env steps this worker process took (all its envs)")
     episodes: int | None = wire_field("episodes it finished", None)
     env_restarts: int | None = wire_field("envs this process made afresh after their game crashed", None)
+    person_steps: int | None = wire_field(
+        "env steps a person played instead of the policy (a takeover; the env reported demo_action)", None
+    )
     seq: int | None = wire_field("the sequence number of its last sample batch", None)
     outbox: int | None = wire_field("messages queued for the broker", None)
     dropped: dict | None = wire_field("messages dropped from a full outbox, by kind", None)

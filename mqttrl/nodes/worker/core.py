@@ -389,10 +389,11 @@ class WorkerCore:
         rejected: Mapping[str, int],
         env_restarts: int = 0,
         now: float | None = None,
+        person_steps: int = 0,
     ) -> Heartbeat:
         """The heartbeat's counters (the node adds its timing and game reports): the learner's
         liveness check and the dashboards read them. ``env_restarts``: envs this process made
-        afresh after their game crashed; ``now`` (the core's clock) dates ``paused_s``, the
+        afresh after their game crashed; ``person_steps``: env steps a person played; ``now`` (the core's clock) dates ``paused_s``, the
         seconds idled so far (:meth:`should_idle`)."""
         idled = self.idle_seconds(now) if now is not None else self.idled_s
         return Heartbeat(
@@ -404,6 +405,7 @@ class WorkerCore:
             epoch=self.epoch,
             episodes=self.episodes,
             env_restarts=env_restarts,
+            person_steps=person_steps,
             seq=self.seq,
             outbox=outbox,
             dropped=dict(dropped),

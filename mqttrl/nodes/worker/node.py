@@ -484,6 +484,7 @@ class WorkerNode:
             self.rejections.snapshot(),
             env_restarts=self.env_restarts,
             now=self.clock(),
+            person_steps=self.envs.person_steps if self.envs is not None else 0,
         )
         hb.timing = self.blocks.take()
         if self.game is not None:  # the game this worker launched: its starts, and those after the first
