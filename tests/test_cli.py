@@ -27,6 +27,7 @@ EXPECTED = [
     "status",
     "check-plugin",
     "enjoy",
+    "play",
     "compare",
     "env-spec",
     "record",

@@ -207,3 +207,66 @@ def test_the_same_takeover_under_the_worker_s_clock_keeps_the_period(game):
             )
     finally:
         env.close()
+
+
+def test_mqttrl_play_records_a_person_s_episodes_as_the_human_baseline(tmp_path):
+    """``mqttrl play``: the kit sends no keys, the person (xdotool holding Right) plays Catch, the
+    run's reward reader scores each episode; the returns go to the baseline file."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "g").mkdir()
+    x = Xvfb(tmp_path / "x")
+    log = tmp_path / "states.log"
+    g = Game(x.display, tmp_path / "g", "mqttrl catch", "--lives", "1", "--ball-speed", "150", "--score-log", str(log))
+    try:
+        g.wait_window()
+        person(x.display, "keydown", "Right")  # held for the whole play: the paddle stays at the right wall
+        config = Path(__file__).parent.parent / "configs" / "screen_catch_dqn.toml"
+        out = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "mqttrl"),
+                "play",
+                str(config),
+                "--episodes",
+                "2",
+                "-o",
+                str(tmp_path / "h.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "DISPLAY": x.display},
+        )
+        person(x.display, "keyup", "Right")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        baseline = json.loads((tmp_path / "h.json").read_text())
+        # the game's own states: each game its catches less the life lost at its game over
+        games, states = [], [line.split()[1:] for line in log.read_text().splitlines()]
+        for score, lives, over in ((int(a), int(b), int(c)) for a, b, c in states):
+            if not games or (games[-1][2] and not over):
+                games.append([score, lives, over])  # a new game after a game over
+            games[-1] = [score, lives, over]
+        expected = [float(score - (1 - lives)) for score, lives, _ in games][:2]
+        assert [e["return"] for e in baseline["episodes"]] == expected, (baseline, states)
+        assert all(e["length"] > 10 for e in baseline["episodes"]) and len(baseline["episodes"]) == 2
+        assert f"human baseline: {baseline['mean']:g} ± " in out.stdout
+        assert "a person took over" not in out.stderr  # the person plays from the start: no change of hands
+    finally:
+        g.stop()
+        x.stop()
+
+
+def test_mqttrl_play_refuses_an_env_a_person_cannot_play_through_the_kit(tmp_path):
+    import sys
+    from pathlib import Path
+
+    config = Path(__file__).parent.parent / "configs" / "cartpole_dqn.toml"
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "mqttrl"), "play", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "a person plays through the screen kit" in out.stderr.strip().splitlines()[-1]

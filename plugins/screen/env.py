@@ -188,7 +188,7 @@ class ScreenEnv(gym.Env):
         except ScreenEnvError:
             self.keyboard.close()
             raise
-        self.takeover, self._person_keys = open_takeover(o.takeover_key, o.takeover_idle_s, self.display, self.actions)
+        self.takeover, self._person_keys = open_takeover(o, self.display, self.actions)
         #: the virtual gamepad a Box action drives (``gamepad``), else None: keys
         self.pad = open_pad(o, self.keyboard) if o.gamepad else None
         self.action_space = pad_space(self.pad) if self.pad else gym.spaces.Discrete(len(self.actions))

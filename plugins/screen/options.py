@@ -93,6 +93,8 @@ class ScreenOptions:
     #: goes back to the policy (:mod:`.takeover`; Linux/X11). "": no takeover
     takeover_key: str = ""
     takeover_idle_s: float = 5.0
+    #: the person plays from the first step (``mqttrl play``: a human baseline); needs takeover_key
+    takeover_start: bool = False
 
     @property
     def displays(self) -> list[str | None]:
@@ -175,6 +177,12 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
     if not isinstance(o.takeover_key, str) or not isinstance(o.takeover_idle_s, int | float):
         _fail("takeover_key", o.takeover_key, 'a key name such as "F12", with takeover_idle_s in seconds')
     check_takeover(o.takeover_key, float(o.takeover_idle_s), o.keys, bool(o.gamepad))
+    if o.takeover_start and not o.takeover_key:
+        _fail(
+            "takeover_start",
+            o.takeover_start,
+            'a person plays from the start only with takeover_key = "F12" (or another key)',
+        )
     return o
 
 

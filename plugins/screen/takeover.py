@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .basics import ScreenEnvError, missing
 
@@ -195,10 +196,13 @@ def check_takeover(key: str, idle_s: float, actions: Sequence[Sequence[str]], ga
         raise ScreenEnvError(f"screen env: takeover_key reads the keyboard on Linux (X11) only; this is {sys.platform}")
 
 
-def open_takeover(key: str, idle_s: float, display: str | None, actions: Sequence[tuple[str, ...]]):
-    """``(Takeover, X11KeyState)`` for ``takeover_key``, or ``(None, None)`` when it is not set."""
-    if not key:
+def open_takeover(opts: Any, display: str | None, actions: Sequence[tuple[str, ...]]):
+    """``(Takeover, X11KeyState)`` for the options' ``takeover_key`` (with ``takeover_start`` the
+    person plays from the first step), or ``(None, None)`` when it is not set."""
+    if not opts.takeover_key:
         return None, None
     action_keys = sorted({k for a in actions for k in a})
-    keys = X11KeyState(display, [key, *action_keys])
-    return Takeover(key, actions, idle_s, time.monotonic), keys
+    keys = X11KeyState(display, [opts.takeover_key, *action_keys])
+    takeover = Takeover(opts.takeover_key, actions, opts.takeover_idle_s, time.monotonic)
+    takeover.by_person = bool(opts.takeover_start)
+    return takeover, keys

@@ -1,0 +1,84 @@
+"""``mqttrl play CONFIG``: a person plays the run's game through the screen kit; the returns are the
+human baseline that the agent's scores are put beside.
+
+The run's env is made as ``mqttrl enjoy`` makes it (``[env] launch`` starts the game, and again after
+each game over), with the kit's takeover on from the first step: the kit sends no keys, the person
+plays with the actions' keys (``[env.kwargs] keys``) on the game's window, and each episode's return
+is read by the run's own reward readers, as in training. ``-o`` writes the episodes, their mean and
+spread as JSON (``human_baseline.json``, docs/demonstrations.md). Linux (X11) only, as the kit's
+takeover.
+
+Exit status: 0 after the episodes, 2 for a config whose env is not the screen kit (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from mqttrl.cli.common import Command, load, overrides_arg
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help='run config (TOML) with env.id = "screen"')
+    overrides_arg(p, "override a config value (repeatable)")
+    p.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes the person plays")
+    p.add_argument("--key", default="F12", help="the kit's takeover key, if the config sets none")
+    p.add_argument("-o", "--out", default="human_baseline.json", help="where the returns are written")
+
+
+def run(args: argparse.Namespace) -> None:
+    from mqttrl.config import ConfigError
+    from mqttrl.envs.run_env import make_played_env
+
+    cfg = load(args.config, args.overrides)
+    if cfg.env.id != "screen":
+        raise ConfigError(
+            f'mqttrl play: {args.config} plays env {cfg.env.id!r}; a person plays through the screen kit ("screen")'
+        )
+    if args.episodes < 1:
+        raise ConfigError(f"mqttrl play: --episodes {args.episodes}: at least 1")
+    person = {"takeover_key": cfg.env.kwargs.get("takeover_key") or args.key, "takeover_start": True}
+    env = make_played_env(cfg.env, extra_kwargs={**person, "takeover_idle_s": 0.0})
+    episodes = []
+    try:
+        for i in range(args.episodes):
+            print(f"episode {i + 1} of {args.episodes}: play with {cfg.env.kwargs.get('keys')}", flush=True)
+            episodes.append(play_episode(env))
+            print(f"  return {episodes[-1]['return']:g} in {episodes[-1]['length']} steps", flush=True)
+    finally:
+        env.close()
+    returns = [e["return"] for e in episodes]
+    out = {
+        "env": cfg.env.id,
+        "window": cfg.env.kwargs.get("window"),
+        "config": str(args.config),
+        "played_by": "person",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "episodes": episodes,
+        "mean": statistics.fmean(returns),
+        "std": statistics.pstdev(returns),
+    }
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"human baseline: {out['mean']:g} ± {out['std']:.2f} over {len(returns)} episodes; wrote {args.out}")
+
+
+def play_episode(env) -> dict:
+    """One episode the person plays (the action given is ignored: the kit sends no keys)."""
+    env.reset()
+    total, steps, done = 0.0, 0, False
+    while not done:
+        _, reward, terminated, truncated, _ = env.step(0)
+        total, steps, done = total + float(reward), steps + 1, terminated or truncated
+    return {"return": total, "length": steps}
+
+
+COMMAND = Command(
+    help="a person plays the run's game through the screen kit: the human baseline",
+    add_arguments=add_arguments,
+    run=run,
+    description=__doc__.split("\n\n")[0],
+)
