@@ -174,15 +174,7 @@ def parse_options(kwargs: dict[str, Any]) -> ScreenOptions:
         _fail("keys_backend", o.keys_backend, '"auto", "xtest", "scancode", "vk" or "pynput"')
     if not all(isinstance(n, str) for n in o.reset_keys):
         _fail("reset_keys", o.reset_keys, 'a list of key names, e.g. ["Return"]')
-    if not isinstance(o.takeover_key, str) or not isinstance(o.takeover_idle_s, int | float):
-        _fail("takeover_key", o.takeover_key, 'a key name such as "F12", with takeover_idle_s in seconds')
-    check_takeover(o.takeover_key, float(o.takeover_idle_s), o.keys, bool(o.gamepad))
-    if o.takeover_start and not o.takeover_key:
-        _fail(
-            "takeover_start",
-            o.takeover_start,
-            'a person plays from the start only with takeover_key = "F12" (or another key)',
-        )
+    check_takeover(o)
     return o
 
 

@@ -182,11 +182,16 @@ class Takeover:
         return self._last_action
 
 
-def check_takeover(key: str, idle_s: float, actions: Sequence[Sequence[str]], gamepad: bool) -> None:
-    """One line for a takeover that cannot work, before any window is looked for."""
+def check_takeover(o: Any) -> None:
+    """One line for a takeover that cannot work (the screen options ``o``), before any window is looked for."""
+    key, idle_s, actions = o.takeover_key, o.takeover_idle_s, o.keys
+    if not isinstance(key, str) or not isinstance(idle_s, int | float) or not isinstance(o.takeover_start, bool):
+        raise ScreenEnvError(f'screen env: takeover_key={key!r}: a key name such as "F12", takeover_idle_s in seconds')
+    if o.takeover_start and not key:
+        raise ScreenEnvError('screen env: takeover_start = true needs takeover_key = "F12" (or another key)')
     if not key:
         return
-    if gamepad:
+    if o.gamepad:
         raise ScreenEnvError("screen env: takeover_key works with keys, not with a gamepad (gamepad = [...])")
     if any(key in a for a in actions):
         raise ScreenEnvError(f"screen env: takeover_key {key!r} is one of the actions' keys: pick a key no action uses")
