@@ -82,8 +82,8 @@ def test_telemetry_keeps_the_env_steps_of_an_evaluation(shared_mosquitto):
 
 
 def test_scalar_storages_put_an_evaluation_at_its_models_env_steps():
+    from mqttrl.plugin import ScalarMapper
     from mqttrl.plugin.storage import Point
-    from mqttrl_plugins.scalars import ScalarMapper
 
     m = ScalarMapper()
     tags = {"run": "r", "worker": "w0"}

@@ -315,3 +315,13 @@ def test_optional_members_are_protocols_of_their_own_asked_with_isinstance():
 
     assert issubclass(NumpyQForward, NoisyForward) and issubclass(TorchQForward, NoisyForward)
     assert issubclass(TorchQForward, MovableForward) and not issubclass(NumpyQForward, MovableForward)
+
+
+def test_the_scalar_storage_base_is_the_toolkit_s_and_its_old_home_still_serves_it():
+    import mqttrl_plugins.scalars as old
+    from mqttrl.plugin import ScalarMapper, Scalars, ScalarStorage
+
+    assert (old.ScalarStorage, old.ScalarMapper, old.Scalars) == (ScalarStorage, ScalarMapper, Scalars)
+    from mqttrl_plugins.tensorboard_storage import TensorBoardStorage
+
+    assert issubclass(TensorBoardStorage, ScalarStorage)

@@ -17,9 +17,9 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from mqttrl.conformance import check_storage
+from mqttrl.plugin import ScalarMapper, Scalars
 from mqttrl.plugin.manager import get_registry
 from mqttrl.plugin.storage import Point, Storage
-from mqttrl_plugins.scalars import ScalarMapper, Scalars
 
 RUN = "tb-run"
 T0 = 1_700_000_000.0
@@ -447,8 +447,8 @@ def test_a_worker_seen_only_by_its_episodes_does_not_reset_the_env_step_axis():
     yet used to report env_steps=0 for it, which the mapper took for a restart: every later step was
     shifted (CI saw (30, 1.0) for (20, 1.0)). Unknown is None, and the axis stays the episodes' own."""
     from mqttrl.nodes.telemetry import WorkerView
+    from mqttrl.plugin import ScalarMapper
     from mqttrl.plugin.storage import Point
-    from mqttrl_plugins.scalars import ScalarMapper
 
     view = WorkerView("w0")  # what the telemetry node knows of a worker whose heartbeat has not come
     assert view.env_steps is None
