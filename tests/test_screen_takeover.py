@@ -235,6 +235,8 @@ def test_mqttrl_play_records_a_person_s_episodes_as_the_human_baseline(tmp_path)
                 "2",
                 "-o",
                 str(tmp_path / "h.json"),
+                "--random-episodes",
+                "1",
             ],
             capture_output=True,
             text=True,
@@ -250,10 +252,14 @@ def test_mqttrl_play_records_a_person_s_episodes_as_the_human_baseline(tmp_path)
             if not games or (games[-1][2] and not over):
                 games.append([score, lives, over])  # a new game after a game over
             games[-1] = [score, lives, over]
-        expected = [float(score - (1 - lives)) for score, lives, _ in games][:2]
-        assert [e["return"] for e in baseline["episodes"]] == expected, (baseline, states)
+        expected = [float(score - (1 - lives)) for score, lives, _ in games]
+        assert [e["return"] for e in baseline["episodes"]] == expected[:2], (baseline, states)
         assert all(e["length"] > 10 for e in baseline["episodes"]) and len(baseline["episodes"]) == 2
         assert f"human baseline: {baseline['mean']:g} ± " in out.stdout
+        # then random play on the same game (the kit presses the keys): the random mean beside
+        random = baseline["random"]
+        assert len(random["episodes"]) == 1 and random["mean"] == random["episodes"][0]["return"], random
+        assert len(expected) >= 3 and "random episode 1 of 1" in out.stdout  # a third game was played
         assert "a person took over" not in out.stderr  # the person plays from the start: no change of hands
     finally:
         g.stop()

@@ -223,6 +223,25 @@ def test_summary_keys_are_those_of_summary_json(tmp_path):
     assert Path(tmp_path / "episodes.csv").exists()
 
 
+def test_a_human_baseline_puts_the_human_normalised_score_in_the_summary(tmp_path):
+    """``[train] human_baseline`` (issue 45): the final and best evaluations beside a person's mean."""
+    (tmp_path / "h.json").write_text(json.dumps({"mean": 40.0, "episodes": [], "random": {"mean": 10.0}}))
+    cfg = config()
+    cfg.train.human_baseline = str(tmp_path / "h.json")
+    (tmp_path / "run").mkdir()
+    rec = RunRecord(cfg, tmp_path / "run")
+    rec.final_eval, rec.best_eval = {"mean": 25.0, "model_version": 3}, 46.0
+    s = rec.summary("time budget", 1.0, RunView(episodes=1, workers=1), 3)
+    rec.close()
+    assert (s["human_mean"], s["random_mean"], s["human_normalized_final"], s["human_normalized_best"]) == (
+        40.0,
+        10.0,
+        0.5,
+        1.2,
+    )
+    json.dumps(s, allow_nan=False)  # it goes to summary.json as it is
+
+
 def test_summary_env_steps_count_the_samples_the_learner_took_in_after_the_last_episodes(tmp_path):
     """Episodes report a worker's env steps when they end; the learner's samples count the steps made
     since. summary.json's env_steps is the larger (an evaluation's model_env_steps exceeded it)."""

@@ -27,6 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     overrides_arg(p, "override a config value (repeatable)")
     p.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes the person plays")
     p.add_argument("--key", default="F12", help="the kit's takeover key, if the config sets none")
+    p.add_argument(
+        "--random-episodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N episodes of uniformly random actions (the kit presses the keys): the random mean beside",
+    )
     p.add_argument("-o", "--out", default="human_baseline.json", help="where the returns are written")
 
 
@@ -52,6 +59,7 @@ def run(args: argparse.Namespace) -> None:
     finally:
         env.close()
     returns = [e["return"] for e in episodes]
+    randoms = play_random(cfg, args.random_episodes) if args.random_episodes > 0 else []
     out = {
         "env": cfg.env.id,
         "window": cfg.env.kwargs.get("window"),
@@ -61,17 +69,41 @@ def run(args: argparse.Namespace) -> None:
         "episodes": episodes,
         "mean": statistics.fmean(returns),
         "std": statistics.pstdev(returns),
+        **({"random": _summary(randoms)} if randoms else {}),
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"human baseline: {out['mean']:g} ± {out['std']:.2f} over {len(returns)} episodes; wrote {args.out}")
 
 
-def play_episode(env) -> dict:
-    """One episode the person plays (the action given is ignored: the kit sends no keys)."""
+def play_random(cfg, episodes: int) -> list[dict]:
+    """``episodes`` episodes of uniformly random actions on the same game and readers (seed 0)."""
+    import numpy as np
+
+    from mqttrl.envs.run_env import make_played_env
+
+    rng = np.random.default_rng(0)
+    env = make_played_env(cfg.env)
+    try:
+        out = []
+        for i in range(episodes):
+            out.append(play_episode(env, lambda: int(rng.integers(env.action_space.n))))
+            print(f"random episode {i + 1} of {episodes}: return {out[-1]['return']:g}", flush=True)
+        return out
+    finally:
+        env.close()
+
+
+def _summary(episodes: list[dict]) -> dict:
+    returns = [e["return"] for e in episodes]
+    return {"episodes": episodes, "mean": statistics.fmean(returns), "std": statistics.pstdev(returns)}
+
+
+def play_episode(env, action=lambda: 0) -> dict:
+    """One episode: the person's (``action`` is ignored: the kit sends no keys) or a policy's."""
     env.reset()
     total, steps, done = 0.0, 0, False
     while not done:
-        _, reward, terminated, truncated, _ = env.step(0)
+        _, reward, terminated, truncated, _ = env.step(action())
         total, steps, done = total + float(reward), steps + 1, terminated or truncated
     return {"return": total, "length": steps}
 

@@ -445,6 +445,11 @@ class TrainConfig:
         'for `best/` and the target). With `eval_on = "workers"`: the workers\' next evaluation, of that model or a '
         "newer one, waited for up to `eval_every_s` and the evaluation's time)",
     )
+    human_baseline: str = setting(
+        "",
+        doc="a person's returns on this game (the JSON `mqttrl play` writes): `summary.json` puts the final and best "
+        "evaluations beside them (the human-normalised score where the file holds random play too; docs/demonstrations.md)",
+    )
     telemetry: bool = setting(
         True,
         doc="run the telemetry node in the trainer (CSV + PNG curves in `<run dir>/telemetry`, best-model quicksaves)",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from mqttrl.config import RunConfig
 from mqttrl.state.atomic import is_disk_full
 from mqttrl.state.best import GREEDY_EVAL, SCORE_FILE, BestScore, read_score, score_file, write_best_dir
+from mqttrl.trainer.baseline import load_baseline
 from mqttrl.wire.episodes import EpisodeStats
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class RunRecord:
         self.env_steps_before = earlier_env_steps(run_dir)
         self.evals: list[dict] = []
         self.best_eval: float | None = None
+        #: a person's returns (``[train] human_baseline``): read now, one line if it cannot be
+        self.baseline = load_baseline(config.train.human_baseline)
         #: the score of ``best/`` (an earlier session's too): only a better evaluation replaces it
         self.best_score: BestScore | None = read_score(run_dir / "best")
         #: the first evaluation that reached ``train.target_return``
@@ -272,6 +275,7 @@ class RunRecord:
             "best_eval_mean": self.best_eval,
             "final_eval_mean": f["mean"] if f else None,
             "final_model_version": f["model_version"] if f else None,
+            **(self.baseline.fields(f["mean"] if f else None, self.best_eval) if self.baseline else {}),
             "evaluations": len(self.evals),
             "curve": self.curve(),
             # three lower bounds of the env steps made: the workers' at their last episode end, the

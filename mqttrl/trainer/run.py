@@ -438,7 +438,8 @@ RECORD_FILES = ("episodes.csv", "evaluations.csv", "summary.json", "best", "tele
 
 
 def _preflight(config: RunConfig) -> RunConfig:
-    """The mistakes a run's env shows, before a broker, a run directory or a process starts: an env
+    """The mistakes a run's config and env show, before a broker, a run directory or a process starts:
+    a human baseline that cannot be read (``[train] human_baseline``), an env
     that cannot be made (exit 2 for an unknown id, 5 for a missing package), one that differs from a
     spec the config declares, and an algorithm that cannot act in it (exit 2, naming those that can).
     The env is made once and closed; returns ``config`` with its spec (``env.spec``), which every node
@@ -446,7 +447,9 @@ def _preflight(config: RunConfig) -> RunConfig:
     from mqttrl.envs.fit import check_fit, run_spaces
     from mqttrl.envs.spec import EnvSpec, check_env_against, made_by, spec_of_config, with_spec
     from mqttrl.plugin.manager import get_registry
+    from mqttrl.trainer.baseline import load_baseline
 
+    load_baseline(config.train.human_baseline)  # a file that cannot be read: one line, now
     registry = get_registry()
     spaces = run_spaces(config.env, registry)
     spec = EnvSpec(*spaces, config.env.id, made_by("trainer"))
