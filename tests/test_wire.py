@@ -1332,3 +1332,18 @@ def test_an_inference_request_is_encoded_from_the_record_its_decoder_returns():
     assert fields(decode_request(got.encode(), request_spec((3,)))) == fields(sent)  # the round trip holds
     old = encode_request("r", "w", 7, 3, obs, "mqttrl/r/infer/w/reply", server="s1")
     assert fields(decode_request(old, request_spec((3,)))) == fields(sent)
+
+
+def test_an_inference_reply_is_encoded_from_the_record_its_decoder_returns():
+    from mqttrl.wire import InferenceReply, InferenceRequest, decode_reply, encode_reply
+
+    q = np.arange(4, dtype=np.float32).reshape(2, 2)
+    sent = InferenceReply(7, 3, {"q": q}, 2, seq=9, run="r", server="s1")
+    got = decode_reply(sent.encode())
+    assert (got.id, got.model_version, got.epoch, got.seq, got.run, got.server) == (7, 3, 2, 9, "r", "s1")
+    assert np.array_equal(got.outputs["q"], q)
+    again = decode_reply(got.encode())  # the round trip holds
+    assert (again.id, again.seq, again.server) == (7, 9, "s1")
+    request = InferenceRequest(7, "x", np.zeros((2, 1), np.float32), 9, "w", model_version=3, run="r")
+    old = decode_reply(encode_reply("r", "s1", request, 3, {"q": q}, epoch=2))
+    assert (old.id, old.model_version, old.epoch, old.seq, old.server) == (7, 3, 2, 9, "s1")

@@ -55,6 +55,7 @@ from mqttrl.transport.dispatch import Dispatcher
 from mqttrl.transport.topics import SPECS, Kind, Topics, check_name
 from mqttrl.wire import (
     InferenceMetrics,
+    InferenceReply,
     InferenceRequest,
     InferenceState,
     Rejected,
@@ -64,7 +65,6 @@ from mqttrl.wire import (
     decode_json,
     decode_request,
     decode_weights,
-    encode_reply,
     request_spec,
 )
 
@@ -327,7 +327,10 @@ class InferenceServer:
             n = p.request.count
             part = {k: np.ascontiguousarray(v[start : start + n]) for k, v in out.items()}
             start += n
-            payload = encode_reply(self.topics.run, self.name, p.request, self.version, part, epoch=self.epoch)
+            reply = InferenceReply(
+                p.request.id, self.version, part, self.epoch, p.request.seq, self.topics.run, self.name
+            )
+            payload = reply.encode()
             self.client.send_now(p.reply_topic, payload, kind="reply")
             self._latencies.append(time.perf_counter() - p.received)
         self.served_requests += len(batch)

@@ -76,10 +76,21 @@ class InferenceReply:
     outputs: Mapping[str, np.ndarray]
     #: the learner epoch of that model
     epoch: int = 0
+    #: the request's sequence number, echoed; the run and the answering server the header names
+    seq: int = 0
+    run: str = ""
+    server: str = ""
 
     @property
     def order(self) -> tuple[int, int]:
         return (self.epoch, self.model_version)
+
+    def encode(self) -> bytes:
+        """This reply on the wire, what :func:`decode_reply` reads back."""
+        outputs = dict(self.outputs)
+        return encode_batch(
+            self.run, self.server, self.seq, self.model_version, outputs, extra={"id": self.id}, epoch=self.epoch
+        )
 
 
 def encode_request(
@@ -123,7 +134,8 @@ def encode_reply(
     outputs: Mapping[str, np.ndarray],
     epoch: int = 0,
 ) -> bytes:
-    return encode_batch(run, server, request.seq, model_version, dict(outputs), extra={"id": request.id}, epoch=epoch)
+    """:meth:`InferenceReply.encode` of the reply to ``request`` (the record is the way to call it)."""
+    return InferenceReply(request.id, model_version, outputs, epoch, seq=request.seq, run=run, server=server).encode()
 
 
 def decode_reply(payload: bytes) -> InferenceReply:
@@ -132,4 +144,6 @@ def decode_reply(payload: bytes) -> InferenceReply:
     rid = batch.extra.get("id")
     if not isinstance(rid, int) or isinstance(rid, bool):
         raise Rejected("bad_header", f"reply id {rid!r} is not an integer")
-    return InferenceReply(rid, batch.model_version, batch.arrays, batch.epoch)
+    return InferenceReply(
+        rid, batch.model_version, batch.arrays, batch.epoch, seq=batch.seq, run=batch.run, server=batch.worker
+    )
