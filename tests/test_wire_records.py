@@ -199,6 +199,30 @@ def test_the_episode_and_learner_point_fields_are_the_ones_docs_telemetry_lists(
 
 
 def test_a_heartbeats_counts_read_a_bad_value_as_zero_by_one_rule():
-    hb = Heartbeat(model_version=0, env_steps=0, dropped={"samples": 3, "episodes": "x", "eval": -1, "cmd": True})
-    hb.game = {"launches": 2, "relaunches": 1.5}
-    assert hb.dropped_total() == 3 and (hb.count("launches"), hb.count("relaunches")) == (2, 0)
+    hb = Heartbeat.from_json(
+        {
+            "model_version": 0,
+            "env_steps": 0,
+            "dropped": {"samples": 3, "episodes": "x", "eval": -1, "cmd": True},
+            "game": {"launches": 2, "relaunches": 1.5, "crashes": -1},
+        }
+    )
+    assert hb.dropped_total() == 3 and (hb.count("launches"), hb.count("relaunches"), hb.count("crashes")) == (2, 0, 0)
+
+
+def test_a_nested_record_decodes_by_its_own_rules_and_encodes_back_to_the_same_json():
+    from mqttrl.wire import GameReport
+    from mqttrl.wire.record import fields_table
+
+    sent = {
+        "model_version": 1,
+        "env_steps": 5,
+        "game": {"launches": 3, "relaunches": 2, "crashes": 1, "relaunch_s": 4.5},
+    }
+    hb = Heartbeat.from_json(sent)
+    assert hb.game == GameReport(launches=3, relaunches=2, crashes=1, relaunch_s=4.5)
+    assert hb.to_json()["game"] == sent["game"]  # the wire is what it was: a JSON object
+    assert Heartbeat.decode(hb.encode()).game == hb.game
+    assert Heartbeat.from_json({**sent, "game": "three"}).game is None  # an optional field of the wrong type: absent
+    assert Heartbeat.from_json({**sent, "game": {"launches": "x"}}).game == GameReport()  # its own optional rules
+    assert "object (GameReport)" in fields_table(Heartbeat)

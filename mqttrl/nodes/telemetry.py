@@ -101,9 +101,7 @@ class WorkerView:
         set back."""
         now = {"env_steps": hb.env_steps, "person_steps": hb.person_steps or 0}
         now.update({k: hb.count(k) for k in ("launches", "relaunches", "crashes")})
-        seconds = (hb.game or {}).get("relaunch_s")
-        ok = isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0
-        now["relaunch_s"] = float(seconds) if ok else 0.0
+        now["relaunch_s"] = hb.game.seconds() if hb.game is not None else 0.0
         if self.incarnation is not None and hb.incarnation != self.incarnation:
             self.before = {k: self.before.get(k, 0) + v for k, v in self.last.items()}
         self.incarnation, self.last = hb.incarnation, now

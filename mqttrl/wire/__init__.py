@@ -11,7 +11,7 @@ from .episodes import EpisodeReport, EpisodeStats, decode_episodes
 from .errors import Rejected, RejectionCounter
 from .evaluation import Evaluation
 from .flow import Flow
-from .heartbeat import Heartbeat, StepRate
+from .heartbeat import GameReport, Heartbeat, StepRate
 from .inference import (
     InferenceReply,
     InferenceRequest,
@@ -47,6 +47,7 @@ __all__ = [
     "Evaluation",
     "FieldSpec",
     "Flow",
+    "GameReport",
     "Heartbeat",
     "InferenceMetrics",
     "InferenceReply",

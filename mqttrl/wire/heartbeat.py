@@ -14,6 +14,25 @@ from .record import JsonRecord, wire_field
 
 
 @attrs.define(kw_only=True)
+class GameReport(JsonRecord):
+    """The game a worker launched (``[env] launch``), as its heartbeat reports it: counts over the
+    worker's process (telemetry adds those of its earlier processes)."""
+
+    launches: int | None = wire_field("games started, the first included", None)
+    relaunches: int | None = wire_field("games started after the first", None)
+    crashes: int | None = wire_field("of the relaunches, those after a crash (not a game over)", None)
+    relaunch_s: float | None = wire_field("seconds the relaunches took", None)
+
+    def count(self, name: str) -> int:
+        """``launches``, ``relaunches`` or ``crashes``; 0 for a count not given or not a count."""
+        return count_of(getattr(self, name))
+
+    def seconds(self) -> float:
+        """``relaunch_s``, 0 when not given or negative."""
+        return self.relaunch_s if self.relaunch_s is not None and self.relaunch_s >= 0 else 0.0
+
+
+@attrs.define(kw_only=True)
 class Heartbeat(JsonRecord):
     """What a worker has done so far, and how it is doing (fields in the message's order)."""
 
@@ -39,7 +58,7 @@ class Heartbeat(JsonRecord):
     timing: dict | None = wire_field(
         "where its time went since the last heartbeat: per block, seconds and calls", None, omit_none=True
     )
-    game: dict | None = wire_field(
+    game: GameReport | None = wire_field(
         "the game it launched (`[env] launch`): `launches`, `relaunches`, of those `crashes` (not a game "
         "over), `relaunch_s` (seconds the relaunches took)",
         None,
@@ -56,7 +75,7 @@ class Heartbeat(JsonRecord):
 
     def count(self, name: str) -> int:
         """A counter of the game report (``launches``, ``relaunches``, ``crashes``), 0 for anything not a count."""
-        return count_of((self.game or {}).get(name))
+        return self.game.count(name) if self.game is not None else 0
 
     def dropped_total(self) -> int:
         """Messages dropped from a full outbox, all kinds (a bad count reads as 0)."""

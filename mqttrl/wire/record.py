@@ -13,7 +13,9 @@ Decoding is written once here for every record:
   receivers harmlessly.
 
 The types a field may have are JSON's: ``int``, ``float`` (an int is taken as a float), ``str``,
-``bool``, ``dict``, ``list``, each optionally ``| None``.
+``bool``, ``dict``, ``list``, or another record (a JSON object decoded by that record's rules: a
+heartbeat's game report), each optionally ``| None``. A nested record that does not decode is a
+field of the wrong type: absent where optional, a refusal where required.
 """
 
 from __future__ import annotations
@@ -54,12 +56,22 @@ def _json_type(annotation: Any) -> tuple[type, bool]:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _json_type(args[0])[0], True
     base = origin or annotation
-    if base not in _TYPE_NAMES:
+    if base not in _TYPE_NAMES and not _is_record(base):
         raise TypeError(f"a wire record field must be one of JSON's types, not {annotation!r}")
     return base, False
 
 
+def _is_record(typ: Any) -> bool:
+    return isinstance(typ, type) and attrs.has(typ)
+
+
+def _type_name(typ: type) -> str:
+    return _TYPE_NAMES.get(typ) or f"object ({typ.__name__})"
+
+
 def _fits(value: Any, typ: type) -> bool:
+    if _is_record(typ):
+        return isinstance(value, dict)
     if isinstance(value, bool) and typ is not bool:
         return False
     if typ is float:
@@ -106,10 +118,25 @@ def from_json(cls: type[R], data: dict) -> R:
         if value is None and f.nullable:
             values[f.name] = None
         elif _fits(value, f.typ):
-            values[f.name] = float(value) if f.typ is float else value
+            values[f.name] = _nested(f, value) if _is_record(f.typ) else float(value) if f.typ is float else value
         elif f.required:
-            raise Rejected("bad_value", f"{cls.__name__}.{f.key}={value!r} is not {_TYPE_NAMES[f.typ]}")
+            raise Rejected("bad_value", f"{cls.__name__}.{f.key}={value!r} is not {_type_name(f.typ)}")
+        if values.get(f.name, 0) is _BAD:
+            del values[f.name]  # an optional nested record that does not decode reads as absent
     return cls(**values)
+
+
+#: a nested record that did not decode (an optional field: absent)
+_BAD = object()
+
+
+def _nested(f: _Slot, value: dict) -> Any:
+    try:
+        return from_json(f.typ, value)
+    except Rejected:
+        if f.required:
+            raise
+        return _BAD
 
 
 def decode(cls: type[R], payload: bytes) -> R:
@@ -124,7 +151,7 @@ def to_json(record: Any) -> dict[str, Any]:
         value = getattr(record, f.name)
         if value is None and f.metadata.get("omit_none"):
             continue
-        out[_key(f)] = value
+        out[_key(f)] = to_json(value) if _is_record(type(value)) else value
     return out
 
 
@@ -137,7 +164,7 @@ def fields_table(cls: type) -> str:
     rows = ["| field | type | required | what |", "|---|---|---|---|"]
     for f in _fields(cls):
         typ, nullable = _json_type(f.type)
-        name = _TYPE_NAMES[typ] + (" or null" if nullable and not f.metadata.get("omit_none") else "")
+        name = _type_name(typ) + (" or null" if nullable and not f.metadata.get("omit_none") else "")
         required = "yes" if f.default is attrs.NOTHING else ""
         rows.append(f"| `{_key(f)}` | {name} | {required} | {f.metadata.get('doc', '')} |")
     return "\n".join(rows)

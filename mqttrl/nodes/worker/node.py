@@ -53,7 +53,16 @@ from mqttrl.system.procs import StopSignals
 from mqttrl.transport.client import BrokerSettings, MqttClient, Outgoing
 from mqttrl.transport.dispatch import Dispatcher, Handler
 from mqttrl.transport.topics import Kind, Topics, check_name
-from mqttrl.wire import ModelRef, Rejected, RejectionCounter, SampleBatch, WorkerState, decode_weights, encode_json
+from mqttrl.wire import (
+    GameReport,
+    ModelRef,
+    Rejected,
+    RejectionCounter,
+    SampleBatch,
+    WorkerState,
+    decode_weights,
+    encode_json,
+)
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -489,12 +498,9 @@ class WorkerNode:
         hb.timing = self.blocks.take()
         if self.game is not None:  # the game this worker launched: its starts, and those after the first
             g = self.game
-            hb.game = {
-                "launches": g.launches,
-                "relaunches": g.relaunches,
-                "crashes": g.crashes,
-                "relaunch_s": round(g.relaunch_s, 3),
-            }
+            hb.game = GameReport(
+                launches=g.launches, relaunches=g.relaunches, crashes=g.crashes, relaunch_s=round(g.relaunch_s, 3)
+            )
         if self.period_stats is not None:
             idle = self.loop.idle_reason if self.loop is not None else None
             hb.realtime = {**self.period_stats.take(), "games_paused": self.games_paused, "idle": idle}
