@@ -112,22 +112,19 @@ def paddle_x(env) -> float:
     return float(np.nonzero((rows[..., 1] > 150) & (rows[..., 0] < 120))[1].mean())
 
 
+def takeover_env(display: str, **kwargs):
+    """The kit on the module's Catch window, F12 its takeover key."""
+    opts = {"window": "catch-takeover", "display": display, "keys": KEYS, "reward": REWARD, "reset_keys": ["Return"]}
+    return make_screen_env(**opts, takeover_key="F12", **kwargs)
+
+
 def play(env, steps: int, action: int = 1) -> list[dict]:
     """``steps`` steps of the policy's action (Left); the infos."""
     return [env.step(action)[4] for _ in range(steps)]
 
 
 def test_a_person_takes_over_by_the_key_plays_and_control_comes_back(game, caplog):
-    env = make_screen_env(
-        window="catch-takeover",
-        display=game.display,
-        keys=KEYS,
-        reward=REWARD,
-        reset_keys=["Return"],
-        step_s=0.05,
-        takeover_key="F12",
-        takeover_idle_s=0.6,
-    )
+    env = takeover_env(game.display, step_s=0.05, takeover_idle_s=0.6)
     caplog.set_level(logging.INFO, logger="mqttrl.screen")
     try:
         env.reset()
@@ -174,16 +171,7 @@ def test_the_same_takeover_under_the_worker_s_clock_keeps_the_period(game):
     from mqttrl.envs.realtime import RealTimeEnv
     from mqttrl.envs.realtime_clock import ControlClock
 
-    inner = make_screen_env(
-        window="catch-takeover",
-        display=game.display,
-        keys=KEYS,
-        reward=REWARD,
-        reset_keys=["Return"],
-        step_s=0.0,
-        takeover_key="F12",
-        takeover_idle_s=0.5,
-    )
+    inner = takeover_env(game.display, step_s=0.0, takeover_idle_s=0.5)
     env = RealTimeEnv(inner, ControlClock(20.0))
     try:
         env.reset()
