@@ -325,3 +325,12 @@ def test_the_scalar_storage_base_is_the_toolkit_s_and_its_old_home_still_serves_
     from mqttrl_plugins.tensorboard_storage import TensorBoardStorage
 
     assert issubclass(TensorBoardStorage, ScalarStorage)
+
+
+def test_the_screen_kit_stands_on_the_toolkit_s_real_time_base():
+    from mqttrl.plugin import RealTimeGameEnv
+    from mqttrl_plugins.screen.env import ScreenEnv
+
+    assert issubclass(ScreenEnv, RealTimeGameEnv)
+    assert ScreenEnv.pausable is False  # its window's game cannot be paused: a worker lets go of the keys instead
+    assert ScreenEnv.step is not RealTimeGameEnv.step  # its own step: the period from the last frame, taps ended

@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin import launched_game_pid
+from mqttrl.plugin import RealTimeGameEnv, launched_game_pid
 
 from .capture import FrameStack, Grabber, Stillness, rgb
 from .gamepad import Gamepad, Layout, make_backend
@@ -153,7 +153,7 @@ class LateStart:
             )
 
 
-class ScreenEnv(gym.Env):
+class ScreenEnv(RealTimeGameEnv):
     """``id = "screen"``: see :class:`~.options.ScreenOptions` for the kwargs."""
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's class attribute)
