@@ -292,6 +292,7 @@ class MqttClient:
         self._outbox = Outbox(outbox_limit, name=client_id)
         self._need_setup = False
         self._stopping = False
+        self._in_hand = False  # a message the publisher took from the outbox, not yet handed to paho
         self._connected = threading.Event()
         self._acks = AckLedger()
         self._subs = SubscriptionBook()
@@ -363,8 +364,9 @@ class MqttClient:
 
     @property
     def outbox_size(self) -> int:
+        """Messages not in paho's hands yet, the one being handed over too (``stop`` waits for them)."""
         with self._cv:
-            return len(self._outbox)
+            return len(self._outbox) + self._in_hand
 
     @property
     def connected(self) -> bool:
@@ -526,6 +528,7 @@ class MqttClient:
                 self._need_setup = False
                 subs = not setup and self._subscriptions_due()
                 msg = None if setup or subs else self._outbox.take()
+                self._in_hand = msg is not None
             try:
                 if setup:
                     self._setup()
@@ -535,6 +538,7 @@ class MqttClient:
                 log.exception("%s: %s failed", self.client_id, "setup after connect" if setup else "re-subscribing")
             if msg is not None:
                 self._send(msg)
+                self._in_hand = False  # one store: outbox_size reads it under the lock
             self._recycle_if_frozen(time.monotonic())
 
     def _ack_overdue(self, now: float) -> bool:
@@ -555,14 +559,10 @@ class MqttClient:
         if sock is None:
             return
         self.recycles += 1
-        log.warning(
-            "%s: %d message(s) unacknowledged by %s for %.1fs (> %.1fs): the link looks frozen; reconnecting",
-            self.client_id,
-            len(self._acks),
-            self.broker,
-            age,
-            self.ack_timeout_s,
+        what = (
+            f"{len(self._acks)} message(s) unacknowledged by {self.broker} for {age:.1f}s (> {self.ack_timeout_s:.1f}s)"
         )
+        log.warning("%s: %s: the link looks frozen; reconnecting", self.client_id, what)
         try:
             sock.shutdown(socket.SHUT_RDWR)  # paho's network thread reads the end and reconnects
         except OSError:
