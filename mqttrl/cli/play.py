@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 from mqttrl.cli.common import Command, load, overrides_arg
+from mqttrl.cli.enjoy import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help='run config (TOML) with env.id = "screen"')
     overrides_arg(p, "override a config value (repeatable)")
-    p.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes the person plays")
+    p.add_argument("--episodes", type=positive_int, default=5, metavar="N", help="episodes the person plays")
     p.add_argument("--key", default="F12", help="the kit's takeover key, if the config sets none")
     p.add_argument(
         "--random-episodes",
@@ -46,8 +47,6 @@ def run(args: argparse.Namespace) -> None:
         raise ConfigError(
             f'mqttrl play: {args.config} plays env {cfg.env.id!r}; a person plays through the screen kit ("screen")'
         )
-    if args.episodes < 1:
-        raise ConfigError(f"mqttrl play: --episodes {args.episodes}: at least 1")
     person = {"takeover_key": cfg.env.kwargs.get("takeover_key") or args.key, "takeover_start": True}
     env = make_played_env(cfg.env, extra_kwargs={**person, "takeover_idle_s": 0.0})
     episodes = []
@@ -58,7 +57,6 @@ def run(args: argparse.Namespace) -> None:
             print(f"  return {episodes[-1]['return']:g} in {episodes[-1]['length']} steps", flush=True)
     finally:
         env.close()
-    returns = [e["return"] for e in episodes]
     randoms = play_random(cfg, args.random_episodes) if args.random_episodes > 0 else []
     out = {
         "env": cfg.env.id,
@@ -66,13 +64,11 @@ def run(args: argparse.Namespace) -> None:
         "config": str(args.config),
         "played_by": "person",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "episodes": episodes,
-        "mean": statistics.fmean(returns),
-        "std": statistics.pstdev(returns),
+        **_summary(episodes),
         **({"random": _summary(randoms)} if randoms else {}),
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"human baseline: {out['mean']:g} ± {out['std']:.2f} over {len(returns)} episodes; wrote {args.out}")
+    print(f"human baseline: {out['mean']:g} ± {out['std']:.2f} over {len(episodes)} episodes; wrote {args.out}")
 
 
 def play_random(cfg, episodes: int) -> list[dict]:

@@ -105,10 +105,7 @@ class ClockedGame(Protocol):
 
 def game_of(env: gym.Env) -> RealTimeGame | None:
     """The env's real-time protocol, where it speaks it (on the env or its unwrapped core)."""
-    for candidate in (env, env.unwrapped):
-        if isinstance(candidate, RealTimeGame):
-            return candidate
-    return None
+    return _first(env, RealTimeGame)
 
 
 def _first(env: gym.Env, kind: type[T]) -> T | None:

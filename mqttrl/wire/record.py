@@ -117,12 +117,13 @@ def from_json(cls: type[R], data: dict) -> R:
         value = data[f.key]
         if value is None and f.nullable:
             values[f.name] = None
-        elif _fits(value, f.typ):
-            values[f.name] = _nested(f, value) if _is_record(f.typ) else float(value) if f.typ is float else value
-        elif f.required:
-            raise Rejected("bad_value", f"{cls.__name__}.{f.key}={value!r} is not {_type_name(f.typ)}")
-        if values.get(f.name, 0) is _BAD:
-            del values[f.name]  # an optional nested record that does not decode reads as absent
+        elif not _fits(value, f.typ):
+            if f.required:
+                raise Rejected("bad_value", f"{cls.__name__}.{f.key}={value!r} is not {_type_name(f.typ)}")
+        elif not _is_record(f.typ):
+            values[f.name] = float(value) if f.typ is float else value
+        elif (nested := _nested(f, value)) is not _BAD:  # an optional one that does not decode: absent
+            values[f.name] = nested
     return cls(**values)
 
 
