@@ -418,3 +418,33 @@ def test_every_node_that_makes_the_run_env_tells_it_the_runs_control_hz():
     with_control_hz(other, from_dict({}).env)
     assert other.hz is None
     with_control_hz(gym.make("CartPole-v1"), from_dict({"env": {"control_hz": 25.0}}).env)  # no method: no error
+
+
+def test_a_launched_game_sped_up_by_libfaketime_is_paced_at_the_wall_rate(monkeypatch):
+    """With ``[env] game_speed = 2`` a launched game runs twice as fast: an unpaced node's step
+    (``mqttrl enjoy``, a greedy evaluation) lasts half the wall time, the same game time as a
+    worker's period (its clock runs at control_hz x game_speed); a game started by hand keeps
+    control_hz (libfaketime does not reach it)."""
+    import sys
+
+    import gymnasium as gym
+
+    from mqttrl.config import from_dict
+    from mqttrl.envs.realtime import with_control_hz
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("libfaketime speeds up launched games on Linux only")
+
+    class Paced(gym.Env):
+        observation_space = gym.spaces.Discrete(1)
+        action_space = gym.spaces.Discrete(1)
+        hz = None
+
+        def set_control_hz(self, hz):
+            self.hz = hz
+
+    launched, by_hand = Paced(), Paced()
+    env = {"control_hz": 10.0, "game_speed": 2.0}
+    with_control_hz(launched, from_dict({"env": {**env, "launch": ["game"]}}).env)
+    with_control_hz(by_hand, from_dict({"env": env}).env)
+    assert (launched.hz, by_hand.hz) == (20.0, 10.0)

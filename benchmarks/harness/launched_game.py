@@ -1,6 +1,7 @@
 """A launched screen game as one gymnasium env, for the sides that are not mqttrl (SB3, a random
 policy): its own Xvfb display, the game started by mqttrl's launcher (``[env] launch`` of an mqttrl
-config) and the screen kit's env over its window, all from that config's ``[env]``. A new episode
+config, under libfaketime for ``[env] game_speed``) and the screen kit's env over its window, each
+step lasting the worker's control period, all from that config's ``[env]``. A new episode
 relaunches the game (a game over of such a game may need a new process: freegames' Pacman just
 stops), as mqttrl's worker does when a reset fails; a step that raises (the game crashed) ends the
 episode as truncated. So each library plays the very game, reader and keys mqttrl's worker does.
@@ -38,23 +39,22 @@ class LaunchedScreenEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's class attribute)
 
     def __init__(self, config: str, screen: str = "1024x768", launch: list | None = None, **kwargs: Any):
+        import attrs
+
+        from mqttrl.config import load_config
         from mqttrl.envs.launch import GameProcess, LaunchSettings
 
-        section = env_section(config)
-        section["launch"] = launch or section["launch"]
-        self.kwargs = {**section.get("kwargs", {}), **kwargs}
+        path = Path(config) if Path(config).is_absolute() else REPO / config
+        self.env_config = load_config(path).env
+        self.kwargs = {**self.env_config.kwargs, **kwargs}
         self.workdir = Path(tempfile.mkdtemp(prefix="launched-game-"))
         self.xvfb = Xvfb(self.workdir, screen)
         self.kwargs["display"] = self.xvfb.display
-        env = {**section.get("launch_env", {}), "DISPLAY": self.xvfb.display}
-        settings = LaunchSettings(
-            tuple(section["launch"]),
-            section.get("launch_cwd", ""),
-            env,
-            section.get("launch_ready_s", 60.0),
-            max_per_hour=STARTS_PER_HOUR,
-        )
-        self.game = GameProcess(settings)
+        # as the worker launches it: [env] launch_env, and libfaketime for [env] game_speed
+        settings = LaunchSettings.of(attrs.evolve(self.env_config, launch=launch or self.env_config.launch), 1)
+        assert settings is not None, f"{config}: [env] launch is not set"
+        env = {**settings.env, "DISPLAY": self.xvfb.display}
+        self.game = GameProcess(attrs.evolve(settings, env=env, max_per_hour=STARTS_PER_HOUR))
         self.env = self.game.make_env(self._make)
         self.action_space, self.observation_space = self.env.action_space, self.env.observation_space
         self.fresh = True  # the game just started: its first episode needs no relaunch
@@ -63,9 +63,11 @@ class LaunchedScreenEnv(gym.Env):
         self.launches = 1
 
     def _make(self):
+        from mqttrl.envs.realtime import with_control_hz
         from mqttrl_plugins.screen import make_screen_env
 
-        return make_screen_env(**self.kwargs)
+        # each step lasts the worker's period (control_hz in game time, x game_speed in wall time)
+        return with_control_hz(make_screen_env(**self.kwargs), self.env_config)
 
     def _relaunch(self, why: str) -> None:
         self.env.close()

@@ -21,13 +21,6 @@ import gymnasium as gym
 from benchmarks.harness.scenario import NO_TARGET, Baseline, Mqttrl, RandomPolicy, Scenario
 
 CONFIG = "configs/freegames_pacman_dqn.toml"
-ENV = "benchmarks.scenarios.freegames_pacman:FreegamesPacman-v0"
-if "FreegamesPacman-v0" not in gym.registry:
-    gym.register(
-        "FreegamesPacman-v0",
-        entry_point="benchmarks.harness.launched_game:LaunchedScreenEnv",
-        kwargs={"config": CONFIG, "launch": [sys.executable, "-m", "freegames.pacman"]},
-    )
 
 #: SB3's Atari DQN settings (rl-baselines3-zoo atari.yml) scaled to ~30k env steps an hour
 ATARI_DQN = {
@@ -43,25 +36,43 @@ ATARI_DQN = {
 }
 
 
-def baseline(name: str, library: str, algo: str) -> Baseline:
-    return Baseline(name, library, algo, ENV, ATARI_DQN, policy="CnnPolicy", exploration_steps=3_000)
+def register(env_id: str, config: str) -> str:
+    """``env_id``: the game of ``config``'s ``[env]`` as one gymnasium env, for the sides that are not
+    mqttrl; the id as :func:`mqttrl.envs.make.make_env` finds it (this module imported first)."""
+    if env_id not in gym.registry:
+        gym.register(
+            env_id,
+            entry_point="benchmarks.harness.launched_game:LaunchedScreenEnv",
+            kwargs={"config": config, "launch": [sys.executable, "-m", "freegames.pacman"]},
+        )
+    return f"{__name__}:{env_id}"
 
 
-SCENARIO = Scenario(
-    title="freegames Pacman through its window, 60 minutes",
-    page="benchmarks/real-game.md",
-    target=NO_TARGET,
-    measure="best",
-    seconds=3600,
-    stop_at_target=False,
-    seeds=3,
-    episodes=5,
-    eval_every_steps=5_000,
-    sides=(
-        Mqttrl("mqttrl", CONFIG, (f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]',), eval_env=ENV),
-        baseline("SB3 DQN", "sb3", "DQN"),
-        baseline("sb3-contrib QR-DQN", "sb3_contrib", "QRDQN"),
-        RandomPolicy("random", ENV, episodes=20),
-    ),
-    headline=False,
-)
+def scenario(title: str, config: str, env_id: str) -> Scenario:
+    """Every side on ``config``'s game (its speed, its keys, its reader), 60 minutes a seed and side."""
+    env = register(env_id, config)
+    baseline = lambda name, library, algo: Baseline(  # noqa: E731
+        name, library, algo, env, ATARI_DQN, policy="CnnPolicy", exploration_steps=3_000
+    )
+    return Scenario(
+        title=title,
+        page="benchmarks/real-game.md",
+        target=NO_TARGET,
+        measure="best",
+        seconds=3600,
+        stop_at_target=False,
+        seeds=3,
+        episodes=5,
+        eval_every_steps=5_000,
+        sides=(
+            Mqttrl("mqttrl", config, (f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]',), eval_env=env),
+            baseline("SB3 DQN", "sb3", "DQN"),
+            baseline("sb3-contrib QR-DQN", "sb3_contrib", "QRDQN"),
+            RandomPolicy("random", env, episodes=20),
+        ),
+        headline=False,
+    )
+
+
+ENV = register("FreegamesPacman-v0", CONFIG)
+SCENARIO = scenario("freegames Pacman through its window, 60 minutes", CONFIG, "FreegamesPacman-v0")

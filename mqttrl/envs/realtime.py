@@ -200,8 +200,10 @@ def with_control_hz(env: gym.Env, env_config) -> gym.Env:
     """``env`` told the run's ``[env] control_hz`` (its ``set_control_hz(hz)``, on the env or its
     unwrapped core), so that a step no worker clock paces (``mqttrl enjoy``, a greedy evaluation)
     lasts the period training used; an env without the method, or a run without ``control_hz``, is
-    left as it is (a worker's RealTimeEnv paces its own steps)."""
-    hz = float(env_config.control_hz)
+    left as it is (a worker's RealTimeEnv paces its own steps). A launched game under libfaketime
+    (``[env] game_speed``) gets the wall rate, ``control_hz x game_speed``, as the worker's clock
+    does: each step is the same game time as in training."""
+    hz = wall_hz(env_config)
     clocked = _first(env, ClockedGame) if hz else None
     if clocked is not None:
         clocked.set_control_hz(hz)
