@@ -36,21 +36,27 @@ ATARI_DQN = {
 }
 
 
-def register(env_id: str, config: str) -> str:
-    """``env_id``: the game of ``config``'s ``[env]`` as one gymnasium env, for the sides that are not
-    mqttrl; the id as :func:`mqttrl.envs.make.make_env` finds it (this module imported first)."""
+def register(env_id: str, config: str, **kwargs) -> str:
+    """``env_id``: the game of ``config``'s ``[env]`` (``kwargs`` over its ``[env.kwargs]``) as one
+    gymnasium env, for the sides that are not mqttrl; the id as :func:`mqttrl.envs.make.make_env`
+    finds it (this module imported first)."""
     if env_id not in gym.registry:
         gym.register(
             env_id,
             entry_point="benchmarks.harness.launched_game:LaunchedScreenEnv",
-            kwargs={"config": config, "launch": [sys.executable, "-m", "freegames.pacman"]},
+            kwargs={"config": config, "launch": [sys.executable, "-m", "freegames.pacman"], **kwargs},
         )
     return f"{__name__}:{env_id}"
 
 
-def scenario(title: str, config: str, env_id: str) -> Scenario:
-    """Every side on ``config``'s game (its speed, its keys, its reader), 60 minutes a seed and side."""
-    env = register(env_id, config)
+def scenario(title: str, config: str, env_id: str, episodes: int = 5, max_episode_steps: int = 0) -> Scenario:
+    """Every side on ``config``'s game (its speed, its keys, its reader), 60 minutes a seed and side,
+    evaluated with ``episodes`` greedy episodes every 5,000 env steps; ``max_episode_steps`` (0: the
+    config's) cuts every side's episodes there (a greedy Pacman stuck at a wall plays on until then)."""
+    cut = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
+    env = register(env_id, config, **cut)
+    sets = [f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]', f"train.eval_episodes={episodes}"]
+    sets += [f"env.kwargs.max_episode_steps={max_episode_steps}"] if max_episode_steps else []
     baseline = lambda name, library, algo: Baseline(  # noqa: E731
         name, library, algo, env, ATARI_DQN, policy="CnnPolicy", exploration_steps=3_000
     )
@@ -62,10 +68,10 @@ def scenario(title: str, config: str, env_id: str) -> Scenario:
         seconds=3600,
         stop_at_target=False,
         seeds=3,
-        episodes=5,
+        episodes=episodes,
         eval_every_steps=5_000,
         sides=(
-            Mqttrl("mqttrl", config, (f'env.launch=["{sys.executable}", "-m", "freegames.pacman"]',), eval_env=env),
+            Mqttrl("mqttrl", config, tuple(sets), eval_env=env),
             baseline("SB3 DQN", "sb3", "DQN"),
             baseline("sb3-contrib QR-DQN", "sb3_contrib", "QRDQN"),
             RandomPolicy("random", env, episodes=20),
