@@ -63,8 +63,11 @@ def test_n_step_returns_and_discounts(end):
         np.testing.assert_allclose(out["discount"], [0.125, 0.125, 0, 0, 0])
     else:  # truncation bootstraps from the final obs with gamma ** (steps summed)
         np.testing.assert_allclose(out["discount"], [0.125, 0.125, 0.125, 0.25, 0.5])
-    for name, field in sample_spec(actor.params, OBS, ACT).fields.items():
-        assert out[name].dtype == np.dtype(field.dtype) and out[name].flags.c_contiguous
+    fields = sample_spec(actor.params, OBS, ACT).fields
+    assert set(out) == {k for k, f in fields.items() if not f.optional}  # no takeover: no intervention field
+    for name, field in fields.items():
+        if name in out:
+            assert out[name].dtype == np.dtype(field.dtype) and out[name].flags.c_contiguous
 
 
 def test_n_step_windows_do_not_cross_episodes_or_envs():

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from mqttrl.nets.torch_torso import Torso as TorchTorso  # noqa: F401
     from mqttrl.nets.torch_torso import orthogonal_init as orthogonal_init
     from mqttrl.plugin.algorithm import FLEET_PROGRESS_KEY as FLEET_PROGRESS_KEY
+    from mqttrl.plugin.algorithm import INTERVENTION as INTERVENTION
     from mqttrl.plugin.algorithm import UPDATES_KEY as UPDATES_KEY
     from mqttrl.plugin.algorithm import Actor as Actor
     from mqttrl.plugin.algorithm import ActorContext as ActorContext
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from mqttrl.plugin.algorithm import NoisyForward as NoisyForward
     from mqttrl.plugin.algorithm import SyncActor as SyncActor
     from mqttrl.plugin.algorithm import SyncLearner as SyncLearner
+    from mqttrl.plugin.algorithm import TakeoverActor as TakeoverActor
     from mqttrl.plugin.algorithm import Tensors as Tensors
     from mqttrl.plugin.batching_storage import BatchingStorage as BatchingStorage
     from mqttrl.plugin.realtime_game import RealTimeGameEnv as RealTimeGameEnv
@@ -123,6 +125,8 @@ _CONTRACT = {
     "NoisyForward": "mqttrl.plugin.algorithm",
     "Actor": "mqttrl.plugin.algorithm",
     "SyncActor": "mqttrl.plugin.algorithm",
+    "TakeoverActor": "mqttrl.plugin.algorithm",
+    "INTERVENTION": "mqttrl.plugin.algorithm",
     "AsyncLearner": "mqttrl.plugin.algorithm",
     "SyncLearner": "mqttrl.plugin.algorithm",
     "AlgorithmInfo": "mqttrl.plugin.algorithm",

@@ -44,6 +44,11 @@ Mode = Literal["async", "sync"]
 #: heard from. An actor whose schedule counts env steps (DQN's epsilon decay) starts from it,
 #: so a restarted worker explores as far into the run as its peers, not from the start.
 FLEET_PROGRESS_KEY = "fleet_env_steps_per_worker"
+#: the extra a worker adds to a :class:`TakeoverActor`'s ``record`` extras: a bool per env row, True
+#: where a person took that step instead of the policy (a takeover: the env reported
+#: ``info["demo_action"]``, docs/demonstrations.md); such an actor marks those transitions in its
+#: batches (DQN: an optional ``intervention`` field, uint8, sent only when a batch holds one)
+INTERVENTION = "intervention"
 #: a key the learner adds to every weights ``info``: the samples (one per env step) it had taken in
 #: when it published them. Evaluations keep it as their ``env_steps``, so runs compare at equal data.
 INGESTED_KEY = "env_steps_ingested"
@@ -141,6 +146,16 @@ class Actor(Protocol):
 
     def take(self) -> Tensors:
         """Remove and return the ready transitions as arrays matching the sample spec."""
+
+
+@runtime_checkable
+class TakeoverActor(Actor, Protocol):
+    """An actor that learns which steps a person took over: the worker adds the :data:`INTERVENTION`
+    extra to ``record``'s extras of a step where a person played (other actors get only the extras
+    they made, so their batches are unchanged)."""
+
+    #: True: hand this actor the takeover flags
+    takes_interventions: bool
 
 
 @runtime_checkable

@@ -177,6 +177,9 @@ class FieldSpec:
     max_rows: int | None = None
     #: the name of the field this integer field holds row indices into
     ref: str | None = None
+    #: a batch may leave this field out (one added to a format later: older senders' batches
+    #: lack it, and a sender may omit it when it says nothing, as a batch with no takeover does)
+    optional: bool = False
 
 
 @attrs.frozen
@@ -203,13 +206,14 @@ class SampleSpec:
                 "oversize" if count > 0 else "bad_header",
                 f"batch of {count} transitions (allowed 1..{self.max_transitions})",
             )
-        missing = set(self.fields) - set(arrays)
+        missing = {k for k, f in self.fields.items() if not f.optional} - set(arrays)
         if missing:
             raise Rejected("missing_field", f"missing {sorted(missing)}")
         extra = set(arrays) - set(self.fields)
         if extra:
             raise Rejected("unknown_field", f"unexpected {sorted(extra)}")
-        for name, spec in self.fields.items():  # shapes first: a ref is checked against a pool's checked rows
+        present = {k: f for k, f in self.fields.items() if k in arrays}
+        for name, spec in present.items():  # shapes first: a ref is checked against a pool's checked rows
             arr = arrays[name]
             if arr.dtype != np.dtype(spec.dtype):
                 raise Rejected("dtype", f"{name} is {arr.dtype}, expected {spec.dtype}")
@@ -218,7 +222,7 @@ class SampleSpec:
                 raise Rejected("shape", f"{name} has shape {arr.shape}, expected {(rows, *spec.shape)}")
             if spec.max_rows is not None and rows > spec.max_rows:
                 raise Rejected("oversize", f"{name} has {rows} rows (allowed {spec.max_rows})")
-        for name, spec in self.fields.items():
+        for name, spec in present.items():
             arr = arrays[name]
             if spec.ref is not None and arr.size:
                 pool = len(arrays[spec.ref])
@@ -232,7 +236,10 @@ class SampleSpec:
                 raise Rejected("out_of_range", f"{name} above {spec.high}")
 
     def describe(self) -> dict:
-        return {k: {"dtype": v.dtype, "shape": list(v.shape)} for k, v in self.fields.items()}
+        return {
+            k: {"dtype": v.dtype, "shape": list(v.shape), **({"optional": True} if v.optional else {})}
+            for k, v in self.fields.items()
+        }
 
 
 @attrs.frozen

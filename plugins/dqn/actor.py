@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mqttrl.plugin import FLEET_PROGRESS_KEY, UPDATES_KEY, ActorContext, Forward, Tensors, obs_dtype
+from mqttrl.plugin import FLEET_PROGRESS_KEY, INTERVENTION, UPDATES_KEY, ActorContext, Forward, Tensors, obs_dtype
 
 from .common import DQNParams, actor_priorities, check_spaces
 from .frames import ArrayObs, FrameObs, frame_layout
@@ -56,6 +56,9 @@ def ladder_of(ctx: ActorContext, base: float, alpha: float) -> np.ndarray:
 class DQNActor:
     """Epsilon-greedy over the Q-values of ``forward``; n-step transitions per env."""
 
+    #: a transition whose first step a person took over is marked ``intervention`` in the batch
+    takes_interventions = True
+
     def __init__(
         self, params: DQNParams, obs_space: gym.Space, act_space: gym.Space, ctx: ActorContext, forward: Forward
     ):
@@ -88,9 +91,11 @@ class DQNActor:
         #: Ape-X priorities: Q(s, a) of each window step, as the actor's network gave it when acting
         self.priorities = actor_priorities(params)
         self.w_q = np.zeros((e, n), np.float64)
+        #: a person took over this window step (the worker's ``intervention`` extra: a takeover)
+        self.w_person = np.zeros((e, n), bool)
         self.gammas = params.gamma ** np.arange(n + 1, dtype=np.float64)
         #: emitted transitions, as chunks of arrays (concatenated by take())
-        self.out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.out: list[tuple[np.ndarray, ...]] = []
         self._pending = 0
 
     def epsilons(self) -> np.ndarray:
@@ -157,6 +162,7 @@ class DQNActor:
         self.w_rew[envs, slot] = rewards
         if self.priorities:
             self.w_q[envs, slot] = extras["q"]
+        self.w_person[envs, slot] = extras.get(INTERVENTION, False)
         self.w_len += 1
         full = np.flatnonzero((self.w_len == n) & ~ended)
         if len(full):
@@ -168,9 +174,11 @@ class DQNActor:
                 next_obs[full],
                 np.full(len(full), self.gammas[n]),
                 self.w_q[full, 0].copy(),
+                self.w_person[full, 0].copy(),
             )
             self.w_obs[full, :-1] = self.w_obs[full, 1:]
             self.w_q[full, :-1] = self.w_q[full, 1:]
+            self.w_person[full, :-1] = self.w_person[full, 1:]
             self.w_act[full, :-1] = self.w_act[full, 1:]
             self.w_rew[full, :-1] = self.w_rew[full, 1:]
             self.w_len[full] -= 1
@@ -199,11 +207,12 @@ class DQNActor:
             np.repeat(final_obs[None], k, axis=0),
             discount,
             self.w_q[i, :k].copy(),
+            self.w_person[i, :k].copy(),
         )
         self.w_len[i] = 0
 
-    def _push(self, obs, action, ret, next_obs, discount, q_taken) -> None:
-        self.out.append((obs, action, ret, next_obs, discount, q_taken))
+    def _push(self, obs, action, ret, next_obs, discount, q_taken, person) -> None:
+        self.out.append((obs, action, ret, next_obs, discount, q_taken, person))
         self._pending += len(action)
 
     def pending(self) -> int:
@@ -219,7 +228,7 @@ class DQNActor:
                 "discount": np.zeros(0, np.float32),
                 **({"priority": np.zeros(0, np.float32)} if self.priorities else {}),
             }
-        obs, action, reward, next_obs, discount, q_taken = (np.concatenate(parts) for parts in zip(*out))
+        obs, action, reward, next_obs, discount, q_taken, person = (np.concatenate(parts) for parts in zip(*out))
         priority = self._priorities(reward, next_obs, discount, q_taken) if self.priorities else None
         open_windows = [self.w_obs[i, : self.w_len[i]] for i in np.flatnonzero(self.w_len)]
         batch = {
@@ -230,6 +239,8 @@ class DQNActor:
         }
         if priority is not None:
             batch["priority"] = priority
+        if person.any():  # only then: a batch without a takeover is the format older learners read
+            batch[INTERVENTION] = person.astype(np.uint8)
         return batch
 
     #: observations per forward call when bootstrapping priorities

@@ -258,6 +258,13 @@ class DQNParams:
     epsilon_start: float = attrs.field(default=1.0, validator=unit_interval)
     #: actor env steps (summed over its envs) over which epsilon falls linearly to the ladder value
     epsilon_decay_steps: int = attrs.field(default=10_000, validator=non_negative)
+    # --- takeovers (a person playing mid-episode, the batch's ``intervention`` rows: docs/demonstrations.md)
+    #: weight of DQfD's large-margin loss on the transitions a person took over, summed over those
+    #: rows and divided by the batch (DQfD's and HIL-SERL's weight 1.0): the person's action is pushed
+    #: above the others by ``takeover_margin``; 0: they are replayed as the agent's own steps
+    takeover_margin_loss: float = attrs.field(default=1.0, validator=non_negative)
+    #: the margin of that loss (DQfD's 0.8)
+    takeover_margin: float = attrs.field(default=0.8, validator=non_negative)
 
     def __attrs_post_init__(self):
         if self.buffer_size < self.batch_size:
@@ -383,6 +390,8 @@ def sample_spec(params: DQNParams, obs_space: gym.Space, act_space: gym.Space) -
         }
     if actor_priorities(params):  # the actor's |TD error| of each transition
         observations["priority"] = FieldSpec("float32", (), low=0.0)
+    # 1 where a person took the transition's first step (a takeover); sent only by a batch that has one
+    observations["intervention"] = FieldSpec("uint8", (), low=0, high=1, optional=True)
     return SampleSpec(
         fields={
             **observations,

@@ -117,13 +117,7 @@ class DemoReplay:
 
     def margin_term(self, q_all, action, n: int):
         """DQfD's supervised loss over the last ``n`` rows (torch tensors: Q-values (B, A), actions (B,)), weighted."""
-        import torch
-
-        q, a = q_all[-n:], action[-n:]
-        margins = torch.full_like(q, self.margin)
-        margins.scatter_(1, a.unsqueeze(1), 0.0)
-        loss = ((q + margins).max(dim=1).values - q.gather(1, a.unsqueeze(1)).squeeze(1)).mean()
-        return self.margin_loss * loss
+        return self.margin_loss * large_margin(q_all[-n:], action[-n:], self.margin).mean()
 
     # ---- the learner's hooks (plugins/dqn/learner.py calls these when it has demonstrations)
 
@@ -193,6 +187,16 @@ class DemoReplay:
         if self.margin_loss > 0:
             loss = loss + self.margin_term(net(batch["obs"][-n:]), batch["action"][-n:], n)
         return loss, elementwise[:-n], target[:-n], q[:-n]
+
+
+def large_margin(q, action, margin: float):
+    """DQfD's large-margin loss of each row (torch: Q-values (B, A), the person's actions (B,)):
+    ``max_a [Q(s, a) + margin·[a ≠ a_E]] − Q(s, a_E)``, 0 once a_E leads the others by the margin."""
+    import torch
+
+    margins = torch.full_like(q, margin)
+    margins.scatter_(1, action.unsqueeze(1), 0.0)
+    return (q + margins).max(dim=1).values - q.gather(1, action.unsqueeze(1)).squeeze(1)
 
 
 def pretrain(learner, demos: DemoReplay, updates: int) -> dict[str, float]:

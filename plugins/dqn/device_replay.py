@@ -40,7 +40,7 @@ DEVICE_SHARE = 0.5
 def device_bytes(replay: ArrayReplay | FrameReplay) -> int:
     """Device bytes the replay's copy needs at its capacity (frames: the store's initial size)."""
     cap = replay.capacity
-    scalars = cap * (8 + 4 + 4 + 8)  # action, reward, discount, priority
+    scalars = cap * (8 + 4 + 4 + 1 + 8)  # action, reward, discount, intervention, priority
     if isinstance(replay, FrameReplay):
         return len(replay.frames) * replay.frame_nbytes + 2 * cap * replay.layout.k * 8 + scalars
     return replay.obs.nbytes + replay.next_obs.nbytes + scalars

@@ -54,6 +54,7 @@ from .priorities import Priorities
 from .replay import SumTree, make_replay
 from .resets import NetworkResets
 from .support_watch import SupportWatch
+from .takeovers import Takeovers
 from .update import Update, scheduled_lr
 
 __all__ = ["DQNLearner", "QNetwork", "SumTree", "TorchQForward"]
@@ -223,8 +224,10 @@ class DQNLearner:
         self.resets = NetworkResets(p, self.update, self._new_net, seed)
         #: after each update, in this order: Adam's eps share read, the target net's sync, a reset
         self._stepped = [self.adam_watch.stepped, self.update.stepped, self.resets.stepped]
+        #: the margin loss on the rows a person took over (.takeovers)
+        self.takeovers = Takeovers(p.takeover_margin_loss, p.takeover_margin)
         #: what reads or adds to each update's metrics
-        self._watches = [w for w in (self._support_watch, self.adam_watch) if w is not None]
+        self._watches = [w for w in (self._support_watch, self.adam_watch, self.takeovers) if w is not None]
 
     def _new_net(self) -> QNetwork:
         return _net_from_info(self._net_info(), sigma0=self.params.noisy_sigma0)
@@ -311,6 +314,7 @@ class DQNLearner:
         idx = self.replay.add(batch.arrays, n, source=source) if dr is None else dr.add(batch.arrays, n, source)
         self.priorities.added(batch, n, idx)
         self.pacing.added(batch.worker, n)
+        self.takeovers.added(batch.arrays, len(idx))
         return n
 
     def _beta(self) -> float:
@@ -375,6 +379,7 @@ class DQNLearner:
         (:class:`.pipeline.LaggedReadback`), and the next batch is made (``prefetch``) while this
         update runs. Prioritized host replay reads this update's TD errors back for its sum tree."""
         idx, weights, batch = self._take_batch()
+        person = batch.pop("intervention", None)  # the replay's rows a person took over (.takeovers)
         if self.demos is not None:  # demonstration rows appended (.demo_replay)
             weights, batch = self.demos.mix(weights, batch, self.device)
         self.update.begin()
@@ -383,6 +388,7 @@ class DQNLearner:
         )
         if self.demos is not None:  # the margin loss; only the replay's rows go on
             out = LossOutput(*self.demos.after_loss(self.online, batch, *out[:4]), out.edge_mass)
+        out = self.takeovers.with_loss(out, self.online, batch, person)
         td_abs = (out.target.float() - out.q.float()).abs()
         grad_norm = self._optimize(out.loss)
         self.priorities.replayed_on_device(idx, out.elementwise, td_abs)

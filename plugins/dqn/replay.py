@@ -22,7 +22,10 @@ import numpy as np
 from .frames import FrameLayout
 
 #: per-transition fields other than the observations, with their dtypes
-_SCALARS = {"action": np.int64, "reward": np.float32, "discount": np.float32}
+_SCALARS = {"action": np.int64, "reward": np.float32, "discount": np.float32, "intervention": np.uint8}
+#: scalars a batch or a checkpoint may lack (added to the format later): 0 where absent
+#: (``intervention``: a person took the transition's first step; older workers and checkpoints have none)
+_OPTIONAL_SCALARS = frozenset({"intervention"})
 
 # --------------------------------------------------------------------------
 # 1. Prioritized replay's sum tree
@@ -97,7 +100,8 @@ class _Ring:
 
     def _put_scalars(self, arrays: Mapping[str, np.ndarray], keep: slice, idx: np.ndarray) -> None:
         for name, dst in self.scalars.items():
-            dst[idx] = arrays[name][keep]
+            src = arrays.get(name) if name in _OPTIONAL_SCALARS else arrays[name]
+            dst[idx] = 0 if src is None else src[keep]
 
     def _scalar_state(self, tensors: dict, n: int) -> None:
         for name, arr in self.scalars.items():
@@ -108,7 +112,8 @@ class _Ring:
         if n > self.capacity:
             raise ValueError(f"checkpoint replay holds {n} transitions, buffer_size is {self.capacity}")
         for name, arr in self.scalars.items():
-            arr[:n] = np.asarray(tensors[f"replay.{name}"]).reshape(n)
+            key = f"replay.{name}"
+            arr[:n] = 0 if name in _OPTIONAL_SCALARS and key not in tensors else np.asarray(tensors[key]).reshape(n)
         self.size = n
         self.pos = int(meta["pos"]) if int(meta["capacity"]) == self.capacity else n % self.capacity
         return n

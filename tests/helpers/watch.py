@@ -30,6 +30,8 @@ class Watcher:
         self.batches: dict[str, int] = {}
         #: the last sample batch seen from each worker, decoded
         self.last_batch: dict[str, object] = {}
+        #: every sample batch seen, decoded, in arrival order
+        self.sample_batches: list = []
         #: transitions in all sample batches seen, and the frames they carried (DQN's image batches)
         self.transitions_seen = 0
         self.frames_seen = 0
@@ -66,6 +68,7 @@ class Watcher:
                 self.first_batch.setdefault(name, {"model_version": b.model_version, "seq": b.seq, "at": time.time()})
                 self.batches[name] = self.batches.get(name, 0) + 1
                 self.last_batch[name] = b
+                self.sample_batches.append(b)
                 self.transitions_seen += b.count
                 v = self.transitions_by_version
                 v[b.model_version] = v.get(b.model_version, 0) + b.count

@@ -22,7 +22,7 @@ import numpy as np
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.nodes.worker.remote_forward import InferenceUnavailable
 from mqttrl.observe.timing import BlockTimes
-from mqttrl.plugin.algorithm import Actor
+from mqttrl.plugin.algorithm import INTERVENTION, Actor, TakeoverActor
 
 log = logging.getLogger("mqttrl.worker")
 
@@ -133,12 +133,18 @@ class StepRecorder:
         self.stopping = stopping
         #: steps whose games' frames stand still, until they move (or the game is found frozen)
         self.hold = StillHold(actor)
+        #: the actor marks the steps a person took over in its batches (the INTERVENTION extra)
+        self.marks_takeovers = isinstance(actor, TakeoverActor) and bool(actor.takes_interventions)
 
     def take(self, envs: EnvSet, step: VectorStep, record: bool, timed: bool) -> None:
         """A person's actions where the env reports them, crashed games' rows refilled, recorded
         (unless ``record`` is False: an idle game that cannot pause), counted; ``timed``: the
         recording is the ``record`` block (the real-time loop times every part of its period)."""
         step.actions = envs.taken(step.actions)  # a person's actions where the env reports them (demonstrations)
+        if envs.demo_actions and self.marks_takeovers:  # and which rows they are, for the batch
+            person = np.zeros(envs.num_envs, bool)
+            person[list(envs.demo_actions)] = True
+            step.extras = {**step.extras, INTERVENTION: person}
         hold = self.hold
         if hold.steps and (envs.failed or not record or self.core.version != hold.version):
             hold.drop(envs.failed)
@@ -180,5 +186,7 @@ class StepRecorder:
         step.actions[i] = acts[i]
         for k, v in more.items():
             step.extras[k][i] = v[i]
+        if INTERVENTION in step.extras:  # the policy acted the refilled row
+            step.extras[INTERVENTION][i] = False
         if end is not None:
             step.ended.append(end)
