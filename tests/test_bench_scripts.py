@@ -4,7 +4,7 @@ would start it, printing its figures (``bench_learner`` once broke with no test 
 Smoke runs, not measurements: the figures are the benchmarks' job (docs/benchmarks.md); here
 a script must exit 0 and print the table or line its docs show. The scripts that need minutes,
 servers, namespaces or a GPU at any size (fleet, hosts, chaos, links, realtime, workers, screen,
-speed, gpu_learner) are held to their ``--help`` (they parse their arguments and import).
+speed, takeover, gpu_learner) are held to their ``--help`` (they parse their arguments and import).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ HELP_ONLY = [
     "bench_realtime",
     "bench_screen",
     "bench_speed",
+    "bench_takeover",
     "bench_throughput",
     "bench_workers",
     "chaos",
@@ -65,3 +66,25 @@ def test_a_long_benchmark_parses_its_arguments(module):
 def test_every_benchmark_script_is_held_here():
     scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py")} - {"__init__", "run", "report", "chaos_env"}
     assert scripts == set(SMOKE) | set(HELP_ONLY), scripts ^ (set(SMOKE) | set(HELP_ONLY))
+
+
+def test_the_takeover_benchmark_s_corrector_steps_in_only_before_a_miss():
+    """bench_takeover's scripted corrector, on 32x32 frames drawn as Catch's are seen (the ball
+    white, the paddle mid-gray in the bottom rows): it lets the agent play while the ball is high,
+    while the paddle is under it, or while the agent already moves toward it; else it moves there."""
+    import numpy as np
+
+    from benchmarks.bench_takeover import correction
+
+    def frame(ball_y: int, ball_x: int, paddle_x: int) -> np.ndarray:
+        f = np.zeros((32, 32), np.uint8)
+        f[ball_y : ball_y + 2, ball_x : ball_x + 2] = 255
+        f[29:31, paddle_x : paddle_x + 8] = 150
+        return np.stack([f, f])
+
+    assert correction(frame(9, 25, 2), 0) is None  # the ball is high: the agent plays
+    assert correction(frame(22, 5, 2), 0) is None  # low, the paddle under it
+    assert correction(frame(22, 25, 2), 0) == 2  # low, the paddle far left, standing: to the right
+    assert correction(frame(22, 25, 2), 1) == 2  # moving away: corrected
+    assert correction(frame(22, 25, 2), 2) is None  # already moving toward it
+    assert correction(frame(22, 2, 20), 2) == 1
