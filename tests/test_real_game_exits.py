@@ -219,6 +219,100 @@ def test_a_real_time_game_that_cannot_pause_is_not_held_by_update_debt(pausable,
         assert sum("cannot pause, so it plays on" in r.getMessage() for r in caplog.records) == 1
 
 
+class _ClockedGame(gym.Env):
+    """A game on its own clock (the real-time protocol) stepped freely, as a screen env with
+    ``step_s`` and no ``control_hz`` is: its steps and pauses counted."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, pausable: bool):
+        self.pausable, self.pauses, self.resumes = pausable, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def send_action(self, action):
+        pass
+
+    def read_obs(self):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def step(self, action):
+        return self.read_obs()
+
+    def pause(self):
+        self.pauses += 1
+
+    def resume(self):
+        self.resumes += 1
+
+
+class _FreeShell:
+    """What the free loop asks of the node, its idle reason set by the test."""
+
+    name, reason = "w0", None
+
+    def __init__(self):
+        from mqttrl.observe.timing import BlockTimes
+
+        self.blocks = BlockTimes()
+
+        class Actor:
+            def act(self, obs):
+                return np.zeros(len(obs), np.int64), {}
+
+        self.actor = Actor()
+
+    def drain(self, timeout=0.0):
+        pass
+
+    load_new_weights = heartbeat_if_due = send_when_due = lambda self: None
+
+    def evaluate_if_due(self, envs):
+        pass
+
+    def idle_now(self):
+        return self.reason
+
+
+class _Recorder:
+    def __init__(self):
+        self.hold = type("Hold", (), {"steps": []})()
+        self.steps: list[bool] = []  # each step taken: recorded or not
+
+    def take(self, envs, step, record, timed):
+        self.steps.append(record)
+
+
+@pytest.mark.parametrize("env", ["cannot pause", "can pause", "lock-step"])
+def test_the_free_loop_does_not_leave_a_game_on_its_own_clock_playing_alone(env, caplog):
+    """The free loop idles for the learner's flow control or a link down: a lock-step env simply
+    waits; a game on its own clock that can pause is paused (once) and resumed when play goes on;
+    one that cannot pause plays on, as in the real-time loop: recorded when only the learner's
+    update debt holds it (said once), played but not recorded while the link is down. (Before,
+    the free loop idled beside it: the Windows screen-kit test's Catch, one life and a ball that
+    falls in half a second, lost its game while the worker waited for the learner, and the next
+    episode ended at its first step.)"""
+    from mqttrl.nodes.worker.loops import FreeLoop
+
+    game = _ClockedGame(env == "can pause")
+    envs = EnvSet(lambda: game if env != "lock-step" else gym.make("CartPole-v1"), 1, seed=0)
+    shell, recorder = _FreeShell(), _Recorder()
+    loop = FreeLoop(shell, envs, recorder)
+    with caplog.at_level("INFO", logger="mqttrl.worker"):
+        for reason in ["learner_paused"] * 3 + ["link_down"] * 3 + [None] * 2:
+            shell.reason = reason
+            loop.tick()
+    said = sum("cannot pause, so it plays on" in r.getMessage() for r in caplog.records)
+    if env == "cannot pause":
+        assert recorder.steps == [True] * 3 + [False] * 3 + [True] * 2 and said == 1
+    else:  # idle: not stepped; then played and recorded
+        assert recorder.steps == [True] * 2 and said == 0
+    if env == "can pause":
+        assert (game.pauses, game.resumes) == (1, 1)
+
+
 # ---- a real game in a real window ---------------------------------------------------------------
 def test_the_worker_plays_catch_that_exits_at_game_over_game_after_game(tmp_path):
     """Catch ``--exit-at-game-over`` under Xvfb, launched by the worker's env set as ``mqttrl

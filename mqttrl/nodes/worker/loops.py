@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from mqttrl.envs.realtime import RealTimeEnvSet
+from mqttrl.envs.realtime import RealTimeEnvSet, can_pause, game_of
 from mqttrl.envs.realtime_clock import ThreadPriority
 from mqttrl.envs.rollout import EnvSet
 from mqttrl.nodes.worker.core import IDLE_REASONS, Move, WorkerCore
@@ -76,9 +76,37 @@ class GameLoop:
     def tick(self) -> None:
         raise NotImplementedError
 
+    def not_held(self) -> None:
+        """The learner's update debt would hold a game that cannot pause: it plays on regardless,
+        and its steps are recorded (the learner's replay ratio dips meanwhile, what it owes beyond
+        ``forgive_debt_above`` forgiven), not played unrecorded. Said once (info)."""
+        if not self.debt_said:
+            self.debt_said = True
+            log.info(
+                "worker %s: the learner's flow control (update debt, e.g. at learning_starts) asks workers to "
+                "pause; this game cannot pause, so it plays on and its steps are recorded",
+                self.shell.name,
+            )
+
+    debt_said = False
+
 
 class FreeLoop(GameLoop):
-    """Step as fast as the game goes; idle in small slices while there is nothing useful to do."""
+    """Step as fast as the game goes; idle in small slices while there is nothing useful to do.
+
+    A lock-step env waits while the worker idles. A game on its own clock stepped freely (a
+    screen env paced by its ``step_s``, no ``control_hz``) does not: one that can pause is paused
+    meanwhile, and one that cannot plays on, as in the real-time loop (held only by the learner's
+    update debt, its steps are recorded; for any other reason they are played, not recorded).
+    Idling beside such a game let it play without the agent: a ball that falls in half a second
+    was lost, and an episode of a one-life game ended before the agent's first action."""
+
+    def __init__(self, shell: Shell, envs: EnvSet, recorder: StepRecorder):
+        super().__init__(shell, envs, recorder)
+        runs_on = [e for e in envs.envs if game_of(e) is not None]
+        #: the games that run on their own clock, and whether every one of them can pause
+        self.games = [game_of(e) for e in runs_on]
+        self.games_pausable = bool(runs_on) and all(can_pause(e) for e in runs_on)
 
     def tick(self) -> None:
         """One turn: messages, new weights, heartbeat, evaluation when due, a vector step, maybe a batch."""
@@ -89,23 +117,46 @@ class FreeLoop(GameLoop):
         if not self.recorder.hold.steps:  # an evaluation's episodes would break the held steps' sequence
             shell.evaluate_if_due(self.envs)
         idle = shell.idle_now()
-        if idle:
+        record = True
+        if idle and self.games and not self.games_pausable:  # a game that cannot pause plays on
+            record = idle == "learner_paused"
+            if record:
+                self.not_held()
+        elif idle:
+            self._pause_games(idle)
             # idle in small slices: messages, weights and heartbeats go on; behind a link that
             # drains its backlog in milliseconds, slices short enough to keep it busy
             shell.drain(timeout=0.005 if idle == "link_behind" else 0.05)
             return
-        if self.step():
+        self._resume_games()
+        if self.step(record):
             shell.send_when_due()
 
-    def step(self) -> bool:
-        """One vector step; False when central inference is down (logged and heartbeated, retried next tick)."""
+    def _pause_games(self, idle: str) -> None:
+        if self.games and not self.games_paused:
+            for game in self.games:
+                game.pause()  # type: ignore[attr-defined]  # can_pause said each has it
+            self.games_paused = True
+            log.info("worker %s paused its games: %s", self.shell.name, IDLE_REASONS.get(idle, idle))
+
+    def _resume_games(self) -> None:
+        if self.games_paused:
+            for game in self.games:
+                game.resume()  # type: ignore[attr-defined]
+            self.games_paused = False
+            log.debug("worker %s resumed its games", self.shell.name)
+
+    def step(self, record: bool = True) -> bool:
+        """One vector step (``record``: handed to the actor; a game that plays on while the
+        worker idles is stepped, not recorded); False when central inference is down (logged and
+        heartbeated, retried next tick)."""
         acted = self.act()
         if acted is None:
             return False
         actions, extras, t1 = acted
         out = self.envs.step(actions)
         self.shell.blocks.add("env_step", self.shell.blocks.clock() - t1)
-        self.recorder.take(self.envs, VectorStep.of(actions, extras, out), record=True, timed=False)
+        self.recorder.take(self.envs, VectorStep.of(actions, extras, out), record=record, timed=False)
         return True
 
 
@@ -216,23 +267,9 @@ class RealTimeLoop(GameLoop):
             return "waiting for the learner's next model"
         reason = self.shell.idle_now()
         if reason == "learner_paused" and not self.envs.pausable:
-            return self.not_held()
+            self.not_held()
+            return None
         return IDLE_REASONS[reason] if reason is not None else None
-
-    def not_held(self) -> None:
-        """The learner's update debt would hold a game that cannot pause: it plays on regardless,
-        and its steps are recorded (the learner's replay ratio dips meanwhile, what it owes beyond
-        ``forgive_debt_above`` forgiven), not played unrecorded. Said once (info)."""
-        if not self.debt_said:
-            self.debt_said = True
-            log.info(
-                "worker %s: the learner's flow control (update debt, e.g. at learning_starts) asks workers to "
-                "pause; this game cannot pause, so it plays on and its steps are recorded",
-                self.shell.name,
-            )
-        return None
-
-    debt_said = False
 
 
 def make_loop(shell: Shell, envs: EnvSet, recorder: StepRecorder) -> GameLoop:
