@@ -6,7 +6,8 @@
 Options: ``dir`` (default ``telemetry``), ``plot_every_s`` (default 15),
 ``plot_every_episodes`` (default 50: redraw sooner after that many episodes),
 ``plot_min_interval_s`` (default 5: but never sooner than this). Writes ``<measurement>.csv`` and
-``returns.png`` (episode returns, moving average, evaluations) and
+``returns.png`` (episode returns, moving average, evaluations; with ``[train] human_baseline`` a
+person's mean return and random play's as lines, where this host can read that file) and
 ``throughput.png`` (env steps/s, samples/s, updates/s).
 """
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +59,8 @@ class FilesStorage:
         self._steps: collections.defaultdict[str, collections.deque[tuple[float, Any]]] = collections.defaultdict(
             lambda: collections.deque(maxlen=50_000)
         )
+        #: ``[train] human_baseline``'s means as lines on returns.png: label -> return
+        self.references: dict[str, float] = {}
         self._since_plot = 0
         self._last_plot = time.monotonic()  # the first curves after plot_every_s, not on the first write
         self._lock = threading.Lock()
@@ -64,6 +69,13 @@ class FilesStorage:
         self._closing = False
         self._plotter = threading.Thread(target=self._plot_loop, name="files-storage-plots", daemon=True)
         self._plotter.start()
+
+    def run_config(self, config: dict) -> None:
+        """The run's config (telemetry hands it over): its ``[train] human_baseline``, the person's
+        and random play's means drawn on returns.png."""
+        train = config.get("train") if isinstance(config, dict) else None
+        path = train.get("human_baseline", "") if isinstance(train, dict) else ""
+        self.references = read_baseline(path) if path else {}
 
     def _writer(self, p: Point):
         entry = self._files.get(p.measurement)
@@ -180,11 +192,13 @@ class FilesStorage:
             ax.plot([a[0] for a in avg], [a[1] for a in avg], color="C1", lw=2, label="moving average")
         if evals:
             ax.plot([e[0] for e in evals], [e[1] for e in evals], "o-", color="C2", label="greedy evaluation")
+        for (label, value), colour in zip(self.references.items(), ("C3", "grey")):
+            ax.axhline(value, color=colour, linestyle="--", linewidth=1, label=f"{label} ({value:g})")
         ax.set_xlabel("seconds since telemetry start")
         ax.set_ylabel("return")
         ax.set_title(f"returns ({len(episodes)} episodes)")
         ax.grid(alpha=0.3)
-        if episodes or avg or evals:
+        if episodes or avg or evals or self.references:
             ax.legend(loc="upper left")
         self._save(fig, "returns.png")
         fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
@@ -226,3 +240,20 @@ class FilesStorage:
 @hookimpl
 def mqttrl_register_storages(register: Callable[[str, Callable[[dict], Storage], str], None]) -> None:
     register("files", FilesStorage, "CSV per measurement and PNG curves in a directory (option: dir)")
+
+
+def read_baseline(path: str) -> dict[str, float]:
+    """``{"person": mean, "random play": mean}`` of a human baseline file (``mqttrl play -o``; the
+    random mean where it holds one), or nothing, said in one line, where this host cannot read it
+    (telemetry on another host than ``mqttrl train``'s: the file stays on the game PC)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        log.info("train.human_baseline = %r not readable here (%s): returns.png has no baseline lines", path, e)
+        return {}
+    number = lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    out = {"person": float(data["mean"])} if isinstance(data, dict) and number(data.get("mean")) else {}
+    random = data.get("random") if out else None
+    if isinstance(random, dict) and number(random.get("mean")):
+        out["random play"] = float(random["mean"])
+    return out

@@ -285,3 +285,40 @@ def test_files_storage_draws_curves_off_the_writing_thread(tmp_path, monkeypatch
     assert drawn_on[0] == "files-storage-plots" and drawn_on[-1] == threading.current_thread().name
     rows = (tmp_path / "episode.csv").read_text().splitlines()
     assert len(rows) == 1 + 6, "every episode row was written while plotting"
+
+
+def _red_pixels(png) -> int:
+    """Pixels of matplotlib's C3 red (#d62728) in a PNG: the person's baseline line."""
+    import matplotlib.image
+
+    rgb = (matplotlib.image.imread(png)[..., :3] * 255).astype(int)
+    return int((abs(rgb - [214, 39, 40]).sum(axis=-1) < 30).sum())
+
+
+def test_the_files_storage_draws_the_human_baseline_on_the_returns_plot(tmp_path, caplog):
+    """With ``[train] human_baseline`` (the JSON ``mqttrl play`` writes) readable here, returns.png
+    holds the person's mean (a red line) and random play's beside the agent's curves; without the
+    file, one line says so and the plot has no baseline."""
+    import json
+
+    pytest.importorskip("matplotlib")
+    from mqttrl.plugin import Point
+    from mqttrl_plugins.files_storage import FilesStorage
+
+    baseline = tmp_path / "human_baseline.json"
+    baseline.write_text(json.dumps({"mean": 12.5, "episodes": 10, "random": {"mean": 2.0, "episodes": 10}}))
+    pngs = {}
+    for name, path in (("with", str(baseline)), ("without", str(tmp_path / "absent.json"))):
+        st = FilesStorage({"dir": str(tmp_path / name)})
+        with caplog.at_level("INFO", logger="mqttrl.storage.files"):
+            st.run_config({"train": {"human_baseline": path}})
+        st.write([Point("eval", {"run": "r"}, {"mean": float(m)}, 100.0 + m) for m in (1, 4, 9)])
+        st.plot()
+        st.close()
+        pngs[name] = tmp_path / name / "returns.png"
+        if name == "with":
+            assert st.references == {"person": 12.5, "random play": 2.0}
+        else:
+            assert st.references == {}
+            assert any("not readable here" in r.getMessage() for r in caplog.records)
+    assert _red_pixels(pngs["with"]) > 200 and _red_pixels(pngs["without"]) == 0
