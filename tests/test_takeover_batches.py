@@ -186,3 +186,26 @@ def test_a_live_worker_s_batches_flag_the_takeover_steps_and_the_learner_takes_t
         assert worker.terminate() == 0, worker.text()[-2000:]
         assert learner.terminate(60) == 0, learner.text()[-2000:]
         watch.close()
+
+
+def test_takeovers_are_kept_in_the_protected_part_after_the_ring_evicts_them():
+    """The flagged transitions are also copied to the protected part of replay (never evicted by
+    the agent's own steps): after the ring (buffer 64) has long overwritten them, the protected part
+    still holds them, at most ``takeover_keep`` (the oldest go first), and batches draw
+    ``takeover_ratio`` of their rows from it; ``takeover_keep = 0`` keeps them in the ring only."""
+    env = TakenOver()
+    p = small_params(buffer_size=64, batch_size=32, learning_starts=32, n_step=1, takeover_keep=40)
+    learner = DQNLearner(p, env.observation_space, env.action_space, "cpu", 0)
+    actor = make_actor(n_step=1)
+    for _ in range(6):  # 6 x 24 steps: 48 taken over, the ring overwritten twice
+        learner.add(decode_batch(encode_batch("r", "w", 0, 0, play(actor, 2 * EPISODE))))
+    kept = learner.demos
+    assert learner.takeovers.transitions == 48 and kept.size == 40  # the newest 40 of 48
+    np.testing.assert_array_equal(kept.arrays["action"], 1)  # the person's
+    assert set(kept.arrays["obs"][:, 0].astype(int)) == set(TAKEN)
+    assert learner.replay.scalars[INTERVENTION].sum() < 40  # the ring kept fewer
+    learner.train_step()
+    assert kept._rows == round(32 * p.takeover_ratio / (1 - p.takeover_ratio))  # rows drawn from it
+    off = DQNLearner(small_params(buffer_size=64, takeover_keep=0), env.observation_space, env.action_space, "cpu", 0)
+    off.add(decode_batch(encode_batch("r", "w", 0, 0, play(make_actor(n_step=1), 2 * EPISODE))))
+    assert off.demos is None and off.takeovers.transitions == 8

@@ -265,6 +265,12 @@ class DQNParams:
     takeover_margin_loss: float = attrs.field(default=1.0, validator=non_negative)
     #: the margin of that loss (DQfD's 0.8)
     takeover_margin: float = attrs.field(default=0.8, validator=non_negative)
+    #: takeover transitions also kept in the protected part of replay, never evicted by the agent's
+    #: own (beyond this many the oldest takeovers go; 0: in the ring only)
+    takeover_keep: int = attrs.field(default=50_000, validator=non_negative)
+    #: share of each batch drawn from that protected part once it holds takeovers (with the margin
+    #: loss; HIL-SERL draws half of each batch from its demonstrations)
+    takeover_ratio: float = attrs.field(default=0.25, validator=unit_interval)
 
     def __attrs_post_init__(self):
         if self.buffer_size < self.batch_size:

@@ -103,9 +103,28 @@ class DemoReplay:
             per_eps=float(params.per_eps) if params is not None else 1e-6,
         )
 
+    #: rows at the start that came with the run (a dataset): never dropped; takeovers go after them
+    fixed: int = attrs.field(default=-1)
+
     @property
     def by_priority(self) -> bool:
         return self.priority_bonus > 0
+
+    def append(self, rows: dict[str, np.ndarray], keep: int) -> None:
+        """Transitions a person took during the run (takeovers) joined to this part, at most ``keep``
+        of them (beyond, the oldest takeovers go; the run's own demonstrations never)."""
+        fixed = self.size if self.fixed < 0 else self.fixed
+        self.fixed = fixed
+        self.arrays = {
+            k: np.concatenate([arr, rows[k].astype(arr.dtype, copy=False)]) for k, arr in self.arrays.items()
+        }
+        over = self.size - fixed - keep
+        if over > 0:
+            self.arrays = {k: np.concatenate([arr[:fixed], arr[fixed + over :]]) for k, arr in self.arrays.items()}
+        if self.priorities is not None:  # new rows as a fresh demonstration's priority
+            top = float(self.priorities.max()) if len(self.priorities) else 1.0
+            grown = np.concatenate([self.priorities, np.full(len(rows["action"]), top)])
+            self.priorities = np.concatenate([grown[:fixed], grown[fixed + max(over, 0) :]])
 
     @property
     def size(self) -> int:
@@ -174,7 +193,7 @@ class DemoReplay:
         weights = np.minimum(1.0, (self.priorities[idx] / p_min) ** (-beta)) if p_min > 0 else np.ones(n)
         return idx, weights
 
-    def after_loss(self, net, batch: dict, loss, elementwise, target, q):
+    def after_loss(self, net, batch: dict, loss, elementwise, target, q) -> tuple[Any, Any, Any, Any]:
         """The margin loss added (when on); per-row values cut to the replay's rows (only those are
         re-prioritized and reported)."""
         n = self._rows

@@ -225,7 +225,7 @@ class DQNLearner:
         #: after each update, in this order: Adam's eps share read, the target net's sync, a reset
         self._stepped = [self.adam_watch.stepped, self.update.stepped, self.resets.stepped]
         #: the margin loss on the rows a person took over (.takeovers)
-        self.takeovers = Takeovers(p.takeover_margin_loss, p.takeover_margin)
+        self.takeovers = Takeovers(p, seed)
         #: what reads or adds to each update's metrics
         self._watches = [w for w in (self._support_watch, self.adam_watch, self.takeovers) if w is not None]
 
@@ -314,7 +314,7 @@ class DQNLearner:
         idx = self.replay.add(batch.arrays, n, source=source) if dr is None else dr.add(batch.arrays, n, source)
         self.priorities.added(batch, n, idx)
         self.pacing.added(batch.worker, n)
-        self.takeovers.added(batch.arrays, len(idx))
+        self.demos = self.takeovers.added(batch.arrays, np.asarray(idx), self.replay, self.demos)
         return n
 
     def _beta(self) -> float:
