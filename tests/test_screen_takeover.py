@@ -255,6 +255,68 @@ def test_mqttrl_play_records_a_person_s_episodes_as_the_human_baseline(tmp_path)
         x.stop()
 
 
+def _games(log) -> list[list[int]]:
+    """Each game of Catch's state log: [score, lives, over] at its end (a new game after a game over)."""
+    games = []
+    for score, lives, over in (
+        (int(a), int(b), int(c)) for a, b, c in (ln.split()[1:] for ln in log.read_text().splitlines())
+    ):
+        if not games or (games[-1][2] and not over):
+            games.append([score, lives, over])
+        games[-1] = [score, lives, over]
+    return games
+
+
+def test_mqttrl_play_match_alternates_the_person_and_a_trained_policy(tmp_path):
+    """``mqttrl play --match RUN``: the person's episode (no key held: the kit sends none), then the
+    trained policy's on the same game (the kit presses its keys), and so on; each return is the
+    game's own (its state log), the person's the baseline, the policy's under ``agent``."""
+    import json
+    import os
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from helpers.policy_runs import make_run
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "g").mkdir()
+    x = Xvfb(tmp_path / "x")
+    log = tmp_path / "states.log"
+    g = Game(x.display, tmp_path / "g", "mqttrl catch", "--lives", "1", "--ball-speed", "150", "--score-log", str(log))
+    config = Path(__file__).parent.parent / "configs" / "screen_catch_dqn.toml"
+    kwargs = {**tomllib.loads(config.read_text())["env"]["kwargs"], "display": x.display}
+    try:
+        g.wait_window()
+        make_run(tmp_path / "run", "dqn", "screen", env_kwargs=kwargs, network="minatar_cnn", hidden=[32])
+        deadline = time.monotonic() + 20  # the game make_run's observations played: over, before the match
+        while not (_games(log) and _games(log)[-1][2]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = len(_games(log))
+        out = subprocess.run(
+            [str(Path(sys.executable).parent / "mqttrl"), "play", str(config), "--episodes", "2"]
+            + ["--match", str(tmp_path / "run"), "-o", str(tmp_path / "m.json")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "DISPLAY": x.display},
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        result = json.loads((tmp_path / "m.json").read_text())
+        games = [float(score - (1 - lives)) for score, lives, _ in _games(log)[before:]]
+        person, agent = [e["return"] for e in result["episodes"]], [e["return"] for e in result["agent"]["episodes"]]
+        assert len(person) == len(agent) == 2 and games[:4] == [person[0], agent[0], person[1], agent[1]], (
+            result,
+            games,
+        )
+        assert result["match"] == [{"person": p, "agent": a} for p, a in zip(person, agent)]
+        assert result["agent"]["model"] == str(tmp_path / "run") and "the agent: " in out.stdout
+        assert all(e["length"] > 10 for e in result["agent"]["episodes"])
+    finally:
+        g.stop()
+        x.stop()
+
+
 def test_mqttrl_play_refuses_an_env_a_person_cannot_play_through_the_kit(tmp_path):
     import sys
     from pathlib import Path

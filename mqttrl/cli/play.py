@@ -8,6 +8,10 @@ is read by the run's own reward readers, as in training. ``-o`` writes the episo
 spread as JSON (``human_baseline.json``, docs/demonstrations.md). Linux (X11) only, as the kit's
 takeover.
 
+``--match PATH``: a match on the same game PC, the person and a trained policy (PATH as ``mqttrl
+enjoy`` takes it) taking turns, an episode each: the person's returns are the baseline as above, the
+policy's (greedy) go beside them under ``agent``, with the rounds in ``match``.
+
 Exit status: 0 after the episodes, 2 for a config whose env is not the screen kit (one line).
 """
 
@@ -35,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="then N episodes of uniformly random actions (the kit presses the keys): the random mean beside",
     )
+    p.add_argument(
+        "--match",
+        metavar="PATH",
+        help="a match: after each of the person's episodes the trained policy at PATH (a run directory or a "
+        "model, as mqttrl enjoy takes it) plays one, greedily, on the same game (default: the person alone)",
+    )
     p.add_argument("-o", "--out", default="human_baseline.json", help="where the returns are written")
 
 
@@ -47,14 +57,21 @@ def run(args: argparse.Namespace) -> None:
         raise ConfigError(
             f'mqttrl play: {args.config} plays env {cfg.env.id!r}; a person plays through the screen kit ("screen")'
         )
+    policy = match_policy(args.match) if args.match else None
     person = {"takeover_key": cfg.env.kwargs.get("takeover_key") or args.key, "takeover_start": True}
-    env = make_played_env(cfg.env, extra_kwargs={**person, "takeover_idle_s": 0.0})
-    episodes = []
+    person_env = lambda: make_played_env(cfg.env, extra_kwargs={**person, "takeover_idle_s": 0.0})  # noqa: E731
+    episodes, agent = [], []
+    env = person_env()
     try:
         for i in range(args.episodes):
             print(f"episode {i + 1} of {args.episodes}: play with {cfg.env.kwargs.get('keys')}", flush=True)
             episodes.append(play_episode(env))
             print(f"  return {episodes[-1]['return']:g} in {episodes[-1]['length']} steps", flush=True)
+            if policy is not None:  # the agent's turn on the same window: the person's env lets it go
+                env.close()
+                agent.append(agent_episode(cfg, policy))
+                print(f"  the agent's turn: return {agent[-1]['return']:g} in {agent[-1]['length']} steps", flush=True)
+                env = person_env()
     finally:
         env.close()
     randoms = play_random(cfg, args.random_episodes) if args.random_episodes > 0 else []
@@ -66,9 +83,46 @@ def run(args: argparse.Namespace) -> None:
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **_summary(episodes),
         **({"random": _summary(randoms)} if randoms else {}),
+        **({"agent": {"model": args.match, **_summary(agent)}} if agent else {}),
+        **(
+            {"match": [{"person": p["return"], "agent": a["return"]} for p, a in zip(episodes, agent)]} if agent else {}
+        ),
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"human baseline: {out['mean']:g} ± {out['std']:.2f} over {len(episodes)} episodes; wrote {args.out}")
+    if agent:
+        won = sum(a["return"] > p["return"] for p, a in zip(episodes, agent))
+        print(
+            f"the agent: {out['agent']['mean']:g} ± {out['agent']['std']:.2f}; it beat the person in {won} of {len(agent)}"
+        )
+
+
+def match_policy(path: str):
+    """The trained policy of ``--match`` (one line where PATH holds none)."""
+    from mqttrl.config import ConfigError
+    from mqttrl.policy import load_policy
+
+    try:
+        return load_policy(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"mqttrl play --match {path}: {e}") from None
+
+
+def agent_episode(cfg, policy) -> dict:
+    """One greedy episode of ``policy`` on the config's game (the kit presses its keys)."""
+    from mqttrl.envs.run_env import make_played_env
+
+    env = make_played_env(cfg.env)
+    try:
+        if env.observation_space != policy.observation_space:
+            from mqttrl.config import ConfigError
+
+            raise ConfigError(
+                f"mqttrl play --match: the model sees {policy.observation_space}, this env gives {env.observation_space}"
+            )
+        return play_episode(env, lambda obs: int(policy.predict(obs)))
+    finally:
+        env.close()
 
 
 def play_random(cfg, episodes: int) -> list[dict]:
@@ -82,7 +136,7 @@ def play_random(cfg, episodes: int) -> list[dict]:
     try:
         out = []
         for i in range(episodes):
-            out.append(play_episode(env, lambda: int(rng.integers(env.action_space.n))))
+            out.append(play_episode(env, lambda _: int(rng.integers(env.action_space.n))))
             print(f"random episode {i + 1} of {episodes}: return {out[-1]['return']:g}", flush=True)
         return out
     finally:
@@ -94,12 +148,12 @@ def _summary(episodes: list[dict]) -> dict:
     return {"episodes": episodes, "mean": statistics.fmean(returns), "std": statistics.pstdev(returns)}
 
 
-def play_episode(env, action=lambda: 0) -> dict:
-    """One episode: the person's (``action`` is ignored: the kit sends no keys) or a policy's."""
-    env.reset()
+def play_episode(env, action=lambda obs: 0) -> dict:
+    """One episode: the person's (``action(obs)`` is ignored: the kit sends no keys) or a policy's."""
+    obs, _ = env.reset()
     total, steps, done = 0.0, 0, False
     while not done:
-        _, reward, terminated, truncated, _ = env.step(action())
+        obs, reward, terminated, truncated, _ = env.step(action(obs))
         total, steps, done = total + float(reward), steps + 1, terminated or truncated
     return {"return": total, "length": steps}
 

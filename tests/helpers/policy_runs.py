@@ -133,11 +133,12 @@ def perturb(learner, rng: np.random.Generator) -> None:
         rms.var = rng.uniform(0.2, 3.0, rms.var.shape)
 
 
-def make_run(root: Path, algorithm: str, env_id: str, seed: int = 3, **params) -> Run:
+def make_run(root: Path, algorithm: str, env_id: str, seed: int = 3, env_kwargs: dict | None = None, **params) -> Run:
     registry = get_registry()
-    data = {"run": f"t-{algorithm}", "env": {"id": env_id}, "algorithm": {"name": algorithm, **params}}
+    env = {"id": env_id, **({"kwargs": env_kwargs} if env_kwargs else {})}
+    data = {"run": f"t-{algorithm}", "env": env, "algorithm": {"name": algorithm, **params}}
     config = from_dict(data, lambda name: registry.algorithm(name).params)
-    env = make_env(env_id, {}, registry)
+    env = make_env(env_id, env_kwargs or {}, registry)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     for attempt in range(40):  # weights whose greedy actions differ between the test observations
