@@ -9,7 +9,7 @@ The corrector stands in for a person at the keyboard: it is a wrapper of the wor
 pressed (the takeover by keys is tests/test_screen_takeover.py's), and it reports its steps as the
 kit's takeover does (``info["demo_action"]``, ``info["intervention"]``), so the worker records its
 action, marks the step in the batch and the learner's margin loss learns from it. It corrects only
-the worker's own game: the evaluator's games (other displays) are played by the greedy policy alone.
+in the worker's process (``mqttrl worker``): the evaluator's games are the greedy policy's alone.
 
     python -m benchmarks.bench_takeover --seeds 3 --out benchmarks/results/takeover_catch.json
 """
@@ -60,16 +60,21 @@ def correction(stack: np.ndarray, action: int) -> int | None:
     return None if action == toward else toward
 
 
+def in_worker_process(argv: list[str] = sys.argv) -> bool:
+    """Whether this process is a worker node (``python -m mqttrl worker ...``, as mqttrl train starts them)."""
+    return len(argv) > 1 and argv[1] == "worker"
+
+
 class CorrectedScreen(gym.Wrapper):
     """The screen kit's env, corrected by :func:`correction` for its first ``corrected_episodes``
-    episodes while it plays on ``correct_display``; ``log``: a CSV of each episode's steps and
-    steps taken over (the worker's process writes it)."""
+    episodes in a worker's process; ``log``: a CSV of each of its episodes' steps and steps taken over."""
 
-    def __init__(self, corrected_episodes: int = 0, correct_display: str = "", log: str = "", **kwargs):
+    def __init__(self, corrected_episodes: int = 0, log: str = "", **kwargs):
         from mqttrl_plugins.screen import make_screen_env
 
         super().__init__(make_screen_env(**kwargs))
-        self.corrected_episodes, self.correct_display, self.log = corrected_episodes, correct_display, log
+        self.corrected_episodes, self.log = corrected_episodes, log
+        self.worker = in_worker_process()
         self.episodes, self.steps, self.taken = 0, 0, 0
         self.obs: np.ndarray | None = None
 
@@ -79,9 +84,7 @@ class CorrectedScreen(gym.Wrapper):
         return self.obs, info
 
     def _correcting(self) -> bool:
-        claimed = getattr(self.env.unwrapped, "claimed", None)
-        on = claimed is not None and claimed[0] == self.correct_display
-        return on and self.episodes <= self.corrected_episodes
+        return self.worker and self.episodes <= self.corrected_episodes
 
     def step(self, action):
         fix = correction(self.obs, int(action)) if self.obs is not None and self._correcting() else None
@@ -90,14 +93,10 @@ class CorrectedScreen(gym.Wrapper):
         if fix is not None:
             self.taken += 1
             info = {**info, "demo_action": fix, "intervention": True}
-        if (terminated or truncated) and self.log and self._on_worker():
+        if (terminated or truncated) and self.log and self.worker:
             with open(self.log, "a") as f:
                 f.write(f"{time.time():.3f},{self.episodes},{self.steps},{self.taken}\n")
         return self.obs, reward, terminated, truncated, info
-
-    def _on_worker(self) -> bool:
-        claimed = getattr(self.env.unwrapped, "claimed", None)
-        return claimed is not None and claimed[0] == self.correct_display
 
 
 if "CorrectedScreen-v0" not in gym.registry:
@@ -116,7 +115,6 @@ def train(screens: Screens, args, corrected: int, seed: int, run_dir: Path):
             "env.id": ENV_ID,
             "env.kwargs.display": screens.displays,  # the worker's game first, then the evaluator's
             "env.kwargs.corrected_episodes": corrected,
-            "env.kwargs.correct_display": screens.displays[0],
             "env.kwargs.log": str(log),
             "train.eval_on": "evaluator",
             "train.eval_episodes": args.eval_windows,

@@ -88,3 +88,11 @@ def test_the_takeover_benchmark_s_corrector_steps_in_only_before_a_miss():
     assert correction(frame(22, 25, 2), 1) == 2  # moving away: corrected
     assert correction(frame(22, 25, 2), 2) is None  # already moving toward it
     assert correction(frame(22, 2, 20), 2) == 1
+
+
+def test_the_takeover_benchmark_corrects_only_in_a_worker_s_process():
+    from benchmarks.bench_takeover import in_worker_process
+
+    assert in_worker_process(["/x/mqttrl/__main__.py", "worker", "--run", "r", "--name", "w0"])
+    assert not in_worker_process(["/x/mqttrl/__main__.py", "learner", "--config", "c.json"])
+    assert not in_worker_process(["-m"])
